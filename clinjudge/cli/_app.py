@@ -1,0 +1,36 @@
+"""The `judge` command-line application."""
+
+from __future__ import annotations
+
+import typer
+
+from clinjudge import __version__
+from clinjudge.cli._rubric import rubric_app
+from clinjudge.cli._run import run_command
+from clinjudge.cli._runs import export_command, runs_app
+
+app = typer.Typer(
+    name="judge",
+    help="Judge AI-written clinical text with LLMs and store every judgment in DuckDB.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run_command)
+app.command("export")(export_command)
+app.add_typer(runs_app, name="runs")
+app.add_typer(rubric_app, name="rubric")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"clinjudge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Judge AI-written clinical text with LLMs and store every judgment in DuckDB."""

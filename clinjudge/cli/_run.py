@@ -1,0 +1,158 @@
+"""`judge run`: start or resume a run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from clinjudge.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, console, fail, open_store
+from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ReasoningEffort
+from clinjudge.orchestration import (
+    ConfigError,
+    DryRunEstimate,
+    Mode,
+    PreparedRun,
+    build_config,
+    create_run,
+    estimate_run,
+    execute_run,
+    load_config_file,
+    load_stored_run,
+    prepare_run,
+)
+from clinjudge.rubrics import RubricError
+from clinjudge.runs import InputError, StoreError
+
+DEFAULT_MODEL_ENV = "CLINJUDGE_MODEL"
+FALLBACK_MODEL = "mock/judge"
+
+
+def _merge(config: dict[str, Any], top: dict[str, Any], judge: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(config)
+    merged.update({k: v for k, v in top.items() if v is not None})
+    judge_settings = dict(merged.get("judge") or {})
+    judge_settings.update({k: v for k, v in judge.items() if v is not None})
+    if "model" not in judge_settings:
+        judge_settings["model"] = os.environ.get(DEFAULT_MODEL_ENV) or FALLBACK_MODEL
+        if judge_settings["model"] == FALLBACK_MODEL:
+            console.print(
+                f"[yellow]No model given (--model, judge.model or ${DEFAULT_MODEL_ENV}): using "
+                f"the simulated {FALLBACK_MODEL} provider.[/]"
+            )
+    merged["judge"] = judge_settings
+    return merged
+
+
+def _print_estimate(estimate: DryRunEstimate, prepared: PreparedRun) -> None:
+    table = Table(title="Dry run: nothing was sent, nothing was written")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    assert prepared.config.judge is not None
+    table.add_row("model", prepared.config.judge.model)
+    table.add_row("items", str(len(prepared.items)))
+    table.add_row("prompts (items x samples)", str(estimate.prompts))
+    table.add_row("prompt tokens (tiktoken o200k)", f"{estimate.prompt_tokens:,}")
+    table.add_row("largest prompt (tokens)", f"{estimate.max_prompt_tokens_one_call:,}")
+    table.add_row("completion tokens (upper bound)", f"{estimate.max_completion_tokens:,}")
+    cost = "unknown price" if estimate.cost_usd is None else f"${estimate.cost_usd:,.4f}"
+    table.add_row("estimated cost (upper bound)", cost)
+    console.print(table)
+
+
+def _finish(store_path: str, run_id: str, prepared: PreparedRun, show_progress: bool) -> None:
+    assert prepared.config.judge is not None
+    simulated = prepared.config.judge.is_mock
+    if simulated:
+        console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
+    with open_store(store_path) as store:
+        try:
+            tally = execute_run(store, run_id, prepared, show_progress=show_progress)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
+                          f"judge run --resume {run_id} --db {store_path}")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except ModelConfigError as exc:
+            store.set_run_status(run_id, "failed")
+            fail(str(exc))
+    cost = f"${tally.cost_usd:.4f}" + ("" if tally.cost_known else " (some prices unknown)")
+    console.print(f"run {run_id}: {tally.ok} samples ok, {tally.failed} failed, cost {cost}")
+    for reason, count in sorted(tally.errors.items(), key=lambda kv: -kv[1])[:5]:
+        console.print(f"  failed: {count} x {reason}")
+    if simulated:
+        console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
+
+
+def run_command(
+    rubric: Annotated[str | None, typer.Option(help="Built-in rubric name or rubric file.")] = None,
+    mode: Annotated[Mode | None, typer.Option(help="Judge mode.")] = None,
+    data: Annotated[Path | None, typer.Option(help="Items to judge: JSONL, CSV or Parquet.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="provider/model, e.g. openai/gpt-4o-mini, azure/DEPLOYMENT, anthropic/..., "
+        "mock/judge. Default: $CLINJUDGE_MODEL, else the simulated mock/judge.")] = None,
+    base_url: Annotated[str | None, typer.Option(
+        help="OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp) or Azure endpoint.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file with any of these settings.")] = None,
+    samples: Annotated[int | None, typer.Option(help="Samples per item (median is final).")] = None,
+    shots: Annotated[int | None, typer.Option(help="Few-shot examples per prompt.")] = None,
+    shot_pool: Annotated[Path | None, typer.Option(help="Examples with human scores.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for drawing examples.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Model calls in flight.")] = None,
+    db: Annotated[str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")] = None,
+    name: Annotated[str | None, typer.Option(help="Label for the run.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Cap on generated tokens.")] = None,
+    reasoning_effort: Annotated[ReasoningEffort | None, typer.Option(
+        help="Reasoning effort for reasoning models.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds per model call.")] = None,
+    max_repairs: Annotated[int | None, typer.Option(help="Re-asks after an invalid reply.")] = None,
+    explanations: Annotated[bool | None, typer.Option(
+        "--explanations/--no-explanations", help="Ask for an explanation per score.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Render prompts, count tokens, estimate cost; call nothing.")] = False,
+    resume: Annotated[str | None, typer.Option(
+        help="Finish the missing work of an earlier run (id or unique prefix).")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Judge a batch of items; prints the run id."""
+    try:
+        if resume:
+            _resume(resume, db, progress)
+            return
+        file_settings = load_config_file(config) if config else {}
+        top = {"rubric": rubric, "mode": mode, "data": str(data) if data else None,
+               "samples": samples, "shots": shots, "seed": seed, "concurrency": concurrency,
+               "db": db, "name": name, "max_repairs": max_repairs, "explanations": explanations,
+               "shot_pool": str(shot_pool) if shot_pool else None}
+        judge = {"model": model, "base_url": base_url, "temperature": temperature,
+                 "top_p": top_p, "max_tokens": max_tokens, "reasoning_effort": reasoning_effort,
+                 "timeout": timeout}
+        run_config = build_config(str(config or "flags"), _merge(file_settings, top, judge))
+        prepared = prepare_run(run_config)
+        if dry_run:
+            _print_estimate(estimate_run(prepared), prepared)
+            return
+        with open_store(run_config.db) as store:
+            run_id = create_run(store, prepared)
+        sys.stdout.write(run_id + "\n")
+        sys.stdout.flush()
+        _finish(run_config.db, run_id, prepared, progress)
+    except (ConfigError, RubricError, InputError, StoreError, ModelConfigError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _resume(run_id: str, db: str | None, progress: bool) -> None:
+    path = db or "runs/clinjudge.duckdb"
+    with open_store(path) as store:
+        full_id, prepared = load_stored_run(store, run_id)
+    sys.stdout.write(full_id + "\n")
+    sys.stdout.flush()
+    _finish(path, full_id, prepared, progress)
+

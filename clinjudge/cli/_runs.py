@@ -1,0 +1,87 @@
+"""`judge runs list|show` and `judge export`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+from clinjudge.judges import SIMULATED_NOTICE
+from clinjudge.runs import DEFAULT_DB, EXPORT_FORMATS, StoreError, export_run, list_runs, run_summary
+
+runs_app = typer.Typer(help="List and inspect stored runs.", no_args_is_help=True)
+
+DbOption = Annotated[str, typer.Option(help="DuckDB file.")]
+
+
+@runs_app.command("list")
+def list_command(db: DbOption = str(DEFAULT_DB)) -> None:
+    """List runs, newest first."""
+    with open_store(db, read_only=True) as store:
+        rows = list_runs(store)
+    table = Table()
+    for column in ("run_id", "name", "created", "status", "mode", "rubric", "model", "items",
+                   "samples"):
+        table.add_column(column)
+    for row in rows:
+        model = row["model"] + (" (SIMULATED)" if row["simulated"] else "")
+        table.add_row(row["run_id"], row["name"] or "", str(row["created_at"])[:19], row["status"],
+                      row["mode"], row["rubric"], model, str(row["n_items"]),
+                      str(row["n_samples"]))
+    stdout.print(table)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return "" if value is None else str(value)
+
+
+@runs_app.command("show")
+def show_command(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
+    db: DbOption = str(DEFAULT_DB),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Items ok/failed, tokens, cost and latency percentiles of a run."""
+    with open_store(db, read_only=True) as store:
+        try:
+            summary = run_summary(store, run_id)
+        except StoreError as exc:
+            fail(str(exc), EXIT_USAGE)
+    if summary["simulated"]:
+        summary["notice"] = SIMULATED_NOTICE
+    if as_json:
+        typer.echo(json.dumps(summary, default=str, indent=2))
+        return
+    table = Table(title=f"run {summary['run_id']}", show_header=False)
+    for key, value in summary.items():
+        if key != "top_errors":
+            table.add_row(key, _fmt(value))
+    stdout.print(table)
+    for error in summary["top_errors"]:
+        stdout.print(f"  {error['n']} x {error['error']}")
+
+
+def export_command(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
+    out: Annotated[Path, typer.Option(help="Output file.")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl, csv or parquet.")] = "jsonl",
+    db: DbOption = str(DEFAULT_DB),
+) -> None:
+    """Export judgments: one row per (item_id, sample, agent, attribute)."""
+    if fmt not in EXPORT_FORMATS:
+        fail(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}", EXIT_USAGE)
+    with open_store(db, read_only=True) as store:
+        try:
+            count = export_run(store, run_id, out, fmt)
+            simulated = bool(store.get_run(run_id)["simulated"])
+        except StoreError as exc:
+            fail(str(exc), EXIT_USAGE)
+    console.print(f"wrote {count} rows to {out}")
+    if simulated:
+        console.print(f"[bold yellow]{SIMULATED_NOTICE}[/] (column 'simulated' is true)")

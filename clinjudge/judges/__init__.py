@@ -1,0 +1,52 @@
+"""Model access (OpenAI, Azure OpenAI, OpenAI-compatible servers, litellm, mock) and judge workflows."""
+
+from clinjudge.judges._accounting import (
+    call_cost,
+    count_message_tokens,
+    count_tokens,
+    price_per_token,
+)
+from clinjudge.judges._base_client import GENERIC_MODEL_INFO, SimpleChatCompletionClient
+from clinjudge.judges._faults import ProviderFault, classify_fault
+from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
+from clinjudge.judges._mock_client import (
+    SIMULATED_NOTICE,
+    MockChatCompletionClient,
+    simulated_scores,
+)
+from clinjudge.judges._model import (
+    CallOutcome,
+    JudgeModel,
+    ModelConfigError,
+    build_client,
+    to_autogen_messages,
+)
+from clinjudge.judges._settings import ModelSettings, Price, ReasoningEffort
+from clinjudge.judges._single import CallFn, SampleVerdict, draw_shots, judge_single_sample
+
+__all__ = [
+    "GENERIC_MODEL_INFO",
+    "SIMULATED_NOTICE",
+    "CallFn",
+    "CallOutcome",
+    "JudgeModel",
+    "LiteLLMChatCompletionClient",
+    "MockChatCompletionClient",
+    "ModelConfigError",
+    "ModelSettings",
+    "Price",
+    "ProviderFault",
+    "ReasoningEffort",
+    "SampleVerdict",
+    "SimpleChatCompletionClient",
+    "build_client",
+    "call_cost",
+    "classify_fault",
+    "count_message_tokens",
+    "count_tokens",
+    "draw_shots",
+    "judge_single_sample",
+    "price_per_token",
+    "simulated_scores",
+    "to_autogen_messages",
+]

@@ -1,0 +1,132 @@
+"""A small base for our own AutoGen ``ChatCompletionClient`` implementations."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any
+
+from autogen_core import CancellationToken
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    CreateResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    ModelInfo,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
+from autogen_core.tools import Tool, ToolSchema
+
+from clinjudge.judges._accounting import count_message_tokens
+
+GENERIC_MODEL_INFO = ModelInfo(
+    vision=False,
+    function_calling=True,
+    json_output=True,
+    structured_output=False,
+    family="unknown",
+    multiple_system_messages=False,
+)
+
+
+def message_text(message: LLMMessage) -> str:
+    """Plain text of an AutoGen message (tool calls rendered as text)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(getattr(part, "content", part)) for part in content)
+    return str(content)
+
+
+def to_openai_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
+    """Convert AutoGen messages into OpenAI chat-format dicts."""
+    converted: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            converted.append({"role": "system", "content": message.content})
+        elif isinstance(message, UserMessage):
+            converted.append({"role": "user", "content": message_text(message)})
+        elif isinstance(message, AssistantMessage):
+            converted.append({"role": "assistant", "content": message_text(message)})
+        elif isinstance(message, FunctionExecutionResultMessage):
+            converted.extend(
+                {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
+                for r in message.content
+            )
+    return converted
+
+
+class SimpleChatCompletionClient(ChatCompletionClient):
+    """Implements usage bookkeeping and streaming on top of one ``_complete`` method."""
+
+    def __init__(self, model_info: ModelInfo | None = None) -> None:
+        self._model_info = model_info or GENERIC_MODEL_INFO
+        self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+    async def _complete(
+        self, messages: Sequence[LLMMessage], json_output: Any, extra: Mapping[str, Any]
+    ) -> CreateResult:
+        raise NotImplementedError
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Any = "auto",
+        json_output: Any = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
+        cancellation_token: CancellationToken | None = None,
+    ) -> CreateResult:
+        result = await self._complete(messages, json_output, extra_create_args)
+        self._last = result.usage
+        self._total = RequestUsage(
+            prompt_tokens=self._total.prompt_tokens + result.usage.prompt_tokens,
+            completion_tokens=self._total.completion_tokens + result.usage.completion_tokens,
+        )
+        return result
+
+    async def create_stream(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Any = "auto",
+        json_output: Any = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
+        cancellation_token: CancellationToken | None = None,
+        **kwargs: Any,
+    ) -> AsyncGenerator[str | CreateResult, None]:
+        result = await self.create(
+            messages, json_output=json_output, extra_create_args=extra_create_args
+        )
+        if isinstance(result.content, str):
+            yield result.content
+        yield result
+
+    async def close(self) -> None:
+        return None
+
+    def actual_usage(self) -> RequestUsage:
+        return self._last
+
+    def total_usage(self) -> RequestUsage:
+        return self._total
+
+    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        return count_message_tokens([message_text(m) for m in messages])
+
+    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        return max(128_000 - self.count_tokens(messages), 0)
+
+    @property
+    def capabilities(self) -> ModelInfo:  # type: ignore[override]
+        return self._model_info
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self._model_info

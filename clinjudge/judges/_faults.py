@@ -1,0 +1,92 @@
+"""Map provider exceptions to one fault type the runner can act on.
+
+Provider SDKs raise many exception classes; only this module knows them. Everything else in
+clinjudge sees :class:`ProviderFault` with ``retryable`` and ``retry_after``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from typing import Any
+
+import httpx
+import openai
+
+_RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+
+
+class ProviderFault(Exception):
+    """A model call failed.
+
+    Args:
+        reason: Short description for the calls table.
+        retryable: Whether trying again may succeed.
+        retry_after: Seconds the provider asked us to wait, if it said.
+    """
+
+    def __init__(self, reason: str, *, retryable: bool, retry_after: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+def _parse_retry_after(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(float(millis) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(parsed.timestamp() - time.time(), 0.0) if parsed else None
+
+
+def _status_fault(status: int, exc: Exception, headers: Any) -> ProviderFault:
+    retryable = status in _RETRYABLE_STATUS or status >= 500
+    label = "rate limited" if status == 429 else f"HTTP {status}"
+    message = getattr(exc, "message", None) or str(exc)
+    return ProviderFault(
+        f"{label}: {message}"[:500],
+        retryable=retryable,
+        retry_after=_parse_retry_after(headers),
+    )
+
+
+def classify_fault(exc: BaseException) -> ProviderFault:
+    """Turn any exception raised by a model call into a :class:`ProviderFault`.
+
+    Args:
+        exc: The exception raised by the client.
+    """
+    if isinstance(exc, ProviderFault):
+        return exc
+    if isinstance(exc, openai.APIStatusError):
+        return _status_fault(exc.status_code, exc, exc.response.headers)
+    if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):
+        return ProviderFault("timed out", retryable=True)
+    if isinstance(exc, openai.APIConnectionError | httpx.TransportError | ConnectionError):
+        return ProviderFault(f"connection failed: {exc}"[:500], retryable=True)
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        response = getattr(exc, "response", None)
+        return _status_fault(status, exc, getattr(response, "headers", None))
+    if isinstance(exc, json.JSONDecodeError | IndexError | KeyError | AttributeError | TypeError):
+        # The SDKs raise these when a server answers 200 with a body that is not a completion.
+        return ProviderFault(
+            f"malformed response: {type(exc).__name__}: {exc}"[:500], retryable=True
+        )
+    if isinstance(exc, ValueError) and "choices" in str(exc).lower():
+        return ProviderFault(f"malformed response: {exc}"[:500], retryable=True)
+    return ProviderFault(f"{type(exc).__name__}: {exc}"[:500], retryable=False)

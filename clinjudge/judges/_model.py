@@ -1,0 +1,239 @@
+"""One model behind one AutoGen client, with per-call timing, tokens, cost and fault mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    LLMMessage,
+    SystemMessage,
+    UserMessage,
+)
+
+from clinjudge.judges._accounting import call_cost, count_message_tokens, count_tokens
+from clinjudge.judges._base_client import GENERIC_MODEL_INFO
+from clinjudge.judges._faults import ProviderFault, classify_fault
+from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
+from clinjudge.judges._mock_client import MockChatCompletionClient
+from clinjudge.judges._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
+from clinjudge.rubrics import ChatTurn, Rubric
+
+_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
+
+
+class ModelConfigError(ValueError):
+    """Model settings that cannot produce a working client."""
+
+
+@dataclass
+class CallOutcome:
+    """What one successful model call returned.
+
+    Args:
+        text: Reply text.
+        finish_reason: ``stop``, ``length`` and so on.
+        prompt_tokens: Tokens sent (from the API, or estimated).
+        completion_tokens: Tokens generated (from the API, or estimated).
+        tokens_estimated: True when the provider gave no usage and tiktoken counted.
+        cost_usd: Dollar cost, None when the price is unknown.
+        latency_s: Wall-clock seconds of the call.
+    """
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_estimated: bool
+    cost_usd: float | None
+    latency_s: float
+
+
+def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "max_tokens": settings.max_tokens,
+        "seed": settings.seed,
+        "reasoning_effort": settings.reasoning_effort,
+    }
+    if not settings.is_reasoning_model:
+        args["temperature"] = settings.temperature
+        args["top_p"] = settings.top_p
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def _api_key(settings: ModelSettings, required: bool) -> str | None:
+    env_name = settings.api_key_env or _DEFAULT_KEY_ENV.get(settings.provider)
+    key = os.environ.get(env_name) if env_name else None
+    if key is None and required:
+        raise ModelConfigError(
+            f"model {settings.model}: no API key; set {env_name} or pick another variable with "
+            "api_key_env in the config (the key itself is never written to config or database)"
+        )
+    return key
+
+
+def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+    from autogen_ext.models.openai._model_info import get_info
+
+    # A local server (vLLM, Ollama, ...) usually needs no key; api.openai.com does.
+    key = _api_key(settings, required=settings.base_url is None) or "not-needed"
+    try:
+        get_info(settings.name)
+        model_info = None
+    except (KeyError, ValueError):
+        model_info = GENERIC_MODEL_INFO
+    return OpenAIChatCompletionClient(
+        model=settings.name,
+        base_url=settings.base_url,
+        api_key=key,
+        model_info=model_info,
+        max_retries=0,
+        timeout=settings.timeout,
+        include_name_in_message=False,
+        **_sampling_args(settings),
+    )
+
+
+def _azure_client(settings: ModelSettings) -> ChatCompletionClient:
+    from autogen_ext.models.openai import AzureOpenAIChatCompletionClient
+
+    endpoint = settings.base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
+    if not endpoint:
+        raise ModelConfigError(
+            f"model {settings.model}: set --base-url or AZURE_OPENAI_ENDPOINT to the Azure endpoint"
+        )
+    version = settings.api_version or os.environ.get("OPENAI_API_VERSION") or "2024-10-21"
+    return AzureOpenAIChatCompletionClient(
+        azure_deployment=settings.name,
+        model=settings.price_as or settings.name,
+        azure_endpoint=endpoint,
+        api_version=version,
+        api_key=_api_key(settings, required=True),
+        model_info=GENERIC_MODEL_INFO,
+        max_retries=0,
+        timeout=settings.timeout,
+        include_name_in_message=False,
+        **_sampling_args(settings),
+    )
+
+
+def _litellm_client(settings: ModelSettings) -> ChatCompletionClient:
+    model = settings.model.removeprefix("litellm/")
+    return LiteLLMChatCompletionClient(
+        model,
+        api_base=settings.base_url,
+        api_key=_api_key(settings, required=False),
+        api_version=settings.api_version,
+        timeout=settings.timeout,
+        **_sampling_args(settings),
+    )
+
+
+def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClient:
+    """An AutoGen client for the provider named in ``settings.model``.
+
+    ``openai/...`` uses autogen-ext's OpenAI client (with ``base_url`` for any OpenAI-compatible
+    server), ``azure/<deployment>`` its Azure client, ``mock/...`` the simulated judge, and every
+    other provider goes through litellm.
+
+    Args:
+        settings: Model and sampling settings.
+        rubric: Needed by the mock provider to follow the rubric's contract.
+    """
+    provider = settings.provider
+    if settings.is_mock:
+        return MockChatCompletionClient(rubric, settings.name)
+    if provider in OPENAI_PROVIDERS:
+        return _openai_client(settings)
+    if provider in AZURE_PROVIDERS:
+        return _azure_client(settings)
+    return _litellm_client(settings)
+
+
+def to_autogen_messages(turns: list[ChatTurn], agent: str = "judge") -> list[LLMMessage]:
+    """Convert rendered turns into AutoGen messages."""
+    converted: list[LLMMessage] = []
+    for turn in turns:
+        if turn.role == "system":
+            converted.append(SystemMessage(content=turn.content))
+        elif turn.role == "assistant":
+            converted.append(AssistantMessage(content=turn.content, source=agent))
+        else:
+            converted.append(UserMessage(content=turn.content, source="user"))
+    return converted
+
+
+class JudgeModel:
+    """A configured model: one attempt per :meth:`complete`, faults raised as ProviderFault.
+
+    Args:
+        settings: Model and sampling settings.
+        rubric: The rubric (the mock provider needs it).
+        client: An already built client, to share one between calls or inject a fake.
+    """
+
+    def __init__(
+        self, settings: ModelSettings, rubric: Rubric, client: ChatCompletionClient | None = None
+    ):
+        self.settings = settings
+        self.client = client or build_client(settings, rubric)
+
+    async def complete(self, turns: list[ChatTurn], *, variation: str = "") -> CallOutcome:
+        """Send one chat request.
+
+        Args:
+            turns: The conversation so far.
+            variation: Distinguishes repeated samples for the simulated provider.
+        """
+        extra: dict[str, Any] = {}
+        if self.settings.is_mock:
+            extra["seed"] = variation
+        started = time.perf_counter()
+        try:
+            result = await asyncio.wait_for(
+                self.client.create(
+                    to_autogen_messages(turns),
+                    json_output=True if self.settings.json_mode else None,
+                    extra_create_args=extra,
+                ),
+                timeout=self.settings.timeout,
+            )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every provider fault is classified
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            raise classify_fault(exc) from exc
+        latency = time.perf_counter() - started
+        return self._outcome(turns, result.content, result.finish_reason, result.usage, latency)
+
+    def _outcome(
+        self, turns: list[ChatTurn], content: Any, finish: str, usage: Any, latency: float
+    ) -> CallOutcome:
+        if not isinstance(content, str):
+            raise ProviderFault("reply held tool calls, not text", retryable=False)
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        completion_tokens = usage.completion_tokens if usage else 0
+        estimated = not prompt_tokens
+        if estimated:
+            prompt_tokens = count_message_tokens([t.content for t in turns])
+            completion_tokens = count_tokens(content)
+        return CallOutcome(
+            text=content,
+            finish_reason=finish,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            tokens_estimated=estimated,
+            cost_usd=call_cost(self.settings, prompt_tokens, completion_tokens),
+            latency_s=latency,
+        )
+
+    async def close(self) -> None:
+        """Release the client's connections."""
+        await self.client.close()

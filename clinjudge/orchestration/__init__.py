@@ -1,0 +1,50 @@
+"""Run orchestration: configuration, the batch runner, retries, and run lifecycle."""
+
+from clinjudge.orchestration._config import (
+    ConfigError,
+    Mode,
+    RetryPolicy,
+    RunConfig,
+    build_config,
+    load_config_file,
+)
+from clinjudge.orchestration._retry import call_with_retries
+from clinjudge.orchestration._runner import JUDGE_AGENT, BatchRunner, RunTally, WorkUnit
+from clinjudge.orchestration._session import (
+    DryRunEstimate,
+    PreparedRun,
+    ShotRecord,
+    create_run,
+    estimate_run,
+    execute_run,
+    load_shot_pool,
+    load_stored_run,
+    missing_work,
+    new_run_id,
+    prepare_run,
+)
+
+__all__ = [
+    "JUDGE_AGENT",
+    "BatchRunner",
+    "ConfigError",
+    "DryRunEstimate",
+    "Mode",
+    "PreparedRun",
+    "RetryPolicy",
+    "RunConfig",
+    "RunTally",
+    "ShotRecord",
+    "WorkUnit",
+    "build_config",
+    "call_with_retries",
+    "create_run",
+    "estimate_run",
+    "execute_run",
+    "load_config_file",
+    "load_shot_pool",
+    "load_stored_run",
+    "missing_work",
+    "new_run_id",
+    "prepare_run",
+]

@@ -1,0 +1,118 @@
+"""Run configuration: everything a run needs, from flags or a YAML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from clinjudge.judges import ModelSettings
+
+Mode = Literal["single"]
+
+
+class ConfigError(ValueError):
+    """A configuration file or flag combination is invalid."""
+
+
+class RetryPolicy(BaseModel):
+    """How model calls are retried on transient faults (429, 5xx, timeouts, resets).
+
+    Args:
+        max_attempts: Attempts per call, the first included.
+        initial_wait: First backoff in seconds (doubles each time, with jitter).
+        max_wait: Longest single wait, also the cap on a provider's Retry-After.
+        jitter: Maximum random seconds added to each wait.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=6, ge=1, le=50)
+    initial_wait: float = Field(default=1.0, ge=0)
+    max_wait: float = Field(default=60.0, ge=0)
+    jitter: float = Field(default=1.0, ge=0)
+
+
+class RunConfig(BaseModel):
+    """A judge run.
+
+    Args:
+        rubric: Built-in rubric name or path to a rubric file.
+        mode: Judge mode.
+        data: Input file (JSONL, CSV or Parquet).
+        name: Optional label for the run.
+        samples: Independent samples per item; the final score is their median.
+        shots: Few-shot examples per prompt.
+        shot_pool: File of examples with human scores.
+        seed: Seed for drawing examples.
+        concurrency: Model calls in flight at once.
+        max_repairs: Corrective re-asks after an invalid reply.
+        explanations: Ask for an explanation with every score.
+        judge: Model settings of the single judge.
+        roles: Model settings per role, for modes with several roles.
+        retry: Retry policy for model calls.
+        db: DuckDB file.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rubric: str = "pdsqi9"
+    mode: Mode = "single"
+    data: str | None = None
+    name: str | None = None
+    samples: int = Field(default=1, ge=1, le=100)
+    shots: int = Field(default=0, ge=0, le=50)
+    shot_pool: str | None = None
+    seed: int = 0
+    concurrency: int = Field(default=8, ge=1, le=1024)
+    max_repairs: int = Field(default=1, ge=0, le=5)
+    explanations: bool = False
+    judge: ModelSettings | None = None
+    roles: dict[str, ModelSettings] = Field(default_factory=dict)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    db: str = str(Path("runs") / "clinjudge.duckdb")
+
+    @model_validator(mode="after")
+    def _shots_need_pool(self) -> RunConfig:
+        if self.shots and not self.shot_pool:
+            raise ValueError("shots > 0 needs a shot_pool file")
+        return self
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a dict (validated later, after flags are merged).
+
+    Args:
+        path: The YAML file.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must hold a mapping")
+    return data
+
+
+def build_config(source: str, data: dict[str, Any]) -> RunConfig:
+    """Validate merged settings into a RunConfig, naming the offending field on error.
+
+    Args:
+        source: What the settings came from, for messages.
+        data: Merged settings.
+    """
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: invalid configuration"]
+        for problem in exc.errors():
+            where = ".".join(str(p) for p in problem["loc"]) or "(top level)"
+            lines.append(f"  field {where}: {problem['msg']}")
+        raise ConfigError("\n".join(lines)) from exc

@@ -1,0 +1,212 @@
+"""The batch runner: bounded concurrency, retries, batched durable writes, progress, clean stop.
+
+Work is a list of (item, sample) units. A fixed pool of workers takes units from a queue, so the
+number of model calls in flight never exceeds ``concurrency``. Finished samples are buffered and
+written in one transaction every ``flush_every`` samples or ``flush_seconds``; a crash loses at
+most the buffer, which ``--resume`` then redoes (keys make the redo idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from clinjudge.judges import (
+    CallOutcome,
+    JudgeModel,
+    ProviderFault,
+    SampleVerdict,
+    draw_shots,
+    judge_single_sample,
+)
+from clinjudge.orchestration._config import RunConfig
+from clinjudge.orchestration._retry import call_with_retries
+from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
+from clinjudge.runs import RunStore, SampleKey, call_row, verdict_rows
+
+JUDGE_AGENT = "judge"
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One sample of one item."""
+
+    item: Item
+    sample: int
+
+
+@dataclass
+class RunTally:
+    """Counts and cost of what a runner finished."""
+
+    ok: int = 0
+    failed: int = 0
+    cost_usd: float = 0.0
+    cost_known: bool = True
+    interrupted: bool = False
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]judging"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("ok [green]{task.fields[ok]}[/] failed [red]{task.fields[failed]}[/]"),
+        TextColumn("cost ${task.fields[cost]:.4f}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+class BatchRunner:
+    """Runs single-judge samples for a run and stores them.
+
+    Args:
+        store: Where results go.
+        run_id: The run being executed.
+        rubric: The rubric.
+        config: The run's configuration.
+        model: The judge model.
+        shot_pool: Examples for few-shot prompting.
+        show_progress: Draw a progress bar on the console.
+        console: Console for the progress bar.
+        flush_every: Samples buffered before a write.
+        flush_seconds: Longest time a finished sample waits in the buffer.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        rubric: Rubric,
+        config: RunConfig,
+        model: JudgeModel,
+        shot_pool: list[Shot] | None = None,
+        *,
+        show_progress: bool = True,
+        console: Console | None = None,
+        flush_every: int = 256,
+        flush_seconds: float = 1.0,
+    ):
+        self.store = store
+        self.run_id = run_id
+        self.rubric = rubric
+        self.config = config
+        self.model = model
+        self.shot_pool = shot_pool or []
+        self.show_progress = show_progress
+        self.console = console or Console(stderr=True)
+        self.flush_every = flush_every
+        self.flush_seconds = flush_seconds
+        self.tally = RunTally()
+        self._buffer: dict[str, list[dict[str, Any]]] = {}
+        self._buffered = 0
+        self._last_flush = time.monotonic()
+        self._on_sample: Callable[[SampleVerdict, float | None], None] = lambda v, c: None
+
+    def _recorder(self, key: SampleKey, calls: list[dict[str, Any]]):
+        def record(started: datetime, outcome: CallOutcome | None, fault: ProviderFault | None):
+            calls.append(call_row(key, len(calls), role="judge", model=self.model.settings.model,
+                                  started=started, outcome=outcome, fault=fault))
+        return record
+
+    async def _judge(self, unit: WorkUnit) -> None:
+        key = SampleKey(self.run_id, unit.item.id, unit.sample, JUDGE_AGENT)
+        calls: list[dict[str, Any]] = []
+        record = self._recorder(key, calls)
+        variation = f"{self.config.seed}|{unit.sample}"
+
+        async def call(turns: list[ChatTurn]) -> CallOutcome:
+            return await call_with_retries(self.model, turns, self.config.retry, record,
+                                           variation=variation)
+
+        shots = draw_shots(self.shot_pool, self.config.shots, seed=self.config.seed,
+                           item_id=unit.item.id, sample=unit.sample)
+        verdict = await judge_single_sample(
+            unit.item, self.rubric, call, shots=shots, explanations=self.config.explanations,
+            max_repairs=self.config.max_repairs,
+        )
+        self._accept(verdict_rows(key, self.rubric, verdict, calls), verdict, calls)
+
+    def _accept(self, rows: dict[str, list[dict[str, Any]]], verdict: SampleVerdict,
+                calls: list[dict[str, Any]]) -> None:
+        for table, table_rows in rows.items():
+            self._buffer.setdefault(table, []).extend(table_rows)
+        self._buffered += 1
+        cost = 0.0
+        for call in calls:
+            if call.get("cost_usd") is None and call["status"] == "ok":
+                self.tally.cost_known = False
+            cost += call.get("cost_usd") or 0.0
+        self.tally.cost_usd += cost
+        if verdict.status == "ok":
+            self.tally.ok += 1
+        else:
+            self.tally.failed += 1
+            reason = (verdict.error or "unknown").split(":")[0]
+            self.tally.errors[reason] = self.tally.errors.get(reason, 0) + 1
+        self._on_sample(verdict, cost)
+        if self._buffered >= self.flush_every or (
+            time.monotonic() - self._last_flush >= self.flush_seconds
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write buffered samples in one transaction."""
+        if self._buffered:
+            self.store.write_batch(self._buffer)
+        self._buffer = {}
+        self._buffered = 0
+        self._last_flush = time.monotonic()
+
+    async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
+        while True:
+            try:
+                unit = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await self._judge(unit)
+
+    async def run(self, units: list[WorkUnit]) -> RunTally:
+        """Judge every unit; on cancellation, store what finished and re-raise.
+
+        Args:
+            units: The samples to produce.
+        """
+        queue: asyncio.Queue[WorkUnit] = asyncio.Queue()
+        for unit in units:
+            queue.put_nowait(unit)
+        progress = _progress(self.console) if self.show_progress else None
+        if progress is not None:
+            task = progress.add_task("judging", total=len(units), ok=0, failed=0, cost=0.0)
+
+            def on_sample(verdict: SampleVerdict, cost: float | None) -> None:
+                progress.update(task, advance=1, ok=self.tally.ok, failed=self.tally.failed,
+                                cost=self.tally.cost_usd)
+
+            self._on_sample = on_sample
+            progress.start()
+        workers = [asyncio.create_task(self._worker(queue))
+                   for _ in range(min(self.config.concurrency, max(len(units), 1)))]
+        try:
+            await asyncio.gather(*workers)
+        except asyncio.CancelledError:
+            self.tally.interrupted = True
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
+        finally:
+            self.flush()
+            if progress is not None:
+                progress.stop()
+        return self.tally

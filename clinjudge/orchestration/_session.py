@@ -1,0 +1,298 @@
+"""Create, resume and finish runs: the glue between config, inputs, runner and store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import secrets
+import signal
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from clinjudge.judges import (
+    JudgeModel,
+    ModelSettings,
+    count_message_tokens,
+    draw_shots,
+    price_per_token,
+)
+from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.orchestration._runner import JUDGE_AGENT, BatchRunner, RunTally, WorkUnit
+from clinjudge.rubrics import (
+    PROMPT_VERSION,
+    Item,
+    JudgmentParseError,
+    Rubric,
+    Shot,
+    load_rubric,
+    parse_judgment,
+    parse_rubric_text,
+    render_messages,
+)
+from clinjudge.runs import (
+    InputError,
+    RunStore,
+    check_rubric_inputs,
+    finalize_run,
+    item_from_row,
+    item_row,
+    load_items,
+    now,
+    read_records,
+    validate_records,
+)
+
+
+class ShotRecord(Item):
+    """A shot-pool record: an item plus its human scores."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scores: dict[str, Any]
+    rationale: str | None = None
+
+
+class _Versions(BaseModel):
+    clinjudge: str
+    autogen_agentchat: str | None
+    python: str
+    prompt: str
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def load_shot_pool(path: str | Path, rubric: Rubric) -> list[Shot]:
+    """Read and validate a few-shot pool; every record's scores must satisfy the rubric.
+
+    Args:
+        path: JSONL, CSV or Parquet file of items with a ``scores`` object.
+        rubric: The rubric the scores must satisfy.
+    """
+    problems: list[str] = []
+    records = validate_records(read_records(path), ShotRecord, problems)
+    shots = []
+    for where, record in records:
+        check_rubric_inputs(where, record, rubric, problems)
+        try:
+            values = parse_judgment(json.dumps(record.scores), rubric).values
+        except JudgmentParseError as exc:
+            problems.append(f"{where}: field scores: {exc}")
+            continue
+        item = Item.model_validate(record.model_dump(exclude={"scores", "rationale"}))
+        shots.append(Shot(item=item, scores=values))
+    if problems:
+        raise InputError(problems)
+    return shots
+
+
+def _shot_payload(shots: list[Shot]) -> list[dict[str, Any]]:
+    return [{**s.item.model_dump(), "scores": s.scores} for s in shots]
+
+
+def _shots_from_payload(payload: list[dict[str, Any]]) -> list[Shot]:
+    return [Shot(item=Item.model_validate({k: v for k, v in p.items() if k != "scores"}),
+                 scores=p["scores"]) for p in payload]
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id."""
+    return f"{now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class PreparedRun:
+    """Everything needed to execute a run, validated, before anything is written."""
+
+    config: RunConfig
+    rubric: Rubric
+    items: list[Item]
+    shots: list[Shot]
+
+
+def prepare_run(config: RunConfig) -> PreparedRun:
+    """Load and validate the rubric, data and shot pool of a new run (writes nothing).
+
+    Args:
+        config: The run configuration.
+    """
+    if config.judge is None:
+        raise ConfigError("no judge model: pass --model or set judge.model in the config file")
+    if not config.data:
+        raise ConfigError("no input data: pass --data FILE or set data in the config file")
+    rubric = load_rubric(config.rubric)
+    items = load_items(config.data, rubric)
+    shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
+    if config.shots:
+        for item in items:
+            draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
+    return PreparedRun(config, rubric, items, shots)
+
+
+def create_run(store: RunStore, prepared: PreparedRun) -> str:
+    """Record a new run and its items in one transaction.
+
+    Args:
+        store: The run store.
+        prepared: The validated run.
+    """
+    run_id = new_run_id()
+    config = prepared.config
+    assert config.judge is not None
+    versions = _Versions(
+        clinjudge=_version("clinjudge") or "unknown",
+        autogen_agentchat=_version("autogen-agentchat"),
+        python=platform.python_version(),
+        prompt=PROMPT_VERSION,
+    )
+    stored_config = config.model_dump(mode="json", exclude_none=True)
+    stored_config["shot_pool_data"] = _shot_payload(prepared.shots)
+    stamp = now()
+    run_row = {
+        "run_id": run_id, "name": config.name, "created_at": stamp, "updated_at": stamp,
+        "status": "running", "mode": config.mode, "rubric": prepared.rubric.name,
+        "rubric_version": prepared.rubric.version,
+        "rubric_json": prepared.rubric.model_dump_json(),
+        "models": json.dumps({"judge": config.judge.model}),
+        "config": json.dumps(stored_config), "versions": versions.model_dump_json(),
+        "data_source": config.data, "simulated": config.judge.is_mock,
+        "n_items": len(prepared.items), "n_samples": config.samples,
+    }
+    rows = [item_row(run_id, position, item) for position, item in enumerate(prepared.items)]
+    store.write_batch({"runs": [run_row], "items": rows})
+    return run_id
+
+
+def load_stored_run(store: RunStore, run_id: str) -> tuple[str, PreparedRun]:
+    """Rebuild a run from the database alone (no input files needed).
+
+    Args:
+        store: The run store.
+        run_id: Run id or unique prefix.
+    """
+    run = store.get_run(run_id)
+    stored = dict(run["config"])
+    shots = _shots_from_payload(stored.pop("shot_pool_data", []))
+    config = RunConfig.model_validate(stored)
+    rubric = parse_rubric_text(json.dumps(run["rubric_json"]), f"{run['run_id']}.json")
+    rows = store.query("SELECT * FROM items WHERE run_id = ? ORDER BY position", [run["run_id"]])
+    return run["run_id"], PreparedRun(config, rubric, [item_from_row(r) for r in rows], shots)
+
+
+def missing_work(store: RunStore, run_id: str, prepared: PreparedRun) -> list[WorkUnit]:
+    """Samples of the run that are not in the database yet.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        prepared: The run's items and config.
+    """
+    done = {
+        (r["item_id"], r["sample"])
+        for r in store.query(
+            "SELECT item_id, sample FROM samples WHERE run_id = ? AND agent = ?",
+            [run_id, JUDGE_AGENT],
+        )
+    }
+    return [
+        WorkUnit(item, sample)
+        for sample in range(1, prepared.config.samples + 1)
+        for item in prepared.items
+        if (item.id, sample) not in done
+    ]
+
+
+async def _run_units(runner: BatchRunner, units: list[WorkUnit]) -> RunTally:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    if task is not None:
+        try:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        return await runner.run(units)
+    finally:
+        await runner.model.close()
+
+
+def execute_run(
+    store: RunStore,
+    run_id: str,
+    prepared: PreparedRun,
+    *,
+    show_progress: bool = True,
+    model: JudgeModel | None = None,
+) -> RunTally:
+    """Produce every missing sample of a run, then write the final per-item scores.
+
+    Ctrl-C or SIGTERM stops the run cleanly: finished samples are stored, the run is marked
+    ``interrupted`` and ``KeyboardInterrupt`` propagates.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        prepared: The run's config, rubric, items and shots.
+        show_progress: Draw a progress bar.
+        model: A prepared judge model (tests inject one); built from the config otherwise.
+    """
+    config = prepared.config
+    assert config.judge is not None
+    judge = model or JudgeModel(config.judge, prepared.rubric)
+    runner = BatchRunner(store, run_id, prepared.rubric, config, judge, prepared.shots,
+                         show_progress=show_progress)
+    units = missing_work(store, run_id, prepared)
+    store.set_run_status(run_id, "running")
+    try:
+        tally = asyncio.run(_run_units(runner, units))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        store.set_run_status(run_id, "interrupted")
+        raise KeyboardInterrupt from None
+    finalize_run(store, run_id, prepared.rubric, config.samples)
+    store.set_run_status(run_id, "completed", finished=True)
+    return tally
+
+
+@dataclass
+class DryRunEstimate:
+    """What a run would send, without sending it."""
+
+    prompts: int
+    prompt_tokens: int
+    max_completion_tokens: int
+    cost_usd: float | None
+    max_prompt_tokens_one_call: int
+
+
+def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
+    """Render every prompt of a run and count tokens and cost; calls nothing, writes nothing.
+
+    Args:
+        prepared: The validated run.
+    """
+    config = prepared.config
+    settings: ModelSettings | None = config.judge
+    assert settings is not None
+    prompt_tokens, largest, prompts = 0, 0, 0
+    for sample in range(1, config.samples + 1):
+        for item in prepared.items:
+            shots = draw_shots(prepared.shots, config.shots, seed=config.seed, item_id=item.id,
+                               sample=sample)
+            turns = render_messages(item, prepared.rubric, shots, explanations=config.explanations)
+            tokens = count_message_tokens([t.content for t in turns])
+            prompt_tokens += tokens
+            largest = max(largest, tokens)
+            prompts += 1
+    completion = prompts * (settings.max_tokens or 400)
+    per_token = price_per_token(settings)
+    cost = None if per_token is None else prompt_tokens * per_token[0] + completion * per_token[1]
+    return DryRunEstimate(prompts, prompt_tokens, completion, cost, largest)

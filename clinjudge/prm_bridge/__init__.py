@@ -1,0 +1,3 @@
+"""Process reward model bridge (SPEC §7); not built yet."""
+
+__all__: list[str] = []

@@ -1,0 +1,61 @@
+"""Rubrics: schema, built-in instruments, prompt rendering and reply parsing."""
+
+from clinjudge.rubrics._item import Item, SourceNote
+from clinjudge.rubrics._parse import JudgmentParseError, ParsedJudgment, json_objects, parse_judgment
+from clinjudge.rubrics._registry import (
+    RubricError,
+    builtin_rubric_names,
+    load_rubric,
+    load_rubric_file,
+    parse_rubric_text,
+)
+from clinjudge.rubrics._render import (
+    PROMPT_VERSION,
+    ChatTurn,
+    Shot,
+    neutralise,
+    render_messages,
+    render_repair,
+    render_system,
+    render_user,
+)
+from clinjudge.rubrics._schema import (
+    Attribute,
+    Gate,
+    Polarity,
+    Provenance,
+    Rubric,
+    ScaleKind,
+    alias_forms,
+    normalise_key,
+)
+
+__all__ = [
+    "PROMPT_VERSION",
+    "Attribute",
+    "ChatTurn",
+    "Gate",
+    "Item",
+    "JudgmentParseError",
+    "ParsedJudgment",
+    "Polarity",
+    "Provenance",
+    "Rubric",
+    "RubricError",
+    "ScaleKind",
+    "Shot",
+    "SourceNote",
+    "alias_forms",
+    "builtin_rubric_names",
+    "json_objects",
+    "load_rubric",
+    "load_rubric_file",
+    "neutralise",
+    "normalise_key",
+    "parse_judgment",
+    "parse_rubric_text",
+    "render_messages",
+    "render_repair",
+    "render_system",
+    "render_user",
+]

@@ -1,0 +1,291 @@
+"""Read a judge's reply: forgiving extraction, then strict validation against the rubric.
+
+Models wrap JSON in code fences, think aloud in ``<think>`` blocks, rename keys, quote numbers
+and nest scores in ``{"score", "explanation"}`` objects. All of that is accepted. What is not
+accepted is a missing key, a value off the scale or a broken gate: those raise
+:class:`JudgmentParseError` with a reason, never a silent default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind, alias_forms, normalise_key
+
+_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.IGNORECASE | re.DOTALL)
+_OPEN_THINK = re.compile(r"^\s*<(think|thinking|reasoning)>", re.IGNORECASE)
+_CLOSE_THINK = re.compile(r"</(think|thinking|reasoning)>", re.IGNORECASE)
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+_BARE_WORDS = re.compile(r":\s*(NA|N/A|None|nan|True|False)(\s*[,}])")
+_NUMBER_TEXT = re.compile(r"^\s*(-?\d+(?:\.0+)?)\s*(?:/\s*\d+)?\s*(?:[-:(].*)?$", re.DOTALL)
+_NULL_WORDS = {"na", "n/a", "n.a.", "null", "none", "not applicable", "not_applicable", ""}
+_YES_NO = {"yes": 1, "y": 1, "true": 1, "present": 1, "no": 0, "n": 0, "false": 0, "absent": 0}
+_SCORE_FIELDS = ("score", "value", "grade", "rating", "answer")
+_TEXT_FIELDS = ("explanation", "rationale", "reason", "reasoning", "justification", "comment")
+_WRAPPERS = ("scores", "ratings", "grades", "evaluation", "evaluations", "result", "results")
+_OVERALL_RATIONALE = {normalise_key(k) for k in (*_TEXT_FIELDS, "comments", "summary", "notes")}
+
+
+class JudgmentParseError(ValueError):
+    """A reply could not be turned into a valid judgment."""
+
+
+@dataclass
+class ParsedJudgment:
+    """A validated judgment.
+
+    Args:
+        values: Score per wire key (None where the rubric allows null).
+        rationales: Explanation per wire key, where the judge gave one.
+        rationale: Overall rationale, where the judge gave one.
+    """
+
+    values: dict[str, int | None]
+    rationales: dict[str, str] = field(default_factory=dict)
+    rationale: str | None = None
+
+
+def _strip_reasoning(text: str) -> str:
+    stripped = _THINK.sub(" ", text)
+    closers = list(_CLOSE_THINK.finditer(stripped))
+    if closers:
+        # A closing tag without its opening one: the chat template opened the reasoning block
+        # in the prompt (DeepSeek-R1, Qwen3). Everything up to the last closing tag is reasoning.
+        stripped = stripped[closers[-1].end() :]
+    if _OPEN_THINK.match(stripped):
+        # An unclosed <think>: a truncated or sloppy reasoning block. Keep whatever follows it.
+        stripped = _OPEN_THINK.sub(" ", stripped, count=1)
+    return stripped
+
+
+def _decode_at(text: str, start: int, decoder: json.JSONDecoder) -> tuple[Any, int] | None:
+    try:
+        return decoder.raw_decode(text, start)
+    except json.JSONDecodeError:
+        pass
+    depth, end, in_string, escaped = 0, None, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                end = index + 1
+                break
+    if end is None:
+        return None
+    fragment = _TRAILING_COMMA.sub(r"\1", text[start:end])
+    fragment = _BARE_WORDS.sub(lambda m: f": {_bare_word(m.group(1))}{m.group(2)}", fragment)
+    try:
+        return json.loads(fragment), end
+    except json.JSONDecodeError:
+        return None
+
+
+def _bare_word(word: str) -> str:
+    return {"true": "true", "false": "false"}.get(word.lower(), "null")
+
+
+def json_objects(text: str) -> list[dict[str, Any]]:
+    """Every top-level JSON object found in free text, in order of appearance.
+
+    Args:
+        text: A model reply, possibly with prose, fences or reasoning around the JSON.
+    """
+    decoder = json.JSONDecoder()
+    found: list[dict[str, Any]] = []
+    index = text.find("{")
+    while index != -1:
+        decoded = _decode_at(text, index, decoder)
+        if decoded is not None and isinstance(decoded[0], dict):
+            found.append(decoded[0])
+            index = text.find("{", decoded[1])
+        else:
+            index = text.find("{", index + 1)
+    return found
+
+
+def _alias_map(rubric: Rubric) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for attribute in rubric.attributes:
+        for form in alias_forms(attribute):
+            mapping[form] = attribute.key
+    return mapping
+
+
+def _unwrap(candidate: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
+    """Merge score containers such as {"scores": {...}, "rationale": {...}} into one level."""
+    merged = dict(candidate)
+    for name, inner in candidate.items():
+        if normalise_key(name) in _WRAPPERS and isinstance(inner, dict):
+            merged.pop(name)
+            merged.update(inner)
+    for name, inner in list(merged.items()):
+        folded = normalise_key(name)
+        if folded in _OVERALL_RATIONALE and isinstance(inner, dict):
+            merged.pop(name)
+            for key, text in inner.items():
+                wire = aliases.get(normalise_key(key))
+                if wire and isinstance(text, str):
+                    merged.setdefault(f"__rationale__{wire}", text)
+    return merged
+
+
+def _coverage(candidate: dict[str, Any], aliases: dict[str, str]) -> int:
+    flat = _unwrap(candidate, aliases)
+    return len({aliases[normalise_key(k)] for k in flat if normalise_key(k) in aliases})
+
+
+def _coerce(raw: Any, attribute: Attribute) -> int | None:
+    """Turn one raw value into a score or None; raise ValueError with a short reason."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool):
+        if attribute.scale is not ScaleKind.binary:
+            raise ValueError(f"{str(raw).lower()} is not a {attribute.scale.value} score")
+        return int(raw)
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float):
+        if raw != raw:  # NaN
+            return None
+        if raw.is_integer():
+            return int(raw)
+        raise ValueError(f"{raw} is not a whole number")
+    if isinstance(raw, str):
+        folded = raw.strip().lower()
+        if folded in _NULL_WORDS:
+            return None
+        if attribute.scale is ScaleKind.binary and folded in _YES_NO:
+            return _YES_NO[folded]
+        match = _NUMBER_TEXT.match(raw)
+        if match:
+            return int(float(match.group(1)))
+        raise ValueError(f"{raw!r} is not a score")
+    if isinstance(raw, list):
+        numbers = [v for v in raw if isinstance(v, int | float | str) and _is_number(v)]
+        if len(numbers) == 1:
+            return _coerce(numbers[0], attribute)
+        raise ValueError(f"cannot read a single score from {raw!r}")
+    raise ValueError(f"{type(raw).__name__} is not a score")
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    return bool(_NUMBER_TEXT.match(value)) and value.strip()[:1].isdigit()
+
+
+def _split_entry(raw: Any) -> tuple[Any, str | None]:
+    if isinstance(raw, dict):
+        folded = {normalise_key(k): v for k, v in raw.items()}
+        score = next((folded[k] for k in _SCORE_FIELDS if k in folded), raw)
+        text = next((folded[k] for k in _TEXT_FIELDS if isinstance(folded.get(k), str)), None)
+        if score is raw:
+            raise ValueError("object has no score field")
+        return score, text
+    if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str) and not _is_number(raw[0]):
+        return raw[1], raw[0]
+    return raw, None
+
+
+def _validate_range(value: int | None, attribute: Attribute) -> str | None:
+    if value is None:
+        return None if attribute.nullable else f"{attribute.key} is null but must be a score"
+    if value not in attribute.values:
+        return f"{attribute.key}={value} is outside {attribute.min}..{attribute.max}"
+    return None
+
+
+def _gate_aliases(values: dict[str, int | None], rubric: Rubric) -> None:
+    """Read 0 as NA for a gated attribute whose gate says null (a common model habit)."""
+    for attribute in rubric.attributes:
+        gate = attribute.gate
+        if gate and values.get(gate.attribute) == gate.null_when and values.get(attribute.key) == 0:
+            values[attribute.key] = None
+
+
+def _extract_fields(
+    flat: dict[str, Any], rubric: Rubric, aliases: dict[str, str]
+) -> tuple[dict[str, int | None], dict[str, str], str | None, list[str]]:
+    values: dict[str, int | None] = {}
+    rationales: dict[str, str] = {}
+    problems: list[str] = []
+    overall: str | None = None
+    for name, raw in flat.items():
+        if name.startswith("__rationale__"):
+            rationales.setdefault(name.removeprefix("__rationale__"), raw)
+            continue
+        folded = normalise_key(name)
+        wire = aliases.get(folded)
+        if wire is None:
+            if folded in _OVERALL_RATIONALE and isinstance(raw, str):
+                overall = raw
+            continue
+        attribute = rubric.attribute(wire)
+        try:
+            score, text = _split_entry(raw)
+            values[wire] = _coerce(score, attribute)
+        except ValueError as exc:
+            problems.append(f"{wire}: {exc}")
+            continue
+        if text:
+            rationales[wire] = text
+    return values, rationales, overall, problems
+
+
+def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
+    """Extract and validate a judgment from a model reply.
+
+    Args:
+        text: The reply text.
+        rubric: The rubric the reply must satisfy.
+
+    Raises:
+        JudgmentParseError: The reply has no usable JSON or fails validation.
+    """
+    if text is None or not text.strip():
+        raise JudgmentParseError("empty reply")
+    aliases = _alias_map(rubric)
+    candidates = json_objects(_strip_reasoning(text))
+    if not candidates:
+        raise JudgmentParseError("no JSON object found in the reply")
+    ranked = [(_coverage(c, aliases), i) for i, c in enumerate(candidates)]
+    best_coverage, best_index = max(ranked)
+    if best_coverage == 0:
+        raise JudgmentParseError("no JSON object in the reply uses the rubric's keys")
+    flat = _unwrap(candidates[best_index], aliases)
+    values, rationales, overall, problems = _extract_fields(flat, rubric, aliases)
+    missing = [k for k in rubric.keys if k not in values and not any(p.startswith(k) for p in problems)]
+    if missing:
+        problems.append("missing keys: " + ", ".join(missing))
+    _gate_aliases(values, rubric)
+    for attribute in rubric.attributes:
+        if attribute.key in values:
+            problem = _validate_range(values[attribute.key], attribute)
+            if problem:
+                problems.append(problem)
+    if not problems:
+        gate_problem = rubric.gate_violation(values)
+        if gate_problem:
+            problems.append(gate_problem)
+    if problems:
+        raise JudgmentParseError("; ".join(problems))
+    ordered = {k: values[k] for k in rubric.keys}
+    return ParsedJudgment(values=ordered, rationales=rationales, rationale=overall)

@@ -1,0 +1,88 @@
+"""Find and load rubrics: the built-in ones shipped as package data, or a user's file."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from clinjudge.rubrics._schema import Rubric
+
+
+class RubricError(ValueError):
+    """A rubric file could not be read or does not match the schema."""
+
+
+def _builtin_dir() -> resources.abc.Traversable:
+    return resources.files("clinjudge.rubrics") / "data"
+
+
+def builtin_rubric_names() -> list[str]:
+    """Names of the rubrics shipped with clinjudge."""
+    names = []
+    for entry in _builtin_dir().iterdir():
+        if entry.name.endswith((".yaml", ".yml", ".json")):
+            names.append(entry.name.rsplit(".", 1)[0])
+    return sorted(names)
+
+
+def _format_validation_error(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: not a valid rubric"]
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        lines.append(f"  field {where}: {problem['msg']}")
+    return "\n".join(lines)
+
+
+def parse_rubric_text(text: str, source: str) -> Rubric:
+    """Parse YAML or JSON rubric text and validate it.
+
+    Args:
+        text: File contents.
+        source: Name used in error messages (a path or a built-in name).
+    """
+    try:
+        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise RubricError(f"{source}: cannot parse: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RubricError(f"{source}: a rubric file must hold a mapping at the top level")
+    try:
+        return Rubric.model_validate(data)
+    except ValidationError as exc:
+        raise RubricError(_format_validation_error(source, exc)) from exc
+
+
+def load_rubric_file(path: str | Path) -> Rubric:
+    """Load and validate a rubric from a YAML or JSON file.
+
+    Args:
+        path: The file to read.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RubricError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return parse_rubric_text(text, str(path))
+
+
+def load_rubric(name_or_path: str) -> Rubric:
+    """Load a built-in rubric by name, or a rubric file by path.
+
+    Args:
+        name_or_path: A built-in name such as ``pdsqi9`` or a path to a YAML/JSON file.
+    """
+    if name_or_path in builtin_rubric_names():
+        for suffix in (".yaml", ".yml", ".json"):
+            entry = _builtin_dir() / f"{name_or_path}{suffix}"
+            if entry.is_file():
+                return parse_rubric_text(entry.read_text(encoding="utf-8"), entry.name)
+    path = Path(name_or_path)
+    if path.suffix.lower() in {".yaml", ".yml", ".json"} or path.exists():
+        return load_rubric_file(path)
+    known = ", ".join(builtin_rubric_names())
+    raise RubricError(f"unknown rubric {name_or_path!r}; built-in rubrics: {known}, or give a file path")

@@ -1,0 +1,633 @@
+"""A fake OpenAI-compatible chat-completions server for tests and benchmarks.
+
+Standard library only. It binds to 127.0.0.1, answers ``POST /v1/chat/completions``
+(and ``/chat/completions``) plus ``GET /v1/models``, and can inject faults (HTTP errors,
+hangs, connection resets, broken JSON, truncated or invalid rubric replies) either
+from a per-request plan or from a scripted queue of replies.
+
+In-process use::
+
+    with FakeOpenAIServer(latency=0.01) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="x")
+
+As a separate process::
+
+    python -m tests.fake_openai --port 0 --latency 0.1 [--fault-rate P --seed S]
+
+prints ``READY http://127.0.0.1:PORT/v1`` and serves until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import random
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal, get_args
+
+__all__ = [
+    "PDSQI9_KEYS",
+    "LIKERT_KEYS",
+    "Fault",
+    "FaultKind",
+    "FakeOpenAIServer",
+    "pdsqi9_scores",
+    "random_faults",
+    "make_fake_openai_fixture",
+    "main",
+]
+
+PDSQI9_KEYS = [
+    "citation",
+    "accurate",
+    "thorough",
+    "useful",
+    "organized",
+    "comprehensible",
+    "succinct",
+    "abstraction",
+    "synthesized",
+    "voice_summ",
+    "voice_note",
+]
+LIKERT_KEYS = PDSQI9_KEYS[:7]
+
+FaultKind = Literal[
+    "rate_limit",
+    "server_error",
+    "hang",
+    "reset",
+    "malformed_json",
+    "truncated",
+    "wrong_keys",
+    "out_of_range",
+    "empty_choices",
+    "bad_gateway",
+    "unavailable",
+]
+FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
+
+Body = dict[str, Any]
+Responder = Callable[[Body], str | dict[str, Any]]
+FaultPlan = Sequence["Fault | None"] | Callable[[int, Body], "Fault | None"]
+
+# Renames used by the ``wrong_keys`` fault: none of the targets is a PDSQI-9 key.
+_WRONG_KEYS = {
+    "citation": "citations_score",
+    "accurate": "accuracy_score",
+    "thorough": "thoroughness_score",
+    "useful": "usefulness_score",
+    "organized": "organization_score",
+    "comprehensible": "clarity_score",
+    "succinct": "brevity_score",
+    "abstraction": "needs_abstraction",
+    "synthesized": "synthesis_score",
+    "voice_summ": "stigma_summary",
+    "voice_note": "stigma_note",
+    "rationale": "explanation",
+}
+
+# HTTP error faults: kind -> (status, OpenAI error type, message).
+_HTTP_ERRORS: dict[str, tuple[int, str, str]] = {
+    "rate_limit": (429, "rate_limit_error", "Rate limit reached (fake server)."),
+    "server_error": (500, "server_error", "The server had an error (fake server)."),
+    "bad_gateway": (502, "server_error", "Bad gateway (fake server)."),
+    "unavailable": (503, "server_error", "The engine is currently overloaded (fake server)."),
+}
+
+_NO_SCRIPT = object()
+_MALFORMED_BODY = b'{"id": "chatcmpl-fake", "object": "chat.completion", "choices": [{'  # cut
+
+
+def pdsqi9_scores(seed_text: str) -> dict[str, Any]:
+    """Return a deterministic, gate-valid PDSQI-9 rating derived from a hash of ``seed_text``."""
+    digest = hashlib.blake2b(seed_text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    scores: dict[str, Any] = {key: digest[i] % 5 + 1 for i, key in enumerate(LIKERT_KEYS)}
+    abstraction = digest[7] & 1
+    scores["abstraction"] = abstraction
+    scores["synthesized"] = digest[8] % 5 + 1 if abstraction else None
+    scores["voice_summ"] = digest[9] & 1
+    scores["voice_note"] = digest[10] & 1
+    scores["rationale"] = f"Fake deterministic rating {digest[11:14].hex()}."
+    return scores
+
+
+@dataclass
+class Fault:
+    """One injected failure; see the module docstring of :class:`FakeOpenAIServer`."""
+
+    kind: FaultKind
+    retry_after: float | None = None
+    hang_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {FAULT_KINDS}")
+
+
+def random_faults(rate: float, seed: int) -> Callable[[int, Body], Fault | None]:
+    """Fault plan drawing from {rate_limit, server_error, truncated, malformed_json}.
+
+    Each request index gets a fault with probability ``rate``. Draws come from
+    ``random.Random(seed)`` in index order, so the plan is deterministic per index
+    no matter in which order concurrent requests arrive.
+    """
+    choices = (
+        Fault("rate_limit", retry_after=0.05),
+        Fault("server_error"),
+        Fault("truncated"),
+        Fault("malformed_json"),
+    )
+    rng = random.Random(seed)
+    plan: list[Fault | None] = []
+    lock = threading.Lock()
+
+    def pick(index: int, _body: Body) -> Fault | None:
+        with lock:
+            while len(plan) <= index:
+                hit = rng.random() < rate
+                choice = rng.choice(choices)
+                plan.append(choice if hit else None)
+            return plan[index]
+
+    return pick
+
+
+def _message_text(message: Any) -> str:
+    """Plain text of one chat message (string content or a list of text parts)."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def _last_user_text(body: Body) -> str:
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return _message_text(message)
+    return ""
+
+
+def _default_responder(body: Body) -> dict[str, Any]:
+    return pdsqi9_scores(_last_user_text(body))
+
+
+def _as_content(reply: str | dict[str, Any]) -> str:
+    if isinstance(reply, str):
+        return reply
+    if isinstance(reply, dict):
+        return json.dumps(reply)
+    raise TypeError(f"responder must return str or dict, got {type(reply).__name__}")
+
+
+def _error_body(message: str, err_type: str, code: str | int | None) -> bytes:
+    payload = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+    return json.dumps(payload).encode()
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """Threaded server: daemon handler threads, no join on close, deep accept backlog."""
+
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], fake: FakeOpenAIServer) -> None:
+        self.fake = fake
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet about clients that disconnect; report anything else."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError | ValueError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Request handler; all state lives on ``self.server.fake``."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeOpenAI/1.0"
+    disable_nagle_algorithm = True
+    server: _HTTPServer
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._track(self.connection, add=False)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Silence per-request logging."""
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        extra_headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
+        """Write status line, headers and body in a single socket write."""
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        lines = [
+            f"HTTP/1.1 {status} {phrase}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(body)}",
+            f"Date: {self.date_time_string()}",
+        ]
+        if self.close_connection:
+            lines.append("Connection: close")
+        for name, value in (extra_headers or {}).items():
+            lines.append(f"{name}: {value}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self.wfile.write(head + body)
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        self._send(status, json.dumps(payload).encode())
+
+    def _send_error(
+        self, status: int, message: str, err_type: str = "invalid_request_error"
+    ) -> None:
+        self._send(status, _error_body(message, err_type, None))
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    # -- routes -------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path in ("/v1/models", "/models"):
+            self._send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+                    ],
+                },
+            )
+        else:
+            self._send_error(404, f"Unknown path {self.path}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        raw = self._read_body()
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path not in ("/v1/chat/completions", "/chat/completions"):
+            self._send_error(404, f"Unknown path {self.path}")
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._send_error(400, "Request body is not valid JSON.")
+            return
+        if not isinstance(body, dict):
+            self._send_error(400, "Request body must be a JSON object.")
+            return
+        self.server.fake._handle_chat(self, body)
+
+
+class FakeOpenAIServer:
+    """Fake OpenAI chat-completions endpoint on 127.0.0.1 with scripted replies and faults.
+
+    ``responder(body)`` builds the reply content (a ``str`` is sent verbatim, a ``dict``
+    is JSON-encoded); by default it is ``pdsqi9_scores(<last user message text>)``.
+    ``faults`` is a sequence indexed by the 0-based chat request number or a callable
+    ``(index, body) -> Fault | None``. Items queued with :meth:`script` take precedence
+    over both. ``latency`` seconds are slept before every answer, faults included.
+    """
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        *,
+        latency: float = 0.0,
+        faults: FaultPlan | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.responder = responder
+        self.latency = latency
+        self.faults = faults
+        self.host = host
+        self.port = port
+        self.requests: list[Body] = []
+        self._lock = threading.Lock()
+        self._script: deque[str | dict[str, Any] | Fault] = deque()
+        self._next_index = 0
+        self._connections: set[socket.socket] = set()
+        self._connections_opened = 0
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> FakeOpenAIServer:
+        """Bind and serve in a daemon thread; returns ``self``."""
+        if self._httpd is not None:
+            return self
+        self._stopping.clear()
+        self._httpd = _HTTPServer((self.host, self.port), self)
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-openai-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, wake sleeping handlers and drop open connections. Never blocks long."""
+        httpd = self._httpd
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+        with self._lock:
+            conns = list(self._connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        self._httpd = None
+        self._thread = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- public state ---------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1`` (valid once started)."""
+        if self._httpd is None:
+            raise RuntimeError("FakeOpenAIServer is not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def request_count(self) -> int:
+        """Number of chat-completion requests received so far."""
+        with self._lock:
+            return len(self.requests)
+
+    @property
+    def connections_opened(self) -> int:
+        """Number of TCP connections accepted so far (to check keep-alive reuse)."""
+        with self._lock:
+            return self._connections_opened
+
+    def script(self, replies: Sequence[str | dict[str, Any] | Fault]) -> None:
+        """Queue replies consumed in order before ``responder``/``faults`` apply."""
+        with self._lock:
+            self._script.extend(replies)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+                self._connections_opened += 1
+            else:
+                self._connections.discard(conn)
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+    def _fault_for(self, index: int, body: Body) -> Fault | None:
+        plan = self.faults
+        if plan is None:
+            return None
+        if callable(plan):
+            return plan(index, body)
+        return plan[index] if index < len(plan) else None
+
+    def _normal_content(self, body: Body) -> str:
+        responder = self.responder or _default_responder
+        return _as_content(responder(body))
+
+    def _reply_dict(self, body: Body, content: str) -> dict[str, Any]:
+        try:
+            parsed = json.loads(content)
+        except ValueError:
+            parsed = None
+        return parsed if isinstance(parsed, dict) else pdsqi9_scores(_last_user_text(body))
+
+    def _completion(
+        self, index: int, body: Body, content: str, finish_reason: str = "stop"
+    ) -> dict[str, Any]:
+        messages = body.get("messages")
+        prompt_tokens = 0
+        if isinstance(messages, list):
+            prompt_tokens = sum(len(_message_text(m).split()) for m in messages)
+        prompt_tokens = max(prompt_tokens, 1)
+        completion_tokens = max(len(content.split()), 1)
+        return {
+            "id": f"chatcmpl-fake-{index}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": str(body.get("model") or "fake-model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    def _handle_chat(self, handler: _Handler, body: Body) -> None:
+        """Record the request, pick reply or fault, and answer."""
+        streaming = bool(body.get("stream"))
+        with self._lock:
+            index = self._next_index
+            self._next_index += 1
+            self.requests.append(body)
+            scripted: Any = _NO_SCRIPT
+            if not streaming and self._script:
+                scripted = self._script.popleft()
+
+        if streaming:
+            self._sleep(self.latency)
+            handler._send_error(400, "stream=true is not supported by the fake server.")
+            return
+
+        fault: Fault | None
+        content: str | None = None
+        if isinstance(scripted, Fault):
+            fault = scripted
+        elif scripted is not _NO_SCRIPT:
+            fault = None
+            content = _as_content(scripted)
+        else:
+            fault = self._fault_for(index, body)
+
+        self._sleep(self.latency)
+
+        if fault is not None and self._apply_transport_fault(handler, fault):
+            return
+        try:
+            if content is None:
+                content = self._normal_content(body)
+        except Exception as exc:  # a broken responder should surface as a 500, not a hang
+            handler._send_error(500, f"responder failed: {exc!r}", "server_error")
+            return
+
+        if fault is None:
+            handler._send_json(200, self._completion(index, body, content))
+            return
+        kind = fault.kind
+        if kind == "malformed_json":
+            handler._send(200, _MALFORMED_BODY)
+        elif kind == "truncated":
+            cut = content[: max(1, int(len(content) * 0.6))]
+            handler._send_json(200, self._completion(index, body, cut, finish_reason="length"))
+        elif kind == "wrong_keys":
+            reply = self._reply_dict(body, content)
+            renamed = {_WRONG_KEYS.get(k, f"{k}_x"): v for k, v in reply.items()}
+            handler._send_json(200, self._completion(index, body, json.dumps(renamed)))
+        elif kind == "out_of_range":
+            reply = dict(self._reply_dict(body, content))
+            reply.update({"accurate": 9, "thorough": 0, "succinct": 9})
+            handler._send_json(200, self._completion(index, body, json.dumps(reply)))
+        elif kind == "empty_choices":
+            payload = self._completion(index, body, content)
+            payload["choices"] = []
+            handler._send_json(200, payload)
+        else:  # pragma: no cover - guarded by Fault.__post_init__
+            handler._send_error(500, f"unhandled fault {kind}", "server_error")
+
+    def _apply_transport_fault(self, handler: _Handler, fault: Fault) -> bool:
+        """Handle faults that need no reply content; return True when handled."""
+        kind = fault.kind
+        if kind in _HTTP_ERRORS:
+            status, err_type, message = _HTTP_ERRORS[kind]
+            headers: dict[str, str] = {}
+            if fault.retry_after is not None:
+                headers["Retry-After"] = f"{fault.retry_after:g}"
+                headers["retry-after-ms"] = str(int(fault.retry_after * 1000))
+            code = "rate_limit_exceeded" if kind == "rate_limit" else None
+            handler._send(status, _error_body(message, err_type, code), headers)
+            return True
+        if kind == "hang":
+            self._sleep(fault.hang_seconds)
+            handler.close_connection = True
+            return True
+        if kind == "reset":
+            handler.close_connection = True
+            conn = handler.connection
+            try:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                handler.rfile.close()
+                conn.close()  # linger 0: the kernel sends RST instead of FIN
+            except OSError:
+                pass
+            return True
+        return False
+
+
+def make_fake_openai_fixture(
+    name: str = "fake_openai", *, scope: str = "function", **server_kwargs: Any
+) -> Any:
+    """Build a pytest fixture yielding a started :class:`FakeOpenAIServer`.
+
+    Usage in a test module or conftest: ``fake_openai = make_fake_openai_fixture()``;
+    ``server_kwargs`` go to the constructor (e.g. ``latency=0.01``).
+    """
+    import pytest  # imported lazily so the server itself stays stdlib-only
+
+    @pytest.fixture(name=name, scope=scope)  # type: ignore[misc]
+    def _fixture() -> Iterator[FakeOpenAIServer]:
+        with FakeOpenAIServer(**server_kwargs) as server:
+            yield server
+
+    return _fixture
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point: serve until SIGTERM/SIGINT after printing ``READY <base_url>``."""
+    parser = argparse.ArgumentParser(description="Fake OpenAI chat-completions server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--fault-rate", type=float, default=0.0, help="probability of a fault")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --fault-rate")
+    args = parser.parse_args(argv)
+
+    faults = random_faults(args.fault_rate, args.seed) if args.fault_rate > 0 else None
+    server = FakeOpenAIServer(latency=args.latency, faults=faults, host=args.host, port=args.port)
+    done = threading.Event()
+
+    def _on_signal(_signum: int, _frame: Any) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    server.start()
+    print(f"READY {server.base_url}", flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
