@@ -68,7 +68,11 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
 
     async def _complete(
-        self, messages: Sequence[LLMMessage], json_output: Any, extra: Mapping[str, Any]
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Tool | ToolSchema] = (),
     ) -> CreateResult:
         raise NotImplementedError
 
@@ -82,7 +86,7 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        result = await self._complete(messages, json_output, extra_create_args)
+        result = await self._complete(messages, json_output, extra_create_args, tools)
         self._last = result.usage
         self._total = RequestUsage(
             prompt_tokens=self._total.prompt_tokens + result.usage.prompt_tokens,
@@ -102,7 +106,7 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         **kwargs: Any,
     ) -> AsyncGenerator[str | CreateResult, None]:
         result = await self.create(
-            messages, json_output=json_output, extra_create_args=extra_create_args
+            messages, tools=tools, json_output=json_output, extra_create_args=extra_create_args
         )
         if isinstance(result.content, str):
             yield result.content

@@ -53,10 +53,16 @@ def _parse_retry_after(headers: Any) -> float | None:
         return max(parsed.timestamp() - time.time(), 0.0) if parsed else None
 
 
-def _status_fault(status: int, exc: Exception, headers: Any) -> ProviderFault:
+def status_fault(status: int, message: str, headers: Any) -> ProviderFault:
+    """A fault for an HTTP error status, with the provider's Retry-After if it sent one.
+
+    Args:
+        status: HTTP status code.
+        message: Error text from the provider.
+        headers: Response headers (any mapping with ``get``).
+    """
     retryable = status in _RETRYABLE_STATUS or status >= 500
     label = "rate limited" if status == 429 else f"HTTP {status}"
-    message = getattr(exc, "message", None) or str(exc)
     return ProviderFault(
         f"{label}: {message}"[:500],
         retryable=retryable,
@@ -73,7 +79,7 @@ def classify_fault(exc: BaseException) -> ProviderFault:
     if isinstance(exc, ProviderFault):
         return exc
     if isinstance(exc, openai.APIStatusError):
-        return _status_fault(exc.status_code, exc, exc.response.headers)
+        return status_fault(exc.status_code, exc.message or str(exc), exc.response.headers)
     if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):
         return ProviderFault("timed out", retryable=True)
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError | ConnectionError):
@@ -81,7 +87,8 @@ def classify_fault(exc: BaseException) -> ProviderFault:
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
         response = getattr(exc, "response", None)
-        return _status_fault(status, exc, getattr(response, "headers", None))
+        message = getattr(exc, "message", None) or str(exc)
+        return status_fault(status, message, getattr(response, "headers", None))
     if isinstance(exc, json.JSONDecodeError | IndexError | KeyError | AttributeError | TypeError):
         # The SDKs raise these when a server answers 200 with a body that is not a completion.
         return ProviderFault(

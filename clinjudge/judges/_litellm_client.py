@@ -32,7 +32,11 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         self._kwargs = {k: v for k, v in litellm_kwargs.items() if v is not None}
 
     async def _complete(
-        self, messages: Sequence[LLMMessage], json_output: Any, extra: Mapping[str, Any]
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Any] = (),
     ) -> CreateResult:
         import litellm
 

@@ -63,7 +63,11 @@ class MockChatCompletionClient(SimpleChatCompletionClient):
         self._name = name
 
     async def _complete(
-        self, messages: Sequence[LLMMessage], json_output: Any, extra: Mapping[str, Any]
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Any] = (),
     ) -> CreateResult:
         texts = [message_text(m) for m in messages]
         seed = extra.get("seed", "")

@@ -18,6 +18,7 @@ from autogen_core.models import (
 
 from clinjudge.judges._accounting import call_cost, count_message_tokens, count_tokens
 from clinjudge.judges._base_client import GENERIC_MODEL_INFO
+from clinjudge.judges._direct_client import DirectChatCompletionClient
 from clinjudge.judges._faults import ProviderFault, classify_fault
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges._mock_client import MockChatCompletionClient
@@ -77,6 +78,14 @@ def _api_key(settings: ModelSettings, required: bool) -> str | None:
     return key
 
 
+def _http_client(settings: ModelSettings) -> Any:
+    # httpx's connection pool scans every connection on each request (O(connections) work
+    # with a socket poll each), which dominates CPU at high concurrency; aiohttp's pool does not.
+    import openai
+
+    return openai.DefaultAioHttpClient(timeout=settings.timeout)
+
+
 def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
     from autogen_ext.models.openai import OpenAIChatCompletionClient
     from autogen_ext.models.openai._model_info import get_info
@@ -96,6 +105,19 @@ def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
         max_retries=0,
         timeout=settings.timeout,
         include_name_in_message=False,
+        http_client=_http_client(settings),
+        **_sampling_args(settings),
+    )
+
+
+def _direct_client(settings: ModelSettings) -> ChatCompletionClient:
+    if settings.base_url is None:
+        raise ModelConfigError(f"model {settings.model}: client 'direct' needs a base_url")
+    return DirectChatCompletionClient(
+        settings.name,
+        settings.base_url,
+        api_key=_api_key(settings, required=False),
+        timeout=settings.timeout,
         **_sampling_args(settings),
     )
 
@@ -119,6 +141,7 @@ def _azure_client(settings: ModelSettings) -> ChatCompletionClient:
         max_retries=0,
         timeout=settings.timeout,
         include_name_in_message=False,
+        http_client=_http_client(settings),
         **_sampling_args(settings),
     )
 
@@ -138,8 +161,9 @@ def _litellm_client(settings: ModelSettings) -> ChatCompletionClient:
 def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClient:
     """An AutoGen client for the provider named in ``settings.model``.
 
-    ``openai/...`` uses autogen-ext's OpenAI client (with ``base_url`` for any OpenAI-compatible
-    server), ``azure/<deployment>`` its Azure client, ``mock/...`` the simulated judge, and every
+    ``openai/...`` uses autogen-ext's OpenAI client, or with ``base_url`` (any OpenAI-compatible
+    server) our lean direct client unless ``client: autogen`` is set; ``azure/<deployment>``
+    uses autogen-ext's Azure client, ``mock/...`` the simulated judge, and every
     other provider goes through litellm.
 
     Args:
@@ -150,7 +174,10 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
     if settings.is_mock:
         return MockChatCompletionClient(rubric, settings.name)
     if provider in OPENAI_PROVIDERS:
-        return _openai_client(settings)
+        use_direct = settings.client == "direct" or (
+            settings.client == "auto" and settings.base_url is not None
+        )
+        return _direct_client(settings) if use_direct else _openai_client(settings)
     if provider in AZURE_PROVIDERS:
         return _azure_client(settings)
     return _litellm_client(settings)

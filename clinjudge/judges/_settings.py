@@ -42,6 +42,9 @@ class ModelSettings(BaseModel):
         reasoning_effort: For reasoning models.
         timeout: Seconds before one call is abandoned and retried.
         json_mode: Ask the provider for a JSON object response.
+        client: For ``openai/`` models: ``autogen`` uses autogen-ext's OpenAI client, ``direct``
+            our lean HTTP client; ``auto`` picks ``direct`` when ``base_url`` is set
+            (self-hosted servers, where throughput matters) and ``autogen`` otherwise.
         price: Price override; otherwise litellm's bundled price map is used.
         price_as: Model name to look up in the price map (e.g. the model behind an Azure deployment).
     """
@@ -59,6 +62,7 @@ class ModelSettings(BaseModel):
     reasoning_effort: ReasoningEffort | None = None
     timeout: float = Field(default=120.0, gt=0)
     json_mode: bool = False
+    client: Literal["auto", "autogen", "direct"] = "auto"
     price: Price | None = None
     price_as: str | None = None
 

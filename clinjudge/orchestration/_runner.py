@@ -111,6 +111,7 @@ class BatchRunner:
         self._buffer: dict[str, list[dict[str, Any]]] = {}
         self._buffered = 0
         self._last_flush = time.monotonic()
+        self._writer: asyncio.Task[None] | None = None
         self._on_sample: Callable[[SampleVerdict, float | None], None] = lambda v, c: None
 
     def _recorder(self, key: SampleKey, calls: list[dict[str, Any]]):
@@ -155,18 +156,25 @@ class BatchRunner:
             reason = (verdict.error or "unknown").split(":")[0]
             self.tally.errors[reason] = self.tally.errors.get(reason, 0) + 1
         self._on_sample(verdict, cost)
-        if self._buffered >= self.flush_every or (
+        due = self._buffered >= self.flush_every or (
             time.monotonic() - self._last_flush >= self.flush_seconds
-        ):
-            self.flush()
+        )
+        if due and (self._writer is None or self._writer.done()):
+            # Write in a thread so the event loop keeps serving model calls meanwhile.
+            self._writer = asyncio.create_task(asyncio.to_thread(self.store.write_batch,
+                                                                 self._take_buffer()))
 
-    def flush(self) -> None:
-        """Write buffered samples in one transaction."""
-        if self._buffered:
-            self.store.write_batch(self._buffer)
+    def _take_buffer(self) -> dict[str, list[dict[str, Any]]]:
+        batch = self._buffer
         self._buffer = {}
         self._buffered = 0
         self._last_flush = time.monotonic()
+        return batch
+
+    def flush(self) -> None:
+        """Write buffered samples in one transaction (synchronously)."""
+        if self._buffered:
+            self.store.write_batch(self._take_buffer())
 
     async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
         while True:
@@ -206,7 +214,17 @@ class BatchRunner:
             await asyncio.gather(*workers, return_exceptions=True)
             raise
         finally:
-            self.flush()
+            await self._finish_writes()
             if progress is not None:
                 progress.stop()
         return self.tally
+
+    async def _finish_writes(self) -> None:
+        # Runs during cancellation too: a write already in its thread must land before the
+        # buffer is flushed, or samples would be lost or written out of transaction order.
+        if self._writer is not None:
+            try:
+                await asyncio.shield(self._writer)
+            except asyncio.CancelledError:
+                await self._writer
+        self.flush()

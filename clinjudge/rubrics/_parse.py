@@ -119,12 +119,16 @@ def json_objects(text: str) -> list[dict[str, Any]]:
     return found
 
 
+_ALIAS_CACHE: dict[tuple[Any, ...], dict[str, str]] = {}
+
+
 def _alias_map(rubric: Rubric) -> dict[str, str]:
-    mapping: dict[str, str] = {}
-    for attribute in rubric.attributes:
-        for form in alias_forms(attribute):
-            mapping[form] = attribute.key
-    return mapping
+    cache_key = tuple((a.key, a.name, tuple(a.aliases)) for a in rubric.attributes)
+    cached = _ALIAS_CACHE.get(cache_key)
+    if cached is None:
+        cached = {form: a.key for a in rubric.attributes for form in alias_forms(a)}
+        _ALIAS_CACHE[cache_key] = cached
+    return cached
 
 
 def _unwrap(candidate: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from enum import Enum
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -195,10 +197,13 @@ class Rubric(BaseModel):
         return None
 
 
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+@lru_cache(maxsize=4096)
 def normalise_key(text: str) -> str:
     """Fold a key or display name to lowercase words joined by underscores."""
-    chars = [c.lower() if c.isalnum() else "_" for c in text.strip()]
-    return "_".join(part for part in "".join(chars).split("_") if part)
+    return _NON_WORD.sub("_", text.lower()).strip("_")
 
 
 def alias_forms(attribute: Attribute) -> set[str]:

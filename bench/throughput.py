@@ -1,0 +1,99 @@
+"""Throughput of the single-judge runner against a fake OpenAI server with fixed latency.
+
+The fake server runs in its own process so that this process's CPU time is the framework's
+alone: rendering, the real AutoGen/OpenAI client over HTTP, parsing, validation, batched
+DuckDB writes. Prints achieved items/s, the ideal (concurrency / latency), their ratio, and CPU
+milliseconds per judgment. Targets: ratio >= 0.85, CPU <= 2 ms per judgment.
+
+Usage: python bench/throughput.py [--items 2000] [--concurrency 32] [--latency 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from clinjudge.judges import JudgeModel, ModelSettings  # noqa: E402
+from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run  # noqa: E402
+from clinjudge.rubrics import Item, render_messages  # noqa: E402
+from clinjudge.runs import RunStore  # noqa: E402
+
+
+def _start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_openai", "--port", "0", "--latency", str(latency)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith("READY "):
+        process.kill()
+        raise RuntimeError(f"fake server did not start: {line!r}")
+    return process, line.split(" ", 1)[1]
+
+
+def _items(count: int) -> list[Item]:
+    note = ("Seen in clinic for follow-up of hypertension and type 2 diabetes. "
+            "Blood pressure 138/84. HbA1c 7.4%. Continue metformin and lisinopril. ") * 6
+    return [
+        Item(id=f"bench-{n:05d}", notes=[note, note, note],
+             summary=f"Patient {n}: hypertension and diabetes, stable [Note 1] [Note 3].",
+             specialty="Primary Care")
+        for n in range(count)
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--latency", type=float, default=0.1)
+    args = parser.parse_args()
+
+    server, base_url = _start_server(args.latency)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp) / "items.jsonl"
+            data.write_text("".join(i.model_dump_json() + "\n" for i in _items(args.items)))
+            config = RunConfig(
+                data=str(data), concurrency=args.concurrency, db=str(Path(tmp) / "bench.duckdb"),
+                judge=ModelSettings(model="openai/local-judge", base_url=base_url, timeout=30),
+            )
+            prepared = prepare_run(config)
+            store = RunStore(config.db)
+            run_id = create_run(store, prepared)
+            model = JudgeModel(config.judge, prepared.rubric)
+            # Warm up once so one-time imports and connection setup are not billed per item.
+            warm = render_messages(prepared.items[0], prepared.rubric)
+            asyncio.run(JudgeModel(config.judge, prepared.rubric).complete(warm))
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            tally = execute_run(store, run_id, prepared, show_progress=False, model=model)
+            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            stored = store.con.execute(
+                "SELECT count(*) FROM samples WHERE run_id = ? AND status = 'ok'", [run_id]
+            ).fetchone()[0]
+            store.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+    judged = tally.ok + tally.failed
+    achieved = judged / wall
+    ideal = args.concurrency / args.latency
+    print(f"items={args.items} concurrency={args.concurrency} latency={args.latency * 1000:.0f} ms")
+    print(f"judged={judged} ok={tally.ok} failed={tally.failed} stored_ok={stored}")
+    print(f"wall={wall:.2f} s  achieved={achieved:.1f} items/s  ideal={ideal:.1f} items/s")
+    print(f"ratio={achieved / ideal:.3f}  (target >= 0.85)")
+    print(f"cpu_per_judgment={cpu / judged * 1000:.3f} ms  (target <= 2 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Shared fixtures: a fake OpenAI server on loopback, a tiny dataset, an isolated database."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import clinjudge  # noqa: F401 - sets the offline environment before anything imports litellm
+from clinjudge.rubrics import Item, Rubric, load_rubric
+from tests.fake_openai import FakeOpenAIServer
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAIServer]:
+    """A started fake OpenAI-compatible server answering valid PDSQI-9 JSON."""
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def pdsqi9() -> Rubric:
+    """The built-in PDSQI-9 rubric."""
+    return load_rubric("pdsqi9")
+
+
+def make_items(count: int, prefix: str = "item") -> list[Item]:
+    """Small synthetic items (no clinical content needed for plumbing tests)."""
+    return [
+        Item(
+            id=f"{prefix}-{n:04d}",
+            notes=[f"Visit {k}: synthetic note {k} for patient {n}." for k in (1, 2, 3)],
+            summary=f"Synthetic summary {n} [Note 1] [Note 3].",
+            specialty="Primary Care",
+        )
+        for n in range(count)
+    ]
+
+
+def write_jsonl(path: Path, items: list[Item]) -> Path:
+    """Write items as JSONL."""
+    path.write_text("".join(json.dumps(i.model_dump(exclude_none=True)) + "\n" for i in items))
+    return path
+
+
+@pytest.fixture
+def items_file(tmp_path: Path) -> Path:
+    """A JSONL file of 6 valid items."""
+    return write_jsonl(tmp_path / "items.jsonl", make_items(6))
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """Path for a fresh DuckDB file."""
+    return tmp_path / "runs" / "test.duckdb"
