@@ -30,7 +30,9 @@ from clinjudge.runs import RunStore  # noqa: E402
 def _start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.fake_openai", "--port", "0", "--latency", str(latency)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout is not None
     line = process.stdout.readline().strip()
@@ -41,12 +43,17 @@ def _start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
 
 
 def _items(count: int) -> list[Item]:
-    note = ("Seen in clinic for follow-up of hypertension and type 2 diabetes. "
-            "Blood pressure 138/84. HbA1c 7.4%. Continue metformin and lisinopril. ") * 6
+    note = (
+        "Seen in clinic for follow-up of hypertension and type 2 diabetes. "
+        "Blood pressure 138/84. HbA1c 7.4%. Continue metformin and lisinopril. "
+    ) * 6
     return [
-        Item(id=f"bench-{n:05d}", notes=[note, note, note],
-             summary=f"Patient {n}: hypertension and diabetes, stable [Note 1] [Note 3].",
-             specialty="Primary Care")
+        Item(
+            id=f"bench-{n:05d}",
+            notes=[note, note, note],
+            summary=f"Patient {n}: hypertension and diabetes, stable [Note 1] [Note 3].",
+            specialty="Primary Care",
+        )
         for n in range(count)
     ]
 
@@ -64,7 +71,9 @@ def main() -> None:
             data = Path(tmp) / "items.jsonl"
             data.write_text("".join(i.model_dump_json() + "\n" for i in _items(args.items)))
             config = RunConfig(
-                data=str(data), concurrency=args.concurrency, db=str(Path(tmp) / "bench.duckdb"),
+                data=str(data),
+                concurrency=args.concurrency,
+                db=str(Path(tmp) / "bench.duckdb"),
                 judge=ModelSettings(model="openai/local-judge", base_url=base_url, timeout=30),
             )
             prepared = prepare_run(config)

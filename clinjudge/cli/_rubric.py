@@ -59,11 +59,15 @@ def show_command(
 
 
 @rubric_app.command("validate")
-def validate_command(path: Annotated[Path, typer.Argument(help="Rubric YAML or JSON file.")]) -> None:
+def validate_command(
+    path: Annotated[Path, typer.Argument(help="Rubric YAML or JSON file.")],
+) -> None:
     """Check a rubric file against the schema."""
     try:
         rubric = load_rubric_file(path)
     except RubricError as exc:
         fail(str(exc), EXIT_USAGE)
-    stdout.print(f"{path}: valid rubric {rubric.name} {rubric.version} "
-                 f"with {len(rubric.attributes)} attributes")
+    stdout.print(
+        f"{path}: valid rubric {rubric.name} {rubric.version} "
+        f"with {len(rubric.attributes)} attributes"
+    )

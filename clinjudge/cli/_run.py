@@ -73,8 +73,10 @@ def _finish(store_path: str, run_id: str, prepared: PreparedRun, show_progress: 
         try:
             tally = execute_run(store, run_id, prepared, show_progress=show_progress)
         except KeyboardInterrupt:
-            console.print(f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
-                          f"judge run --resume {run_id} --db {store_path}")
+            console.print(
+                f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
+                f"judge run --resume {run_id} --db {store_path}"
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except ModelConfigError as exc:
             store.set_run_status(run_id, "failed")
@@ -90,33 +92,56 @@ def _finish(store_path: str, run_id: str, prepared: PreparedRun, show_progress: 
 def run_command(
     rubric: Annotated[str | None, typer.Option(help="Built-in rubric name or rubric file.")] = None,
     mode: Annotated[Mode | None, typer.Option(help="Judge mode.")] = None,
-    data: Annotated[Path | None, typer.Option(help="Items to judge: JSONL, CSV or Parquet.")] = None,
-    model: Annotated[str | None, typer.Option(
-        help="provider/model, e.g. openai/gpt-4o-mini, azure/DEPLOYMENT, anthropic/..., "
-        "mock/judge. Default: $CLINJUDGE_MODEL, else the simulated mock/judge.")] = None,
-    base_url: Annotated[str | None, typer.Option(
-        help="OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp) or Azure endpoint.")] = None,
-    config: Annotated[Path | None, typer.Option(help="YAML file with any of these settings.")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Items to judge: JSONL, CSV or Parquet.")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="provider/model, e.g. openai/gpt-4o-mini, azure/DEPLOYMENT, anthropic/..., "
+            "mock/judge. Default: $CLINJUDGE_MODEL, else the simulated mock/judge."
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp) or Azure endpoint."
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with any of these settings.")
+    ] = None,
     samples: Annotated[int | None, typer.Option(help="Samples per item (median is final).")] = None,
     shots: Annotated[int | None, typer.Option(help="Few-shot examples per prompt.")] = None,
     shot_pool: Annotated[Path | None, typer.Option(help="Examples with human scores.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for drawing examples.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Model calls in flight.")] = None,
-    db: Annotated[str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")] = None,
+    db: Annotated[
+        str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Label for the run.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Cap on generated tokens.")] = None,
-    reasoning_effort: Annotated[ReasoningEffort | None, typer.Option(
-        help="Reasoning effort for reasoning models.")] = None,
+    reasoning_effort: Annotated[
+        ReasoningEffort | None, typer.Option(help="Reasoning effort for reasoning models.")
+    ] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds per model call.")] = None,
     max_repairs: Annotated[int | None, typer.Option(help="Re-asks after an invalid reply.")] = None,
-    explanations: Annotated[bool | None, typer.Option(
-        "--explanations/--no-explanations", help="Ask for an explanation per score.")] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Render prompts, count tokens, estimate cost; call nothing.")] = False,
-    resume: Annotated[str | None, typer.Option(
-        help="Finish the missing work of an earlier run (id or unique prefix).")] = None,
+    explanations: Annotated[
+        bool | None,
+        typer.Option("--explanations/--no-explanations", help="Ask for an explanation per score."),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Render prompts, count tokens, estimate cost; call nothing."
+        ),
+    ] = False,
+    resume: Annotated[
+        str | None,
+        typer.Option(help="Finish the missing work of an earlier run (id or unique prefix)."),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Judge a batch of items; prints the run id."""
@@ -125,13 +150,29 @@ def run_command(
             _resume(resume, db, progress)
             return
         file_settings = load_config_file(config) if config else {}
-        top = {"rubric": rubric, "mode": mode, "data": str(data) if data else None,
-               "samples": samples, "shots": shots, "seed": seed, "concurrency": concurrency,
-               "db": db, "name": name, "max_repairs": max_repairs, "explanations": explanations,
-               "shot_pool": str(shot_pool) if shot_pool else None}
-        judge = {"model": model, "base_url": base_url, "temperature": temperature,
-                 "top_p": top_p, "max_tokens": max_tokens, "reasoning_effort": reasoning_effort,
-                 "timeout": timeout}
+        top = {
+            "rubric": rubric,
+            "mode": mode,
+            "data": str(data) if data else None,
+            "samples": samples,
+            "shots": shots,
+            "seed": seed,
+            "concurrency": concurrency,
+            "db": db,
+            "name": name,
+            "max_repairs": max_repairs,
+            "explanations": explanations,
+            "shot_pool": str(shot_pool) if shot_pool else None,
+        }
+        judge = {
+            "model": model,
+            "base_url": base_url,
+            "temperature": temperature,
+            "top_p": top_p,
+            "max_tokens": max_tokens,
+            "reasoning_effort": reasoning_effort,
+            "timeout": timeout,
+        }
         run_config = build_config(str(config or "flags"), _merge(file_settings, top, judge))
         prepared = prepare_run(run_config)
         if dry_run:
@@ -155,4 +196,3 @@ def _resume(run_id: str, db: str | None, progress: bool) -> None:
     sys.stdout.write(full_id + "\n")
     sys.stdout.flush()
     _finish(path, full_id, prepared, progress)
-

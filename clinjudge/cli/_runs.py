@@ -11,7 +11,14 @@ from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
 from clinjudge.judges import SIMULATED_NOTICE
-from clinjudge.runs import DEFAULT_DB, EXPORT_FORMATS, StoreError, export_run, list_runs, run_summary
+from clinjudge.runs import (
+    DEFAULT_DB,
+    EXPORT_FORMATS,
+    StoreError,
+    export_run,
+    list_runs,
+    run_summary,
+)
 
 runs_app = typer.Typer(help="List and inspect stored runs.", no_args_is_help=True)
 
@@ -24,14 +31,31 @@ def list_command(db: DbOption = str(DEFAULT_DB)) -> None:
     with open_store(db, read_only=True) as store:
         rows = list_runs(store)
     table = Table()
-    for column in ("run_id", "name", "created", "status", "mode", "rubric", "model", "items",
-                   "samples"):
+    for column in (
+        "run_id",
+        "name",
+        "created",
+        "status",
+        "mode",
+        "rubric",
+        "model",
+        "items",
+        "samples",
+    ):
         table.add_column(column)
     for row in rows:
         model = row["model"] + (" (SIMULATED)" if row["simulated"] else "")
-        table.add_row(row["run_id"], row["name"] or "", str(row["created_at"])[:19], row["status"],
-                      row["mode"], row["rubric"], model, str(row["n_items"]),
-                      str(row["n_samples"]))
+        table.add_row(
+            row["run_id"],
+            row["name"] or "",
+            str(row["created_at"])[:19],
+            row["status"],
+            row["mode"],
+            row["rubric"],
+            model,
+            str(row["n_items"]),
+            str(row["n_samples"]),
+        )
     stdout.print(table)
 
 

@@ -1,4 +1,4 @@
-"""Model access (OpenAI, Azure OpenAI, OpenAI-compatible servers, litellm, mock) and judge workflows."""
+"""Model access (OpenAI, Azure, OpenAI-compatible servers, litellm, mock) and judge workflows."""
 
 from clinjudge.judges._accounting import (
     call_cost,

@@ -49,7 +49,9 @@ def price_per_token(settings: ModelSettings) -> tuple[float, float] | None:
     for name in _lookup_names(settings):
         entry = prices.get(name)
         if entry and "input_cost_per_token" in entry:
-            return float(entry["input_cost_per_token"]), float(entry.get("output_cost_per_token", 0.0))
+            return float(entry["input_cost_per_token"]), float(
+                entry.get("output_cost_per_token", 0.0)
+            )
     return None
 
 
@@ -75,7 +77,7 @@ def _encoding() -> Any:
 
 
 def count_tokens(text: str) -> int:
-    """Approximate token count with tiktoken's o200k_base encoding (used when a provider omits usage).
+    """Approximate token count with tiktoken's o200k_base (for providers that omit usage).
 
     Args:
         text: Text to count.

@@ -22,15 +22,25 @@ from autogen_core.tools import Tool, ToolSchema
 from clinjudge.judges._base_client import SimpleChatCompletionClient, to_openai_messages
 from clinjudge.judges._faults import ProviderFault, status_fault
 
-_FINISH = {"stop": "stop", "length": "length", "tool_calls": "function_calls",
-           "function_call": "function_calls", "content_filter": "content_filter"}
+_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "function_calls",
+    "function_call": "function_calls",
+    "content_filter": "content_filter",
+}
 
 
 def _tool_schema(tool: Tool | ToolSchema) -> dict[str, Any]:
     schema = tool.schema if isinstance(tool, Tool) else tool
-    return {"type": "function", "function": {
-        "name": schema["name"], "description": schema.get("description", ""),
-        "parameters": schema.get("parameters", {"type": "object", "properties": {}})}}
+    return {
+        "type": "function",
+        "function": {
+            "name": schema["name"],
+            "description": schema.get("description", ""),
+            "parameters": schema.get("parameters", {"type": "object", "properties": {}}),
+        },
+    }
 
 
 class DirectChatCompletionClient(SimpleChatCompletionClient):
@@ -45,8 +55,16 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         **sampling: Request fields sent with every call (temperature, top_p, max_tokens, seed...).
     """
 
-    def __init__(self, model: str, base_url: str, *, api_key: str | None = None,
-                 timeout: float = 120.0, model_info: ModelInfo | None = None, **sampling: Any):
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        model_info: ModelInfo | None = None,
+        **sampling: Any,
+    ):
         super().__init__(model_info)
         self._model = model
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -66,10 +84,19 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
             self._loop = loop
         return self._session
 
-    def _body(self, messages: Sequence[LLMMessage], json_output: Any, extra: Mapping[str, Any],
-              tools: Sequence[Tool | ToolSchema]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self._model, "messages": to_openai_messages(messages),
-                                **self._sampling, **extra}
+    def _body(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Tool | ToolSchema],
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": to_openai_messages(messages),
+            **self._sampling,
+            **extra,
+        }
         if json_output is True:
             body["response_format"] = {"type": "json_object"}
         if tools:
@@ -85,17 +112,23 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ProviderFault(f"malformed response: body is not JSON ({exc})",
-                                retryable=True) from exc
+            raise ProviderFault(
+                f"malformed response: body is not JSON ({exc})", retryable=True
+            ) from exc
 
-    async def _complete(self, messages: Sequence[LLMMessage], json_output: Any,
-                        extra: Mapping[str, Any], tools: Sequence[Tool | ToolSchema] = ()
-                        ) -> CreateResult:
+    async def _complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Tool | ToolSchema] = (),
+    ) -> CreateResult:
         try:
             data = await self._post(self._body(messages, json_output, extra, tools))
         except aiohttp.ClientError as exc:
-            raise ProviderFault(f"connection failed: {type(exc).__name__}: {exc}"[:500],
-                                retryable=True) from exc
+            raise ProviderFault(
+                f"connection failed: {type(exc).__name__}: {exc}"[:500], retryable=True
+            ) from exc
         return _to_result(data)
 
     async def close(self) -> None:
@@ -114,15 +147,23 @@ def _to_result(data: Any) -> CreateResult:
     tool_calls = message.get("tool_calls")
     content: Any
     if tool_calls:
-        content = [FunctionCall(id=c.get("id", ""), name=c["function"]["name"],
-                                arguments=c["function"].get("arguments", "{}")) for c in tool_calls]
+        content = [
+            FunctionCall(
+                id=c.get("id", ""),
+                name=c["function"]["name"],
+                arguments=c["function"].get("arguments", "{}"),
+            )
+            for c in tool_calls
+        ]
     else:
         content = message.get("content") or ""
     return CreateResult(
         finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", "unknown"),
         content=content,
-        usage=RequestUsage(prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                           completion_tokens=int(usage.get("completion_tokens") or 0)),
+        usage=RequestUsage(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        ),
         cached=False,
         thought=message.get("content") if tool_calls else None,
     )

@@ -70,6 +70,19 @@ def status_fault(status: int, message: str, headers: Any) -> ProviderFault:
     )
 
 
+def _connection_error_cause(exc: BaseException) -> ConnectionError | None:
+    # httpx-aiohttp reports a reset as ConnectTimeout, which the openai SDK turns into
+    # APITimeoutError; the ConnectionError underneath says what really happened.
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConnectionError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def classify_fault(exc: BaseException) -> ProviderFault:
     """Turn any exception raised by a model call into a :class:`ProviderFault`.
 
@@ -81,6 +94,9 @@ def classify_fault(exc: BaseException) -> ProviderFault:
     if isinstance(exc, openai.APIStatusError):
         return status_fault(exc.status_code, exc.message or str(exc), exc.response.headers)
     if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):
+        reset = _connection_error_cause(exc)
+        if reset is not None:
+            return ProviderFault(f"connection failed: {reset}"[:500], retryable=True)
         return ProviderFault("timed out", retryable=True)
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError | ConnectionError):
         return ProviderFault(f"connection failed: {exc}"[:500], retryable=True)
@@ -88,7 +104,11 @@ def classify_fault(exc: BaseException) -> ProviderFault:
     if isinstance(status, int):
         response = getattr(exc, "response", None)
         message = getattr(exc, "message", None) or str(exc)
-        return status_fault(status, message, getattr(response, "headers", None))
+        # litellm keeps the provider's headers (Retry-After) here; its ``response`` is synthetic.
+        headers = getattr(exc, "litellm_response_headers", None) or getattr(
+            response, "headers", None
+        )
+        return status_fault(status, message, headers)
     if isinstance(exc, json.JSONDecodeError | IndexError | KeyError | AttributeError | TypeError):
         # The SDKs raise these when a server answers 200 with a body that is not a completion.
         return ProviderFault(

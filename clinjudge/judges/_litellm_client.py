@@ -28,6 +28,9 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
 
     def __init__(self, model: str, model_info: ModelInfo | None = None, **litellm_kwargs: Any):
         super().__init__(model_info)
+        # Import now (seconds), not inside the first call, whose timeout and latency it would eat.
+        import litellm  # noqa: F401
+
         self._model = model
         self._kwargs = {k: v for k, v in litellm_kwargs.items() if v is not None}
 

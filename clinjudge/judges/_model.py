@@ -148,10 +148,15 @@ def _azure_client(settings: ModelSettings) -> ChatCompletionClient:
 
 def _litellm_client(settings: ModelSettings) -> ChatCompletionClient:
     model = settings.model.removeprefix("litellm/")
+    key = _api_key(settings, required=False)
+    if key is None and settings.base_url and model.startswith("openai/"):
+        # litellm's OpenAI route refuses to send without a key (or OPENAI_API_KEY), even to a
+        # local OpenAI-compatible server that needs none.
+        key = os.environ.get("OPENAI_API_KEY") or "not-needed"
     return LiteLLMChatCompletionClient(
         model,
         api_base=settings.base_url,
-        api_key=_api_key(settings, required=False),
+        api_key=key,
         api_version=settings.api_version,
         timeout=settings.timeout,
         **_sampling_args(settings),

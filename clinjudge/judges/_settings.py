@@ -46,7 +46,7 @@ class ModelSettings(BaseModel):
             our lean HTTP client; ``auto`` picks ``direct`` when ``base_url`` is set
             (self-hosted servers, where throughput matters) and ``autogen`` otherwise.
         price: Price override; otherwise litellm's bundled price map is used.
-        price_as: Model name to look up in the price map (e.g. the model behind an Azure deployment).
+        price_as: Model name to look up in the price map (e.g. the model behind a deployment).
     """
 
     model_config = ConfigDict(extra="forbid")

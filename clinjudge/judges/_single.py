@@ -60,7 +60,9 @@ def draw_shots(pool: Sequence[Shot], k: int, *, seed: int, item_id: str, sample:
         return []
     candidates = [shot for shot in pool if shot.item.id != item_id]
     if len(candidates) < k:
-        raise ValueError(f"shot pool has {len(candidates)} usable examples for {item_id!r}, need {k}")
+        raise ValueError(
+            f"shot pool has {len(candidates)} usable examples for {item_id!r}, need {k}"
+        )
     digest = hashlib.sha256(f"{seed}|{item_id}|{sample}".encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big")).sample(candidates, k)
 
@@ -99,8 +101,9 @@ async def judge_single_sample(
             outcome = await call(list(turns))
         except ProviderFault as fault:
             raw = outcome.text if outcome else None
-            return SampleVerdict("failed", error=f"provider: {fault.reason}", raw_text=raw,
-                                 transcript=turns)
+            return SampleVerdict(
+                "failed", error=f"provider: {fault.reason}", raw_text=raw, transcript=turns
+            )
         turns.append(ChatTurn("assistant", outcome.text))
         try:
             parsed = parse_judgment(outcome.text, rubric)

@@ -116,8 +116,18 @@ class BatchRunner:
 
     def _recorder(self, key: SampleKey, calls: list[dict[str, Any]]):
         def record(started: datetime, outcome: CallOutcome | None, fault: ProviderFault | None):
-            calls.append(call_row(key, len(calls), role="judge", model=self.model.settings.model,
-                                  started=started, outcome=outcome, fault=fault))
+            calls.append(
+                call_row(
+                    key,
+                    len(calls),
+                    role="judge",
+                    model=self.model.settings.model,
+                    started=started,
+                    outcome=outcome,
+                    fault=fault,
+                )
+            )
+
         return record
 
     async def _judge(self, unit: WorkUnit) -> None:
@@ -127,19 +137,33 @@ class BatchRunner:
         variation = f"{self.config.seed}|{unit.sample}"
 
         async def call(turns: list[ChatTurn]) -> CallOutcome:
-            return await call_with_retries(self.model, turns, self.config.retry, record,
-                                           variation=variation)
+            return await call_with_retries(
+                self.model, turns, self.config.retry, record, variation=variation
+            )
 
-        shots = draw_shots(self.shot_pool, self.config.shots, seed=self.config.seed,
-                           item_id=unit.item.id, sample=unit.sample)
+        shots = draw_shots(
+            self.shot_pool,
+            self.config.shots,
+            seed=self.config.seed,
+            item_id=unit.item.id,
+            sample=unit.sample,
+        )
         verdict = await judge_single_sample(
-            unit.item, self.rubric, call, shots=shots, explanations=self.config.explanations,
+            unit.item,
+            self.rubric,
+            call,
+            shots=shots,
+            explanations=self.config.explanations,
             max_repairs=self.config.max_repairs,
         )
         self._accept(verdict_rows(key, self.rubric, verdict, calls), verdict, calls)
 
-    def _accept(self, rows: dict[str, list[dict[str, Any]]], verdict: SampleVerdict,
-                calls: list[dict[str, Any]]) -> None:
+    def _accept(
+        self,
+        rows: dict[str, list[dict[str, Any]]],
+        verdict: SampleVerdict,
+        calls: list[dict[str, Any]],
+    ) -> None:
         for table, table_rows in rows.items():
             self._buffer.setdefault(table, []).extend(table_rows)
         self._buffered += 1
@@ -161,8 +185,9 @@ class BatchRunner:
         )
         if due and (self._writer is None or self._writer.done()):
             # Write in a thread so the event loop keeps serving model calls meanwhile.
-            self._writer = asyncio.create_task(asyncio.to_thread(self.store.write_batch,
-                                                                 self._take_buffer()))
+            self._writer = asyncio.create_task(
+                asyncio.to_thread(self.store.write_batch, self._take_buffer())
+            )
 
     def _take_buffer(self) -> dict[str, list[dict[str, Any]]]:
         batch = self._buffer
@@ -198,13 +223,20 @@ class BatchRunner:
             task = progress.add_task("judging", total=len(units), ok=0, failed=0, cost=0.0)
 
             def on_sample(verdict: SampleVerdict, cost: float | None) -> None:
-                progress.update(task, advance=1, ok=self.tally.ok, failed=self.tally.failed,
-                                cost=self.tally.cost_usd)
+                progress.update(
+                    task,
+                    advance=1,
+                    ok=self.tally.ok,
+                    failed=self.tally.failed,
+                    cost=self.tally.cost_usd,
+                )
 
             self._on_sample = on_sample
             progress.start()
-        workers = [asyncio.create_task(self._worker(queue))
-                   for _ in range(min(self.config.concurrency, max(len(units), 1)))]
+        workers = [
+            asyncio.create_task(self._worker(queue))
+            for _ in range(min(self.config.concurrency, max(len(units), 1)))
+        ]
         try:
             await asyncio.gather(*workers)
         except asyncio.CancelledError:

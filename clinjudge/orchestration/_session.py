@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import platform
 import secrets
@@ -100,8 +101,13 @@ def _shot_payload(shots: list[Shot]) -> list[dict[str, Any]]:
 
 
 def _shots_from_payload(payload: list[dict[str, Any]]) -> list[Shot]:
-    return [Shot(item=Item.model_validate({k: v for k, v in p.items() if k != "scores"}),
-                 scores=p["scores"]) for p in payload]
+    return [
+        Shot(
+            item=Item.model_validate({k: v for k, v in p.items() if k != "scores"}),
+            scores=p["scores"],
+        )
+        for p in payload
+    ]
 
 
 def new_run_id() -> str:
@@ -158,14 +164,22 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
     stored_config["shot_pool_data"] = _shot_payload(prepared.shots)
     stamp = now()
     run_row = {
-        "run_id": run_id, "name": config.name, "created_at": stamp, "updated_at": stamp,
-        "status": "running", "mode": config.mode, "rubric": prepared.rubric.name,
+        "run_id": run_id,
+        "name": config.name,
+        "created_at": stamp,
+        "updated_at": stamp,
+        "status": "running",
+        "mode": config.mode,
+        "rubric": prepared.rubric.name,
         "rubric_version": prepared.rubric.version,
         "rubric_json": prepared.rubric.model_dump_json(),
         "models": json.dumps({"judge": config.judge.model}),
-        "config": json.dumps(stored_config), "versions": versions.model_dump_json(),
-        "data_source": config.data, "simulated": config.judge.is_mock,
-        "n_items": len(prepared.items), "n_samples": config.samples,
+        "config": json.dumps(stored_config),
+        "versions": versions.model_dump_json(),
+        "data_source": config.data,
+        "simulated": config.judge.is_mock,
+        "n_items": len(prepared.items),
+        "n_samples": config.samples,
     }
     rows = [item_row(run_id, position, item) for position, item in enumerate(prepared.items)]
     store.write_batch({"runs": [run_row], "items": rows})
@@ -215,10 +229,8 @@ async def _run_units(runner: BatchRunner, units: list[WorkUnit]) -> RunTally:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     if task is not None:
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        except (NotImplementedError, RuntimeError):
-            pass
     try:
         return await runner.run(units)
     finally:
@@ -248,8 +260,9 @@ def execute_run(
     config = prepared.config
     assert config.judge is not None
     judge = model or JudgeModel(config.judge, prepared.rubric)
-    runner = BatchRunner(store, run_id, prepared.rubric, config, judge, prepared.shots,
-                         show_progress=show_progress)
+    runner = BatchRunner(
+        store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
+    )
     units = missing_work(store, run_id, prepared)
     store.set_run_status(run_id, "running")
     try:
@@ -285,8 +298,9 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
     prompt_tokens, largest, prompts = 0, 0, 0
     for sample in range(1, config.samples + 1):
         for item in prepared.items:
-            shots = draw_shots(prepared.shots, config.shots, seed=config.seed, item_id=item.id,
-                               sample=sample)
+            shots = draw_shots(
+                prepared.shots, config.shots, seed=config.seed, item_id=item.id, sample=sample
+            )
             turns = render_messages(item, prepared.rubric, shots, explanations=config.explanations)
             tokens = count_message_tokens([t.content for t in turns])
             prompt_tokens += tokens

@@ -1,7 +1,12 @@
 """Rubrics: schema, built-in instruments, prompt rendering and reply parsing."""
 
 from clinjudge.rubrics._item import Item, SourceNote
-from clinjudge.rubrics._parse import JudgmentParseError, ParsedJudgment, json_objects, parse_judgment
+from clinjudge.rubrics._parse import (
+    JudgmentParseError,
+    ParsedJudgment,
+    json_objects,
+    parse_judgment,
+)
 from clinjudge.rubrics._registry import (
     RubricError,
     builtin_rubric_names,

@@ -204,7 +204,12 @@ def _split_entry(raw: Any) -> tuple[Any, str | None]:
         if score is raw:
             raise ValueError("object has no score field")
         return score, text
-    if isinstance(raw, list) and len(raw) == 2 and isinstance(raw[0], str) and not _is_number(raw[0]):
+    if (
+        isinstance(raw, list)
+        and len(raw) == 2
+        and isinstance(raw[0], str)
+        and not _is_number(raw[0])
+    ):
         return raw[1], raw[0]
     return raw, None
 
@@ -245,10 +250,14 @@ def _extract_fields(
         attribute = rubric.attribute(wire)
         try:
             score, text = _split_entry(raw)
-            values[wire] = _coerce(score, attribute)
+            value = _coerce(score, attribute)
         except ValueError as exc:
             problems.append(f"{wire}: {exc}")
             continue
+        if wire in values and values[wire] != value:
+            problems.append(f"{wire}: given twice with different values ({values[wire]}, {value})")
+            continue
+        values[wire] = value
         if text:
             rationales[wire] = text
     return values, rationales, overall, problems
@@ -276,7 +285,8 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
         raise JudgmentParseError("no JSON object in the reply uses the rubric's keys")
     flat = _unwrap(candidates[best_index], aliases)
     values, rationales, overall, problems = _extract_fields(flat, rubric, aliases)
-    missing = [k for k in rubric.keys if k not in values and not any(p.startswith(k) for p in problems)]
+    reported = {p.split(":", 1)[0] for p in problems}
+    missing = [k for k in rubric.keys if k not in values and k not in reported]
     if missing:
         problems.append("missing keys: " + ", ".join(missing))
     _gate_aliases(values, rubric)

@@ -85,4 +85,6 @@ def load_rubric(name_or_path: str) -> Rubric:
     if path.suffix.lower() in {".yaml", ".yml", ".json"} or path.exists():
         return load_rubric_file(path)
     known = ", ".join(builtin_rubric_names())
-    raise RubricError(f"unknown rubric {name_or_path!r}; built-in rubrics: {known}, or give a file path")
+    raise RubricError(
+        f"unknown rubric {name_or_path!r}; built-in rubrics: {known}, or give a file path"
+    )

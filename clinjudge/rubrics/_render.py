@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from clinjudge.rubrics._item import Item
 from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind
@@ -47,7 +46,9 @@ class Shot:
 
 
 def _lookalike_pattern(rubric: Rubric) -> re.Pattern[str]:
-    names = sorted({*FENCE_TAGS, *(a.key.upper() for a in rubric.attributes)}, key=len, reverse=True)
+    names = sorted(
+        {*FENCE_TAGS, *(a.key.upper() for a in rubric.attributes)}, key=len, reverse=True
+    )
     alternatives = "|".join(re.escape(n) for n in names)
     return re.compile(rf"<(\s*[/\\]?\s*(?:{alternatives})(?![A-Za-z0-9_]))", re.IGNORECASE)
 
@@ -71,7 +72,7 @@ def neutralise(text: str, rubric: Rubric) -> str:
 
 def _attribute_block(attribute: Attribute) -> str:
     tag = attribute.key
-    lines = [f"<{tag}>", f"ATTRIBUTE: {attribute.name} (JSON key \"{tag}\")"]
+    lines = [f"<{tag}>", f'ATTRIBUTE: {attribute.name} (JSON key "{tag}")']
     lines.append(f"DESCRIPTION: {attribute.description.strip()}")
     lines.extend(f"NOTE: {note.strip()}" for note in attribute.guidance)
     lines.append("GRADES:")
@@ -89,10 +90,10 @@ def _value_rule(attribute: Attribute) -> str:
         allowed = f"an integer from {attribute.min} to {attribute.max}"
     if attribute.gate is not None:
         gate = attribute.gate
-        allowed += f"; null exactly when \"{gate.attribute}\" is {gate.null_when}"
+        allowed += f'; null exactly when "{gate.attribute}" is {gate.null_when}'
     elif attribute.nullable:
         allowed += "; or null"
-    return f"- \"{attribute.key}\": {allowed}"
+    return f'- "{attribute.key}": {allowed}'
 
 
 def _output_contract(rubric: Rubric, explanations: bool) -> str:
@@ -146,7 +147,9 @@ def _fenced_item(item: Item, rubric: Rubric) -> str:
     parts: list[str] = []
     if "specialty" in rubric.inputs:
         specialty = neutralise(item.specialty or "not stated", rubric)
-        parts.append(f"TARGET CLINICIAN SPECIALTY\n<TARGET_SPECIALTY>{specialty}</TARGET_SPECIALTY>")
+        parts.append(
+            f"TARGET CLINICIAN SPECIALTY\n<TARGET_SPECIALTY>{specialty}</TARGET_SPECIALTY>"
+        )
     if "notes" in rubric.inputs:
         notes = []
         for number, note in enumerate(item.notes, start=1):
@@ -163,7 +166,9 @@ def _fenced_item(item: Item, rubric: Rubric) -> str:
         reference = neutralise(item.reference or "", rubric)
         parts.append(f"REFERENCE\n<REFERENCE>\n{reference}\n</REFERENCE>")
     summary = neutralise(item.summary, rubric)
-    parts.append(f"CLINICAL SUMMARY TO EVALUATE\n<CLINICAL_SUMMARY>\n{summary}\n</CLINICAL_SUMMARY>")
+    parts.append(
+        f"CLINICAL SUMMARY TO EVALUATE\n<CLINICAL_SUMMARY>\n{summary}\n</CLINICAL_SUMMARY>"
+    )
     return "\n\n".join(parts)
 
 
@@ -231,4 +236,3 @@ def render_repair(problems: str, rubric: Rubric) -> str:
         f"Your reply could not be accepted: {problems}. Answer again with one JSON object only, "
         f"containing every key ({keys}) with an allowed value, and no other text."
     )
-

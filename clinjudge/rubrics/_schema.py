@@ -151,7 +151,9 @@ class Rubric(BaseModel):
                 continue
             target = by_key.get(gate.attribute)
             if target is None:
-                raise ValueError(f"attribute {attribute.key!r}: gate names unknown {gate.attribute!r}")
+                raise ValueError(
+                    f"attribute {attribute.key!r}: gate names unknown {gate.attribute!r}"
+                )
             if gate.null_when not in target.values:
                 raise ValueError(
                     f"attribute {attribute.key!r}: gate value {gate.null_when} is outside "

@@ -343,3 +343,22 @@ def test_json_objects_finds_top_level_objects_in_order() -> None:
 
 def test_json_objects_none_in_plain_text() -> None:
     assert json_objects("no braces here, only } and {") == []
+
+
+def test_same_attribute_twice_with_different_values_is_rejected(pdsqi9) -> None:
+    reply = (
+        '{"citation": 4, "accurate": 4, "Accuracy": 2, "thorough": 4, "useful": 4, '
+        '"organized": 4, "comprehensible": 4, "succinct": 4, "abstraction": 0, '
+        '"synthesized": null, "voice_summ": 0, "voice_note": 0}'
+    )
+    with pytest.raises(JudgmentParseError, match="accurate: given twice"):
+        parse_judgment(reply, pdsqi9)
+
+
+def test_same_attribute_twice_with_equal_values_is_accepted(pdsqi9) -> None:
+    reply = (
+        '{"citation": 4, "accurate": 4, "Accuracy": 4, "thorough": 4, "useful": 4, '
+        '"organized": 4, "comprehensible": 4, "succinct": 4, "abstraction": 0, '
+        '"synthesized": null, "voice_summ": 0, "voice_note": 0}'
+    )
+    assert parse_judgment(reply, pdsqi9).values["accurate"] == 4
