@@ -63,6 +63,12 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument(
+        "--client",
+        choices=["auto", "autogen", "direct"],
+        default="auto",
+        help="judge.client: auto uses the direct client for a base_url",
+    )
     args = parser.parse_args()
 
     server, base_url = _start_server(args.latency)
@@ -74,7 +80,9 @@ def main() -> None:
                 data=str(data),
                 concurrency=args.concurrency,
                 db=str(Path(tmp) / "bench.duckdb"),
-                judge=ModelSettings(model="openai/local-judge", base_url=base_url, timeout=30),
+                judge=ModelSettings(
+                    model="openai/local-judge", base_url=base_url, timeout=30, client=args.client
+                ),
             )
             prepared = prepare_run(config)
             store = RunStore(config.db)
@@ -97,7 +105,10 @@ def main() -> None:
     judged = tally.ok + tally.failed
     achieved = judged / wall
     ideal = args.concurrency / args.latency
-    print(f"items={args.items} concurrency={args.concurrency} latency={args.latency * 1000:.0f} ms")
+    print(
+        f"items={args.items} concurrency={args.concurrency} "
+        f"latency={args.latency * 1000:.0f} ms client={args.client}"
+    )
     print(f"judged={judged} ok={tally.ok} failed={tally.failed} stored_ok={stored}")
     print(f"wall={wall:.2f} s  achieved={achieved:.1f} items/s  ideal={ideal:.1f} items/s")
     print(f"ratio={achieved / ideal:.3f}  (target >= 0.85)")

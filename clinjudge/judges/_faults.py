@@ -70,6 +70,15 @@ def status_fault(status: int, message: str, headers: Any) -> ProviderFault:
     )
 
 
+def _error_headers(exc: BaseException) -> Any:
+    # litellm's errors subclass openai's but carry a synthetic ``response`` without headers; the
+    # provider's real headers (Retry-After) are kept in ``litellm_response_headers``.
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers:
+        return headers
+    return getattr(getattr(exc, "response", None), "headers", None)
+
+
 def _connection_error_cause(exc: BaseException) -> ConnectionError | None:
     # httpx-aiohttp reports a reset as ConnectTimeout, which the openai SDK turns into
     # APITimeoutError; the ConnectionError underneath says what really happened.
@@ -92,7 +101,7 @@ def classify_fault(exc: BaseException) -> ProviderFault:
     if isinstance(exc, ProviderFault):
         return exc
     if isinstance(exc, openai.APIStatusError):
-        return status_fault(exc.status_code, exc.message or str(exc), exc.response.headers)
+        return status_fault(exc.status_code, exc.message or str(exc), _error_headers(exc))
     if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):
         reset = _connection_error_cause(exc)
         if reset is not None:
@@ -102,13 +111,8 @@ def classify_fault(exc: BaseException) -> ProviderFault:
         return ProviderFault(f"connection failed: {exc}"[:500], retryable=True)
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
-        response = getattr(exc, "response", None)
         message = getattr(exc, "message", None) or str(exc)
-        # litellm keeps the provider's headers (Retry-After) here; its ``response`` is synthetic.
-        headers = getattr(exc, "litellm_response_headers", None) or getattr(
-            response, "headers", None
-        )
-        return status_fault(status, message, headers)
+        return status_fault(status, message, _error_headers(exc))
     if isinstance(exc, json.JSONDecodeError | IndexError | KeyError | AttributeError | TypeError):
         # The SDKs raise these when a server answers 200 with a body that is not a completion.
         return ProviderFault(
