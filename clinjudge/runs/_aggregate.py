@@ -1,0 +1,103 @@
+"""Final per-item scores: the median of the valid samples, attribute by attribute.
+
+Rules (documented in the README):
+- failed samples are left out; an item whose samples all failed gets a failed final row;
+- the median of an even number of values is the mean of the middle two, so it can be x.5;
+- a gated attribute (PDSQI-9 ``synthesized``) is null in the final when the final value of its
+  gate equals the gate's null value (the majority of valid samples said no abstraction was
+  needed); otherwise it is the median of the samples that gave a number. A tie on a binary gate
+  (median 0.5) counts as "needed".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from clinjudge.rubrics import Rubric
+from clinjudge.runs._store import FINAL_SAMPLE, RunStore
+
+FINAL_AGENT = "final"
+
+
+def _final_values(rubric: Rubric, samples: list[dict[str, float | None]]) -> dict[str, float | None]:
+    finals: dict[str, float | None] = {}
+    for attribute in rubric.attributes:
+        numbers = [s[attribute.key] for s in samples if s.get(attribute.key) is not None]
+        finals[attribute.key] = statistics.median(numbers) if numbers else None
+    for attribute in rubric.attributes:
+        gate = attribute.gate
+        if gate is not None and finals.get(gate.attribute) == gate.null_when:
+            finals[attribute.key] = None
+    return finals
+
+
+def final_rows(
+    run_id: str, item_id: str, rubric: Rubric, samples: list[dict[str, float | None]], n_failed: int
+) -> list[dict[str, Any]]:
+    """Rows of the aggregated judgment of one item.
+
+    Args:
+        run_id: The run.
+        item_id: The item.
+        rubric: The rubric (attribute order and gates).
+        samples: Values of each valid sample.
+        n_failed: How many samples failed.
+    """
+    base = {"run_id": run_id, "item_id": item_id, "sample": FINAL_SAMPLE, "agent": FINAL_AGENT,
+            "final": True}
+    if not samples:
+        error = f"all {n_failed} sample(s) failed"
+        return [{**base, "attribute": key, "value": None, "status": "failed", "error": error,
+                 "rationale": None} for key in rubric.keys]
+    finals = _final_values(rubric, samples)
+    note = f"median of {len(samples)} valid sample(s)" + (f", {n_failed} failed" if n_failed else "")
+    return [{**base, "attribute": key, "value": finals[key], "status": "ok", "error": None,
+             "rationale": note} for key in rubric.keys]
+
+
+def finalize_run(store: RunStore, run_id: str, rubric: Rubric, n_samples: int) -> int:
+    """Write final rows for every item whose samples are all done and that has no final yet.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        rubric: The run's rubric.
+        n_samples: Samples per item.
+
+    Returns:
+        Number of items finalised.
+    """
+    done = store.query(
+        """
+        SELECT s.item_id, s.sample, s.status FROM samples s
+        WHERE s.run_id = ? AND s.sample > 0 AND s.item_id NOT IN (
+            SELECT item_id FROM judgments WHERE run_id = ? AND final)
+        """,
+        [run_id, run_id],
+    )
+    status_by_item: dict[str, dict[int, str]] = defaultdict(dict)
+    for row in done:
+        status_by_item[row["item_id"]][row["sample"]] = row["status"]
+    complete = [i for i, s in status_by_item.items() if len(s) >= n_samples]
+    if not complete:
+        return 0
+    values = store.query(
+        """
+        SELECT item_id, sample, attribute, value FROM judgments
+        WHERE run_id = ? AND NOT final AND status = 'ok' AND item_id IN (SELECT unnest(?))
+        """,
+        [run_id, complete],
+    )
+    by_sample: dict[str, dict[int, dict[str, float | None]]] = defaultdict(lambda: defaultdict(dict))
+    for row in values:
+        by_sample[row["item_id"]][row["sample"]][row["attribute"]] = row["value"]
+    rows: list[dict[str, Any]] = []
+    for item_id in complete:
+        statuses = status_by_item[item_id]
+        ok_samples = [by_sample[item_id][n] for n, s in statuses.items() if s == "ok"]
+        n_failed = sum(1 for s in statuses.values() if s != "ok")
+        rows.extend(final_rows(run_id, item_id, rubric, ok_samples, n_failed))
+    store.write_batch({"judgments": rows})
+    return len(complete)

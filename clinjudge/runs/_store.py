@@ -1,0 +1,249 @@
+"""The DuckDB run store: every run, item, judgment, call and message.
+
+Primary keys make every write idempotent: a resumed run inserts with ``INSERT OR IGNORE`` and
+can never duplicate a judgment. Each batch of finished samples is written in one transaction
+through Arrow tables, so a crash leaves whole samples or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+DEFAULT_DB = Path("runs") / "clinjudge.duckdb"
+
+SCHEMA_VERSION = 1
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR PRIMARY KEY,
+    name VARCHAR,
+    created_at TIMESTAMPTZ,
+    updated_at TIMESTAMPTZ,
+    finished_at TIMESTAMPTZ,
+    status VARCHAR,
+    mode VARCHAR,
+    rubric VARCHAR,
+    rubric_version VARCHAR,
+    rubric_json JSON,
+    models JSON,
+    config JSON,
+    versions JSON,
+    data_source VARCHAR,
+    simulated BOOLEAN,
+    n_items INTEGER,
+    n_samples INTEGER
+);
+CREATE TABLE IF NOT EXISTS items (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    position INTEGER,
+    notes JSON,
+    summary VARCHAR,
+    specialty VARCHAR,
+    reference VARCHAR,
+    vendor VARCHAR,
+    meta JSON,
+    PRIMARY KEY (run_id, item_id)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    sample INTEGER,
+    agent VARCHAR,
+    status VARCHAR,
+    error VARCHAR,
+    raw_text VARCHAR,
+    rationale VARCHAR,
+    n_calls INTEGER,
+    latency_s DOUBLE,
+    finished_at TIMESTAMPTZ,
+    PRIMARY KEY (run_id, item_id, sample, agent)
+);
+CREATE TABLE IF NOT EXISTS judgments (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    sample INTEGER,
+    agent VARCHAR,
+    attribute VARCHAR,
+    value DOUBLE,
+    final BOOLEAN,
+    status VARCHAR,
+    error VARCHAR,
+    rationale VARCHAR,
+    PRIMARY KEY (run_id, item_id, sample, agent, attribute)
+);
+CREATE TABLE IF NOT EXISTS calls (
+    call_id VARCHAR PRIMARY KEY,
+    run_id VARCHAR,
+    item_id VARCHAR,
+    sample INTEGER,
+    seq INTEGER,
+    role VARCHAR,
+    agent VARCHAR,
+    model VARCHAR,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    tokens_estimated BOOLEAN,
+    cost_usd DOUBLE,
+    latency_s DOUBLE,
+    status VARCHAR,
+    error VARCHAR,
+    finish_reason VARCHAR,
+    started_at TIMESTAMPTZ
+);
+CREATE TABLE IF NOT EXISTS messages (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    sample INTEGER,
+    agent VARCHAR,
+    seq INTEGER,
+    role VARCHAR,
+    content VARCHAR,
+    PRIMARY KEY (run_id, item_id, sample, agent, seq)
+);
+"""
+
+FINAL_SAMPLE = 0
+"""Sample number of the aggregated per-item judgment; real samples count from 1."""
+
+
+class StoreError(RuntimeError):
+    """The database cannot be opened or does not hold what was asked for."""
+
+
+def _make_parent(path: Path) -> None:
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+
+
+@contextmanager
+def _owner_only_files() -> Iterator[None]:
+    """Make files created meanwhile (the database, and the WAL DuckDB creates on a write after
+    each checkpoint) readable by the owner only."""
+    old_umask = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old_umask)
+
+
+def now() -> datetime:
+    """Current UTC time."""
+    return datetime.now(UTC)
+
+
+class RunStore:
+    """A DuckDB file holding runs.
+
+    Args:
+        path: Database file; created owner-only (0600) if absent.
+        read_only: Open without write access.
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False):
+        self.path = Path(path)
+        self._columns: dict[str, list[str]] = {}
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path}: no such database")
+        if not read_only:
+            _make_parent(self.path)
+        # The umask makes DuckDB create the file and its WAL readable by the owner only.
+        with _owner_only_files():
+            try:
+                self.con = duckdb.connect(str(self.path), read_only=read_only)
+            except duckdb.Error as exc:
+                raise StoreError(f"{self.path}: cannot open database: {exc}") from exc
+            if not read_only:
+                self.con.execute(_DDL)
+                self.con.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                    [str(SCHEMA_VERSION)],
+                )
+        if not read_only:
+            os.chmod(self.path, stat.S_IRUSR | stat.S_IWUSR)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.con.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def insert_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert rows through one Arrow table, ignoring rows whose key already exists.
+
+        Args:
+            table: Target table.
+            rows: Dicts whose keys are the table's columns.
+        """
+        if not rows:
+            return
+        columns = self._columns.get(table)
+        if columns is None:
+            columns = [c[0] for c in self.con.execute(f"DESCRIBE {table}").fetchall()]
+            self._columns[table] = columns
+        arrow = pa.table({c: [row.get(c) for row in rows] for c in columns})
+        self.con.register("_incoming", arrow)
+        try:
+            with _owner_only_files():
+                self.con.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM _incoming")
+        finally:
+            self.con.unregister("_incoming")
+
+    def write_batch(self, batch: dict[str, Sequence[dict[str, Any]]]) -> None:
+        """Write rows to several tables in one transaction.
+
+        Args:
+            batch: Table name to rows.
+        """
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            for table, rows in batch.items():
+                self.insert_rows(table, rows)
+            with _owner_only_files():
+                self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def query(self, sql: str, params: Iterable[Any] | None = None) -> list[dict[str, Any]]:
+        """Run a query and return rows as dicts."""
+        cursor = self.con.execute(sql, list(params or []))
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        """One run's row; accepts a unique prefix of the run id."""
+        rows = self.query("SELECT * FROM runs WHERE run_id LIKE ? || '%'", [run_id])
+        if not rows:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        if len(rows) > 1:
+            raise StoreError(f"run id prefix {run_id!r} is ambiguous in {self.path}")
+        row = rows[0]
+        for key in ("rubric_json", "models", "config", "versions"):
+            if isinstance(row.get(key), str):
+                row[key] = json.loads(row[key])
+        return row
+
+    def set_run_status(self, run_id: str, status: str, *, finished: bool = False) -> None:
+        """Update a run's status (and finish time)."""
+        stamp = now()
+        with _owner_only_files():
+            self.con.execute(
+                "UPDATE runs SET status = ?, updated_at = ?, finished_at = ? WHERE run_id = ?",
+                [status, stamp, stamp if finished else None, run_id],
+            )
