@@ -191,7 +191,7 @@ def run_command(
 
 def _resume(run_id: str, db: str | None, progress: bool) -> None:
     path = db or "runs/clinjudge.duckdb"
-    with open_store(path) as store:
+    with open_store(path, read_only=True) as store:  # a typo'd --db must not create a file
         full_id, prepared = load_stored_run(store, run_id)
     sys.stdout.write(full_id + "\n")
     sys.stdout.flush()

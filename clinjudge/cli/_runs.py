@@ -31,8 +31,8 @@ def list_command(db: DbOption = str(DEFAULT_DB)) -> None:
     with open_store(db, read_only=True) as store:
         rows = list_runs(store)
     table = Table()
+    table.add_column("run_id", no_wrap=True)
     for column in (
-        "run_id",
         "name",
         "created",
         "status",

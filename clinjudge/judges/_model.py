@@ -61,7 +61,10 @@ def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
         "seed": settings.seed,
         "reasoning_effort": settings.reasoning_effort,
     }
-    if not settings.is_reasoning_model:
+    if settings.is_reasoning_model:
+        # OpenAI's reasoning models reject max_tokens and want max_completion_tokens.
+        args["max_completion_tokens"] = args.pop("max_tokens")
+    else:
         args["temperature"] = settings.temperature
         args["top_p"] = settings.top_p
     return {k: v for k, v in args.items() if v is not None}

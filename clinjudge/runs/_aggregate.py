@@ -21,7 +21,9 @@ from clinjudge.runs._store import FINAL_SAMPLE, RunStore
 FINAL_AGENT = "final"
 
 
-def _final_values(rubric: Rubric, samples: list[dict[str, float | None]]) -> dict[str, float | None]:
+def _final_values(
+    rubric: Rubric, samples: list[dict[str, float | None]]
+) -> dict[str, float | None]:
     finals: dict[str, float | None] = {}
     for attribute in rubric.attributes:
         numbers = [s[attribute.key] for s in samples if s.get(attribute.key) is not None]
@@ -45,16 +47,41 @@ def final_rows(
         samples: Values of each valid sample.
         n_failed: How many samples failed.
     """
-    base = {"run_id": run_id, "item_id": item_id, "sample": FINAL_SAMPLE, "agent": FINAL_AGENT,
-            "final": True}
+    base = {
+        "run_id": run_id,
+        "item_id": item_id,
+        "sample": FINAL_SAMPLE,
+        "agent": FINAL_AGENT,
+        "final": True,
+    }
     if not samples:
         error = f"all {n_failed} sample(s) failed"
-        return [{**base, "attribute": key, "value": None, "status": "failed", "error": error,
-                 "rationale": None} for key in rubric.keys]
+        return [
+            {
+                **base,
+                "attribute": key,
+                "value": None,
+                "status": "failed",
+                "error": error,
+                "rationale": None,
+            }
+            for key in rubric.keys
+        ]
     finals = _final_values(rubric, samples)
-    note = f"median of {len(samples)} valid sample(s)" + (f", {n_failed} failed" if n_failed else "")
-    return [{**base, "attribute": key, "value": finals[key], "status": "ok", "error": None,
-             "rationale": note} for key in rubric.keys]
+    note = f"median of {len(samples)} valid sample(s)" + (
+        f", {n_failed} failed" if n_failed else ""
+    )
+    return [
+        {
+            **base,
+            "attribute": key,
+            "value": finals[key],
+            "status": "ok",
+            "error": None,
+            "rationale": note,
+        }
+        for key in rubric.keys
+    ]
 
 
 def finalize_run(store: RunStore, run_id: str, rubric: Rubric, n_samples: int) -> int:
@@ -90,7 +117,9 @@ def finalize_run(store: RunStore, run_id: str, rubric: Rubric, n_samples: int) -
         """,
         [run_id, complete],
     )
-    by_sample: dict[str, dict[int, dict[str, float | None]]] = defaultdict(lambda: defaultdict(dict))
+    by_sample: dict[str, dict[int, dict[str, float | None]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
     for row in values:
         by_sample[row["item_id"]][row["sample"]][row["attribute"]] = row["value"]
     rows: list[dict[str, Any]] = []

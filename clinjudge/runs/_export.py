@@ -9,7 +9,11 @@ from clinjudge.runs._store import FINAL_SAMPLE, RunStore
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
 
-_COPY_OPTIONS = {"jsonl": "FORMAT json", "csv": "FORMAT csv, HEADER true", "parquet": "FORMAT parquet"}
+_COPY_OPTIONS = {
+    "jsonl": "FORMAT json",
+    "csv": "FORMAT csv, HEADER true",
+    "parquet": "FORMAT parquet",
+}
 
 
 def export_run(store: RunStore, run_id: str, out: str | Path, fmt: str) -> int:
@@ -28,7 +32,9 @@ def export_run(store: RunStore, run_id: str, out: str | Path, fmt: str) -> int:
         Number of rows written.
     """
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+        raise ValueError(
+            f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}"
+        )
     run = store.get_run(run_id)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,9 @@ def _jsonl_records(con: duckdb.DuckDBPyConnection, path: Path) -> list[tuple[str
     return records
 
 
-def _table_records(con: duckdb.DuckDBPyConnection, path: Path, reader: str) -> list[tuple[str, Any]]:
+def _table_records(
+    con: duckdb.DuckDBPyConnection, path: Path, reader: str
+) -> list[tuple[str, Any]]:
     cursor = con.execute(f"SELECT * FROM {reader}")
     names = [d[0] for d in cursor.description]
     return [
@@ -143,7 +145,9 @@ def validate_records(
 def check_rubric_inputs(where: str, item: Item, rubric: Rubric, problems: list[str]) -> None:
     """Record a problem for every input the rubric needs that the item lacks."""
     if "notes" in rubric.inputs and not item.notes:
-        problems.append(f"{where}: field notes: rubric {rubric.name} needs at least one source note")
+        problems.append(
+            f"{where}: field notes: rubric {rubric.name} needs at least one source note"
+        )
     for field in ("specialty", "reference"):
         if field in rubric.inputs and not getattr(item, field):
             problems.append(f"{where}: field {field}: rubric {rubric.name} needs a {field}")
@@ -168,7 +172,9 @@ def load_items(path: str | Path, rubric: Rubric) -> list[Item]:
     for where, item in validated:
         check_rubric_inputs(where, item, rubric, problems)
         if item.id in seen:
-            problems.append(f"{where}: field id: duplicate id {item.id!r} (first at {seen[item.id]})")
+            problems.append(
+                f"{where}: field id: duplicate id {item.id!r} (first at {seen[item.id]})"
+            )
         seen.setdefault(item.id, where)
     if problems:
         raise InputError(problems)

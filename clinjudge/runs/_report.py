@@ -32,15 +32,25 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
     """
     run = store.get_run(run_id)
     rid = run["run_id"]
-    items = _one(store, """
+    items = _one(
+        store,
+        """
         SELECT count(DISTINCT item_id) FILTER (WHERE status = 'ok') AS items_ok,
                count(DISTINCT item_id) FILTER (WHERE status = 'failed') AS items_failed
-        FROM judgments WHERE run_id = ? AND final""", rid)
-    samples = _one(store, """
+        FROM judgments WHERE run_id = ? AND final""",
+        rid,
+    )
+    samples = _one(
+        store,
+        """
         SELECT count(*) FILTER (WHERE status = 'ok') AS samples_ok,
                count(*) FILTER (WHERE status = 'failed') AS samples_failed
-        FROM samples WHERE run_id = ?""", rid)
-    calls = _one(store, """
+        FROM samples WHERE run_id = ?""",
+        rid,
+    )
+    calls = _one(
+        store,
+        """
         SELECT count(*) AS calls, count(*) FILTER (WHERE status <> 'ok') AS calls_failed,
                coalesce(sum(prompt_tokens), 0) AS tokens_in,
                coalesce(sum(completion_tokens), 0) AS tokens_out,
@@ -49,15 +59,24 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
                count(*) FILTER (WHERE status = 'ok' AND cost_usd IS NULL) AS calls_unpriced,
                quantile_cont(latency_s, 0.5) AS call_latency_p50_s,
                quantile_cont(latency_s, 0.95) AS call_latency_p95_s
-        FROM calls WHERE run_id = ?""", rid)
-    per_item = _one(store, """
+        FROM calls WHERE run_id = ?""",
+        rid,
+    )
+    per_item = _one(
+        store,
+        """
         SELECT quantile_cont(t, 0.5) AS item_latency_p50_s, quantile_cont(t, 0.95) AS item_latency_p95_s,
                quantile_cont(c, 0.5) AS item_cost_p50_usd
         FROM (SELECT item_id, sum(latency_s) AS t, sum(cost_usd) AS c
-              FROM calls WHERE run_id = ? GROUP BY item_id)""", rid)
-    errors = store.query("""
+              FROM calls WHERE run_id = ? GROUP BY item_id)""",
+        rid,
+    )
+    errors = store.query(
+        """
         SELECT error, count(*) AS n FROM samples WHERE run_id = ? AND status = 'failed'
-        GROUP BY error ORDER BY n DESC LIMIT 10""", [rid])
+        GROUP BY error ORDER BY n DESC LIMIT 10""",
+        [rid],
+    )
     return {
         "run_id": rid,
         "name": run["name"],

@@ -23,8 +23,12 @@ class SampleKey:
 
     def as_columns(self) -> dict[str, Any]:
         """The key as column values."""
-        return {"run_id": self.run_id, "item_id": self.item_id, "sample": self.sample,
-                "agent": self.agent}
+        return {
+            "run_id": self.run_id,
+            "item_id": self.item_id,
+            "sample": self.sample,
+            "agent": self.agent,
+        }
 
 
 def call_row(

@@ -1,0 +1,34 @@
+"""Helpers shared by the CLI tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from typer.testing import CliRunner
+
+from clinjudge.cli import app
+
+JUDGE = str(Path(sys.executable).parent / "judge")
+WIDE = {"COLUMNS": "250", "NO_COLOR": "1"}
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
+    """Run `judge ARGS` in-process; stdout and stderr are captured separately."""
+    return CliRunner().invoke(app, list(args), env={**WIDE, **(env or {})}, catch_exceptions=False)
+
+
+def query(db: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
+    """Read the database with a separate read-only connection."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def scalar(db: Path, sql: str, params: list[Any] | None = None) -> Any:
+    """First column of the first row."""
+    return query(db, sql, params)[0][0]
