@@ -65,7 +65,8 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
     per_item = _one(
         store,
         """
-        SELECT quantile_cont(t, 0.5) AS item_latency_p50_s, quantile_cont(t, 0.95) AS item_latency_p95_s,
+        SELECT quantile_cont(t, 0.5) AS item_latency_p50_s,
+               quantile_cont(t, 0.95) AS item_latency_p95_s,
                quantile_cont(c, 0.5) AS item_cost_p50_usd
         FROM (SELECT item_id, sum(latency_s) AS t, sum(cost_usd) AS c
               FROM calls WHERE run_id = ? GROUP BY item_id)""",
