@@ -95,7 +95,7 @@ class ModelSettings(BaseModel):
     @property
     def is_reasoning_model(self) -> bool:
         """OpenAI reasoning models reject temperature and top-p."""
-        name = self.name.lower()
+        name = self.name.lower().rsplit("/", 1)[-1]
         return name.startswith(("o1", "o3", "o4", "gpt-5"))
 
     def public_dict(self) -> dict[str, object]:
