@@ -89,6 +89,17 @@ def _http_client(settings: ModelSettings) -> Any:
     return openai.DefaultAioHttpClient(timeout=settings.timeout)
 
 
+def _autogen_client_args(settings: ModelSettings) -> dict[str, Any]:
+    # Retries belong to our runner (so every attempt is recorded), never to the SDK.
+    return {
+        "max_retries": 0,
+        "timeout": settings.timeout,
+        "include_name_in_message": False,
+        "http_client": _http_client(settings),
+        **_sampling_args(settings),
+    }
+
+
 def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
     from autogen_ext.models.openai import OpenAIChatCompletionClient
     from autogen_ext.models.openai._model_info import get_info
@@ -105,11 +116,7 @@ def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
         base_url=settings.base_url,
         api_key=key,
         model_info=model_info,
-        max_retries=0,
-        timeout=settings.timeout,
-        include_name_in_message=False,
-        http_client=_http_client(settings),
-        **_sampling_args(settings),
+        **_autogen_client_args(settings),
     )
 
 
@@ -141,11 +148,7 @@ def _azure_client(settings: ModelSettings) -> ChatCompletionClient:
         api_version=version,
         api_key=_api_key(settings, required=True),
         model_info=GENERIC_MODEL_INFO,
-        max_retries=0,
-        timeout=settings.timeout,
-        include_name_in_message=False,
-        http_client=_http_client(settings),
-        **_sampling_args(settings),
+        **_autogen_client_args(settings),
     )
 
 

@@ -2,7 +2,8 @@
 
 Primary keys make every write idempotent: a resumed run inserts with ``INSERT OR IGNORE`` and
 can never duplicate a judgment. Each batch of finished samples is written in one transaction
-through Arrow tables, so a crash leaves whole samples or nothing.
+through Arrow tables, so a crash leaves whole samples or nothing. Physicians' ratings
+(``human_ratings``) do not belong to a run; re-importing a rating replaces it (upsert).
 """
 
 from __future__ import annotations
@@ -112,6 +113,16 @@ CREATE TABLE IF NOT EXISTS messages (
     content VARCHAR,
     PRIMARY KEY (run_id, item_id, sample, agent, seq)
 );
+CREATE TABLE IF NOT EXISTS human_ratings (
+    item_id VARCHAR,
+    rater_id VARCHAR,
+    attribute VARCHAR,
+    score DOUBLE,
+    rubric VARCHAR,
+    source VARCHAR,
+    imported_at TIMESTAMPTZ,
+    PRIMARY KEY (item_id, rater_id, attribute)
+);
 """
 
 FINAL_SAMPLE = 0
@@ -203,6 +214,37 @@ class RunStore:
                 self.con.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM _incoming")
         finally:
             self.con.unregister("_incoming")
+
+    def upsert_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert rows in one transaction, replacing rows whose key already exists.
+
+        Args:
+            table: Target table (it must have a primary key).
+            rows: Dicts whose keys are the table's columns; keys must be unique among them.
+        """
+        if not rows:
+            return
+        columns = [c[0] for c in self.con.execute(f"DESCRIBE {table}").fetchall()]
+        arrow = pa.table({c: [row.get(c) for row in rows] for c in columns})
+        self.con.register("_incoming", arrow)
+        try:
+            with _owner_only_files():
+                self.con.execute("BEGIN TRANSACTION")
+                try:
+                    self.con.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM _incoming")
+                    self.con.execute("COMMIT")
+                except BaseException:
+                    self.con.execute("ROLLBACK")
+                    raise
+        finally:
+            self.con.unregister("_incoming")
+
+    def has_table(self, table: str) -> bool:
+        """Whether the database holds ``table`` (older files may lack newer tables)."""
+        rows = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
+        ).fetchone()
+        return bool(rows and rows[0])
 
     def write_batch(self, batch: dict[str, Sequence[dict[str, Any]]]) -> None:
         """Write rows to several tables in one transaction.

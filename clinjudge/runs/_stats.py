@@ -1,0 +1,585 @@
+"""Agreement statistics in plain numpy/scipy, vectorised so that bootstraps are cheap.
+
+Conventions:
+
+* ICC functions take a complete ``units x raters`` matrix; batch functions take ``(B, n, k)``.
+* Krippendorff's alpha takes ``raters x units`` (the layout of Krippendorff's papers) with NaN for
+  a missing value; Gwet's AC2 and the kappas take ``units x raters`` with NaN for missing.
+* Undefined statistics (a zero denominator, too few units) are NaN; callers turn them into
+  ``None`` for JSON.
+
+Formulas: Shrout & Fleiss (1979) and McGraw & Wong (1996) for the ICCs and their F-based
+confidence intervals; Krippendorff (2011, "Computing Krippendorff's alpha-reliability") for alpha
+through the coincidence matrix; Gwet (2008, 2014 "Handbook of Inter-Rater Reliability") for AC2
+and its variance; Cohen (1960) and Fleiss (1971) for the kappas.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+ICC_FORMS = ("ICC1", "ICC2", "ICC3", "ICC1k", "ICC2k", "ICC3k")
+ALPHA_LEVELS = ("nominal", "ordinal", "interval", "ratio")
+GWET_WEIGHTS = ("identity", "ordinal", "linear", "quadratic")
+BATCH_FORMS = (*ICC_FORMS, "fleiss_kappa")
+ZERO_METHODS = ("wilcox", "pratt", "zsplit")
+
+
+# ---------------------------------------------------------------------------------------------
+# ICC
+
+
+def _mean_squares(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Two-way ANOVA mean squares of ``(..., n, k)`` complete matrices (last two axes)."""
+    n, k = x.shape[-2], x.shape[-1]
+    grand = x.mean(axis=(-2, -1), keepdims=True)
+    rows = x.mean(axis=-1, keepdims=True)
+    cols = x.mean(axis=-2, keepdims=True)
+    ss_rows = k * ((rows - grand) ** 2).sum(axis=(-2, -1))
+    ss_cols = n * ((cols - grand) ** 2).sum(axis=(-2, -1))
+    ss_total = ((x - grand) ** 2).sum(axis=(-2, -1))
+    ss_error = np.maximum(ss_total - ss_rows - ss_cols, 0.0)
+    return {
+        "msr": ss_rows / (n - 1),  # between units
+        "msc": ss_cols / (k - 1),  # between raters
+        "mse": ss_error / ((n - 1) * (k - 1)),  # residual
+        "msw": (ss_cols + ss_error) / (n * (k - 1)),  # within units (one-way)
+    }
+
+
+def _icc_from_ms(ms: dict[str, np.ndarray], n: int, k: int, form: str) -> np.ndarray:
+    msr, msc, mse, msw = ms["msr"], ms["msc"], ms["mse"], ms["msw"]
+    if form == "ICC1":
+        return (msr - msw) / (msr + (k - 1) * msw)
+    if form == "ICC2":
+        return (msr - mse) / (msr + (k - 1) * mse + k * (msc - mse) / n)
+    if form == "ICC3":
+        return (msr - mse) / (msr + (k - 1) * mse)
+    if form == "ICC1k":
+        return (msr - msw) / msr
+    if form == "ICC2k":
+        return (msr - mse) / (msr + (msc - mse) / n)
+    if form == "ICC3k":
+        return (msr - mse) / msr
+    raise ValueError(f"unknown ICC form {form!r}; expected one of {', '.join(ICC_FORMS)}")
+
+
+def _check_matrix(matrix: np.ndarray, what: str = "matrix") -> np.ndarray:
+    x = np.asarray(matrix, dtype=float)
+    if x.ndim < 2:
+        raise ValueError(f"{what} must be at least 2-D (units x raters)")
+    if x.shape[-2] < 2 or x.shape[-1] < 2:
+        raise ValueError(f"{what} needs at least 2 units and 2 raters, got shape {x.shape}")
+    if np.isnan(x).any():
+        raise ValueError(f"{what} has missing values; ICCs use complete units only")
+    return x
+
+
+def icc_values_batch(matrices: np.ndarray, form: str) -> np.ndarray:
+    """One ICC form (or ``"fleiss_kappa"``) for each of B complete matrices.
+
+    Args:
+        matrices: Array of shape ``(B, n, k)``: B matrices of n units by k raters.
+        form: One of ``ICC1, ICC2, ICC3, ICC1k, ICC2k, ICC3k`` or ``fleiss_kappa``.
+
+    Returns:
+        Array of shape ``(B,)``; NaN where the statistic is undefined.
+    """
+    x = _check_matrix(matrices, "matrices")
+    if x.ndim != 3:
+        raise ValueError(f"matrices must have shape (B, n, k), got {x.shape}")
+    if form == "fleiss_kappa":
+        return _fleiss_kappa_batch(x)
+    n, k = x.shape[1], x.shape[2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _icc_from_ms(_mean_squares(x), n, k, form)
+
+
+def icc_forms(matrix: np.ndarray) -> dict[str, dict[str, Any]]:
+    """The six Shrout & Fleiss ICCs of a complete ``units x raters`` matrix, with 95% CIs.
+
+    ``ICC1``/``ICC1k``: one-way random; ``ICC2``/``ICC2k``: two-way random, absolute agreement;
+    ``ICC3``/``ICC3k``: two-way mixed, consistency. The ``k`` forms are for the mean of the k
+    raters. CIs follow Shrout & Fleiss (1979) from the F distribution; ICC2's uses
+    Satterthwaite's approximate degrees of freedom.
+
+    Returns:
+        ``{form: {"value": float, "ci95": [lo, hi]}}`` for the six forms (NaN where undefined).
+    """
+    x = _check_matrix(matrix)
+    if x.ndim != 2:
+        raise ValueError(f"matrix must be 2-D (units x raters), got shape {x.shape}")
+    n, k = x.shape
+    ms = {key: float(value) for key, value in _mean_squares(x).items()}
+    msr, msc, mse, msw = ms["msr"], ms["msc"], ms["mse"], ms["msw"]
+    q = 0.975
+    out: dict[str, dict[str, Any]] = {}
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        values = {form: float(_icc_from_ms(ms, n, k, form)) for form in ICC_FORMS}
+        df_n = n - 1
+        # One-way (ICC1) and two-way consistency (ICC3): exact F-based limits.
+        for single, average, f_obs, df_d in (
+            ("ICC1", "ICC1k", np.divide(msr, msw), n * (k - 1)),
+            ("ICC3", "ICC3k", np.divide(msr, mse), (n - 1) * (k - 1)),
+        ):
+            f_lo = f_obs / sps.f.ppf(q, df_n, df_d)
+            f_hi = f_obs * sps.f.ppf(q, df_d, df_n)
+            out[single] = {
+                "value": values[single],
+                "ci95": [float((f_lo - 1) / (f_lo + k - 1)), float((f_hi - 1) / (f_hi + k - 1))],
+            }
+            out[average] = {
+                "value": values[average],
+                "ci95": [float(1 - 1 / f_lo), float(1 - 1 / f_hi)],
+            }
+        # Two-way random, absolute agreement (ICC2): Satterthwaite df for the denominator.
+        rho = values["ICC2"]
+        f_j = np.divide(msc, mse)
+        a = n * (1 + (k - 1) * rho) - k * rho
+        v_num = (k - 1) * (n - 1) * (k * rho * f_j + a) ** 2
+        v_den = (n - 1) * k**2 * rho**2 * f_j**2 + a**2
+        v = np.divide(v_num, v_den)
+        f_u = sps.f.ppf(q, n - 1, v)
+        f_l = sps.f.ppf(q, v, n - 1)
+        c = k * msc + (k * n - k - n) * mse
+        lo2 = float(n * (msr - f_u * mse) / (f_u * c + n * msr))
+        hi2 = float(n * (f_l * msr - mse) / (c + n * f_l * msr))
+        out["ICC2"] = {"value": rho, "ci95": [lo2, hi2]}
+        out["ICC2k"] = {
+            "value": values["ICC2k"],
+            "ci95": [float(lo2 * k / (1 + lo2 * (k - 1))), float(hi2 * k / (1 + hi2 * (k - 1)))],
+        }
+    return {form: out[form] for form in ICC_FORMS}
+
+
+# ---------------------------------------------------------------------------------------------
+# Krippendorff's alpha
+
+
+def _alpha_units(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Observed values and per-unit coincidence matrices (pairable units only, flattened)."""
+    x = np.asarray(data, dtype=float)
+    if x.ndim != 2:
+        raise ValueError(f"data must be 2-D (raters x units), got shape {x.shape}")
+    observed = ~np.isnan(x)
+    values = np.unique(x[observed])
+    # counts[u, v]: how many raters gave value v to unit u
+    counts = np.zeros((x.shape[1], values.size))
+    rater_idx, unit_idx = np.nonzero(observed)
+    np.add.at(counts, (unit_idx, np.searchsorted(values, x[rater_idx, unit_idx])), 1.0)
+    m = counts.sum(axis=1)
+    counts = counts[m >= 2]
+    m = m[m >= 2]
+    # o_u[c, k] = (n_uc n_uk - [c == k] n_uc) / (m_u - 1)
+    per_unit = counts[:, :, None] * counts[:, None, :]
+    diag = np.arange(values.size)
+    per_unit[:, diag, diag] -= counts
+    per_unit /= (m - 1)[:, None, None]
+    return values, per_unit.reshape(per_unit.shape[0], -1)
+
+
+def _alpha_from_coincidences(o: np.ndarray, values: np.ndarray, level: str) -> np.ndarray:
+    """Alpha for a stack of coincidence matrices ``(..., V, V)``."""
+    n_c = o.sum(axis=-1)
+    total = n_c.sum(axis=-1)
+    if level == "nominal":
+        delta = 1.0 - np.eye(values.size)
+    elif level == "interval":
+        delta = (values[:, None] - values[None, :]) ** 2
+    elif level == "ratio":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = values[:, None] + values[None, :]
+            delta = np.where(s == 0, 0.0, ((values[:, None] - values[None, :]) / s) ** 2)
+    elif level == "ordinal":
+        # delta_ck = (sum_{g=c..k} n_g - (n_c + n_k) / 2)^2, with values in rank order
+        cum = np.cumsum(n_c, axis=-1)
+        lo = np.minimum.outer(np.arange(values.size), np.arange(values.size))
+        hi = np.maximum.outer(np.arange(values.size), np.arange(values.size))
+        between = cum[..., hi] - cum[..., lo] + n_c[..., lo]
+        delta = (between - (n_c[..., :, None] + n_c[..., None, :]) / 2.0) ** 2
+    else:
+        raise ValueError(f"unknown level {level!r}; expected one of {', '.join(ALPHA_LEVELS)}")
+    observed = (o * delta).sum(axis=(-2, -1))
+    expected = (n_c[..., :, None] * n_c[..., None, :] * delta).sum(axis=(-2, -1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 1.0 - (total - 1.0) * observed / expected
+
+
+def krippendorff_alpha(data: np.ndarray, level: str) -> float:
+    """Krippendorff's alpha of a ``raters x units`` array with NaN for missing values.
+
+    Args:
+        data: Raters in rows, units in columns; units with fewer than 2 values are not pairable
+            and drop out, as in Krippendorff's definition.
+        level: ``nominal``, ``ordinal``, ``interval`` or ``ratio``.
+    """
+    values, per_unit = _alpha_units(data)
+    if per_unit.shape[0] == 0 or values.size < 2:
+        return float("nan")
+    o = per_unit.sum(axis=0).reshape(values.size, values.size)
+    return float(_alpha_from_coincidences(o, values, level))
+
+
+def krippendorff_alpha_boot(
+    data: np.ndarray, level: str, n_boot: int = 1000, seed: int = 0
+) -> np.ndarray:
+    """Alpha for ``n_boot`` resamples of the pairable units (with replacement)."""
+    values, per_unit = _alpha_units(data)
+    units = per_unit.shape[0]
+    if units == 0 or values.size < 2:
+        return np.full(n_boot, np.nan)
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(units, np.full(units, 1.0 / units), size=n_boot).astype(float)
+    o = (weights @ per_unit).reshape(n_boot, values.size, values.size)
+    return _alpha_from_coincidences(o, values, level)
+
+
+def krippendorff_alpha_ci(
+    data: np.ndarray, level: str, n_boot: int = 1000, seed: int = 0
+) -> list[float]:
+    """95% percentile-bootstrap interval of alpha, resampling units with replacement."""
+    boot = krippendorff_alpha_boot(data, level, n_boot=n_boot, seed=seed)
+    boot = boot[np.isfinite(boot)]
+    if boot.size == 0:
+        return [float("nan"), float("nan")]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Gwet's AC2
+
+
+def gwet_weights(categories: Sequence[float], weights: str) -> np.ndarray:
+    """Gwet's agreement weights ``w[k, l]`` over the ordered category set.
+
+    ``identity`` gives AC1; ``ordinal`` uses category ranks (1 - C(d+1, 2) / max); ``linear`` and
+    ``quadratic`` use the category values scaled by the range.
+    """
+    cats = np.asarray(categories, dtype=float)
+    q = cats.size
+    if weights == "identity":
+        return np.eye(q)
+    if weights == "ordinal":
+        ranks = np.arange(q)
+        span = np.abs(ranks[:, None] - ranks[None, :]) + 1.0
+        m = span * (span - 1.0) / 2.0
+        return 1.0 - m / m.max() if m.max() > 0 else np.ones((q, q))
+    spread = cats.max() - cats.min() if q else 0.0
+    if spread == 0:
+        return np.ones((q, q))
+    diff = np.abs(cats[:, None] - cats[None, :]) / spread
+    if weights == "linear":
+        return 1.0 - diff
+    if weights == "quadratic":
+        return 1.0 - diff**2
+    raise ValueError(f"unknown weights {weights!r}; expected one of {', '.join(GWET_WEIGHTS)}")
+
+
+def _category_counts(data: np.ndarray, categories: Sequence[float]) -> np.ndarray:
+    """``units x categories`` counts from a ``units x raters`` array with NaN for missing."""
+    x = np.asarray(data, dtype=float)
+    if x.ndim != 2:
+        raise ValueError(f"data must be 2-D (units x raters), got shape {x.shape}")
+    cats = np.asarray(categories, dtype=float)
+    present = ~np.isnan(x)
+    known = np.isclose(x[..., None], cats).any(axis=-1)
+    stray = np.unique(x[present & ~known])
+    if stray.size:
+        raise ValueError(
+            f"values {stray.tolist()} are not in the category set {cats.tolist()}"
+        )
+    return np.isclose(x[:, :, None], cats[None, None, :]).sum(axis=1).astype(float)
+
+
+def gwet_ac2(data: np.ndarray, categories: Sequence[float], weights: str) -> dict[str, Any]:
+    """Gwet's AC2 with Gwet's variance estimate (no finite-population correction).
+
+    Args:
+        data: ``units x raters``, NaN for a missing rating; every unit with at least one rating
+            counts towards the category prevalences, units with two or more towards agreement.
+        categories: The declared category set (for example ``[1, 2, 3, 4, 5]``).
+        weights: ``ordinal``, ``quadratic``, ``linear`` or ``identity`` (AC1).
+
+    Returns:
+        ``{"value", "se", "ci95": [lo, hi]}``; the interval is ``value +/- t(0.975, n-1) * se``
+        with the upper limit capped at 1, as in Gwet's software.
+    """
+    cats = np.asarray(sorted(float(c) for c in categories))
+    q = cats.size
+    nan = float("nan")
+    if q < 2:
+        return {"value": nan, "se": nan, "ci95": [nan, nan]}
+    w = gwet_weights(cats, weights)
+    r = _category_counts(data, cats)
+    r_i = r.sum(axis=1)
+    r = r[r_i >= 1]
+    r_i = r_i[r_i >= 1]
+    n = r.shape[0]
+    multi = r_i >= 2
+    n2 = int(multi.sum())
+    if n2 == 0:
+        return {"value": nan, "se": nan, "ci95": [nan, nan]}
+    r_star = r @ w.T
+    pair_den = np.where(multi, r_i * (r_i - 1.0), 1.0)
+    pa_i = np.where(multi, (r * (r_star - 1.0)).sum(axis=1) / pair_den, 0.0)
+    pa = pa_i.sum() / n2
+    pi = (r / r_i[:, None]).mean(axis=0)
+    scale = w.sum() / (q * (q - 1.0))
+    pe = scale * (pi * (1.0 - pi)).sum()
+    if pe >= 1.0:
+        return {"value": nan, "se": nan, "ci95": [nan, nan]}
+    value = (pa - pe) / (1.0 - pe)
+    # Linearised per-unit contributions (Gwet 2008, eq. for the variance of AC1/AC2).
+    ac_i = (n / n2) * (pa_i - pe * multi) / (1.0 - pe)
+    pe_i = scale * (r @ (1.0 - pi)) / r_i
+    ac_i_star = ac_i - 2.0 * (1.0 - value) * (pe_i - pe) / (1.0 - pe)
+    if n < 2:
+        return {"value": float(value), "se": nan, "ci95": [nan, nan]}
+    var = ((ac_i_star - value) ** 2).sum() / (n * (n - 1.0))
+    se = float(np.sqrt(var))
+    t = sps.t.ppf(0.975, n - 1)
+    return {
+        "value": float(value),
+        "se": se,
+        "ci95": [float(value - t * se), float(min(1.0, value + t * se))],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Kappas and percent agreement
+
+
+def cohen_kappa(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cohen's (unweighted) kappa of two raters; pairs with a missing value are dropped."""
+    x = np.asarray(a, dtype=float)
+    y = np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError("a and b must be 1-D and of equal length")
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    if x.size == 0:
+        return float("nan")
+    cats = np.unique(np.concatenate([x, y]))
+    p_o = float((x == y).mean())
+    p_x = (x[:, None] == cats).mean(axis=0)
+    p_y = (y[:, None] == cats).mean(axis=0)
+    p_e = float((p_x * p_y).sum())
+    if p_e >= 1.0:
+        return float("nan")
+    return (p_o - p_e) / (1.0 - p_e)
+
+
+def _unit_counts(data: np.ndarray) -> np.ndarray:
+    x = np.asarray(data, dtype=float)
+    if x.ndim != 2:
+        raise ValueError(f"data must be 2-D (units x raters), got shape {x.shape}")
+    cats = np.unique(x[~np.isnan(x)])
+    return _category_counts(x, cats)
+
+
+def percent_agreement(data: np.ndarray) -> float:
+    """Mean pairwise agreement over units with two or more ratings (``units x raters``, NaN ok).
+
+    For two raters this is the share of units on which they give the same score.
+    """
+    counts = _unit_counts(data)
+    m = counts.sum(axis=1)
+    counts, m = counts[m >= 2], m[m >= 2]
+    if m.size == 0:
+        return float("nan")
+    return float(((counts * (counts - 1)).sum(axis=1) / (m * (m - 1))).mean())
+
+
+def fleiss_kappa(data: np.ndarray) -> float:
+    """Fleiss' kappa of a ``units x raters`` array of category values (NaN for missing).
+
+    With a constant number of ratings per unit this is Fleiss (1971); with missing ratings each
+    unit's agreement uses its own number of ratings and the prevalences pool all ratings.
+    """
+    counts = _unit_counts(data)
+    m = counts.sum(axis=1)
+    counts, m = counts[m >= 2], m[m >= 2]
+    if m.size == 0:
+        return float("nan")
+    p_i = (counts * (counts - 1)).sum(axis=1) / (m * (m - 1))
+    p_bar = p_i.mean()
+    p_j = counts.sum(axis=0) / m.sum()
+    p_e = float((p_j**2).sum())
+    if p_e >= 1.0:
+        return float("nan")
+    return float((p_bar - p_e) / (1.0 - p_e))
+
+
+def _fleiss_kappa_batch(x: np.ndarray) -> np.ndarray:
+    """Fleiss' kappa of ``(B, n, k)`` complete matrices."""
+    _, n, k = x.shape
+    cats = np.unique(x)
+    counts = (x[..., None] == cats).sum(axis=2).astype(float)  # (B, n, C)
+    p_bar = ((counts * (counts - 1)).sum(axis=2) / (k * (k - 1))).mean(axis=1)
+    p_e = ((counts.sum(axis=1) / (n * k)) ** 2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(p_e < 1.0, (p_bar - p_e) / (1.0 - p_e), np.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wilcoxon signed-rank
+
+
+def wilcoxon_paired(
+    x: Sequence[float], y: Sequence[float], zero_method: str = "wilcox"
+) -> dict[str, Any]:
+    """Wilcoxon signed-rank test of ``x - y`` (scipy), with the zero-difference method stated.
+
+    ``wilcox`` (scipy's default) discards zero differences; ``pratt`` ranks them and then drops
+    their ranks (a sensitivity analysis). Pairs with a missing value are dropped. When every
+    difference is zero the test is degenerate and ``p`` is 1.
+
+    Returns:
+        ``{"statistic", "p", "zero_method", "n_pairs", "n_zero_differences"}``.
+    """
+    if zero_method not in ZERO_METHODS:
+        raise ValueError(f"zero_method must be one of {', '.join(ZERO_METHODS)}")
+    a = np.asarray(x, dtype=float)
+    b = np.asarray(y, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError("x and y must be 1-D and of equal length")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    diff = a - b
+    result: dict[str, Any] = {
+        "statistic": float("nan"),
+        "p": float("nan"),
+        "zero_method": zero_method,
+        "n_pairs": int(diff.size),
+        "n_zero_differences": int((diff == 0).sum()),
+    }
+    if diff.size == 0:
+        return result
+    if not diff.any():
+        result.update(statistic=0.0, p=1.0)
+        return result
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        test = sps.wilcoxon(a, b, zero_method=zero_method)
+    result.update(statistic=float(test.statistic), p=float(test.pvalue))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Judge as substitute or additional rater
+
+
+def bootstrap_indices(n_units: int, n_boot: int, seed: int) -> np.ndarray:
+    """``(n_boot, n_units)`` unit indices drawn with replacement (the resamples used below)."""
+    return np.random.default_rng(seed).integers(0, n_units, size=(n_boot, n_units))
+
+
+def _two_sided_p(deltas: np.ndarray) -> float:
+    """Two-tailed bootstrap p for H0 delta = 0: twice the smaller tail share, add-one corrected."""
+    d = deltas[np.isfinite(deltas)]
+    if d.size == 0:
+        return float("nan")
+    below = (1.0 + (d <= 0).sum()) / (d.size + 1.0)
+    above = (1.0 + (d >= 0).sum()) / (d.size + 1.0)
+    return float(min(1.0, 2.0 * min(below, above)))
+
+
+def _delta_summary(base: float, other: float, boot: np.ndarray) -> dict[str, Any]:
+    finite = boot[np.isfinite(boot)]
+    ci = (
+        [float(v) for v in np.percentile(finite, [2.5, 97.5])]
+        if finite.size
+        else [float("nan"), float("nan")]
+    )
+    return {
+        "icc_base": float(base),
+        "icc_with_judge": float(other),
+        "delta_icc": float(other - base),
+        "ci95": ci,
+        "p": _two_sided_p(boot),
+    }
+
+
+def _check_judge(humans: np.ndarray, judge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    h = _check_matrix(humans, "humans")
+    j = np.asarray(judge, dtype=float)
+    if h.ndim != 2 or j.shape != (h.shape[0],):
+        raise ValueError(f"judge must have one score per unit: {h.shape[0]}, got shape {j.shape}")
+    if np.isnan(j).any():
+        raise ValueError("judge has missing values; use units the judge scored")
+    return h, j
+
+
+def substitution_bootstrap(
+    humans: np.ndarray,
+    judge: np.ndarray,
+    rater_ids: list[str],
+    n_boot: int = 1000,
+    seed: int = 0,
+    form: str = "ICC3k",
+) -> list[dict[str, Any]]:
+    """Change in the raters' ICC when the judge replaces each human rater in turn.
+
+    Each of the ``n_boot`` resamples draws units with replacement (the same draws for every
+    rater) and computes ``ICC(with judge in place of rater j) - ICC(humans)``; ``p`` is the
+    two-tailed bootstrap p of a zero change and ``ci95`` the percentile interval of the change.
+
+    Args:
+        humans: Complete ``units x raters`` matrix of the human raters.
+        judge: The judge's score for each unit (for example the median of its samples).
+        rater_ids: Names of the human columns, in order.
+        form: ICC form (default ``ICC3k``) or ``fleiss_kappa`` for categorical scales.
+
+    Returns:
+        One ``{"rater", "delta_icc", "ci95", "p", "icc_base", "icc_with_judge"}`` per rater.
+    """
+    h, j = _check_judge(humans, judge)
+    if len(rater_ids) != h.shape[1]:
+        raise ValueError(f"{len(rater_ids)} rater ids for {h.shape[1]} columns")
+    idx = bootstrap_indices(h.shape[0], n_boot, seed)
+    hb = h[idx]  # (B, n, k)
+    jb = j[idx]  # (B, n)
+    base = icc_values_batch(h[None], form)[0]
+    base_b = icc_values_batch(hb, form)
+    out = []
+    for col, rater in enumerate(rater_ids):
+        swapped = h.copy()
+        swapped[:, col] = j
+        swapped_b = hb.copy()
+        swapped_b[:, :, col] = jb
+        other = icc_values_batch(swapped[None], form)[0]
+        boot = icc_values_batch(swapped_b, form) - base_b
+        out.append({"rater": rater, **_delta_summary(base, other, boot)})
+    return out
+
+
+def added_rater_bootstrap(
+    humans: np.ndarray,
+    judge: np.ndarray,
+    n_boot: int = 1000,
+    seed: int = 0,
+    form: str = "ICC3k",
+) -> dict[str, Any]:
+    """Change in the raters' ICC when the judge joins the human raters as one more rater.
+
+    Same resampling and p as :func:`substitution_bootstrap`. Note that average-measure forms
+    (``ICC3k``) rise with the number of raters, so a positive change is expected.
+
+    Returns:
+        ``{"delta_icc", "ci95", "p", "icc_base", "icc_with_judge"}``.
+    """
+    h, j = _check_judge(humans, judge)
+    idx = bootstrap_indices(h.shape[0], n_boot, seed)
+    both = np.concatenate([h, j[:, None]], axis=1)
+    base = icc_values_batch(h[None], form)[0]
+    other = icc_values_batch(both[None], form)[0]
+    both_b = both[idx]
+    boot = icc_values_batch(both_b, form) - icc_values_batch(both_b[:, :, :-1], form)
+    return _delta_summary(base, other, boot)
