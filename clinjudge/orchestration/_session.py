@@ -270,6 +270,10 @@ def execute_run(
     except (KeyboardInterrupt, asyncio.CancelledError):
         store.set_run_status(run_id, "interrupted")
         raise KeyboardInterrupt from None
+    except Exception:
+        # Finished samples are already stored; the run stays resumable after the fix.
+        store.set_run_status(run_id, "failed")
+        raise
     finalize_run(store, run_id, prepared.rubric, config.samples)
     store.set_run_status(run_id, "completed", finished=True)
     return tally
