@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from clinjudge import __version__
+from clinjudge.cli._agree import agree_command, compare_command, report_command
+from clinjudge.cli._ratings import ratings_app
 from clinjudge.cli._rubric import rubric_app
 from clinjudge.cli._run import run_command
 from clinjudge.cli._runs import export_command, runs_app
@@ -18,7 +20,11 @@ app = typer.Typer(
 )
 app.command("run")(run_command)
 app.command("export")(export_command)
+app.command("agree")(agree_command)
+app.command("compare")(compare_command)
+app.command("report")(report_command)
 app.add_typer(runs_app, name="runs")
+app.add_typer(ratings_app, name="ratings")
 app.add_typer(rubric_app, name="rubric")
 
 

@@ -129,9 +129,7 @@ def _score(
     scale = f"a whole number from {attribute.min} to {attribute.max}"
     if value is None:
         if not attribute.nullable:
-            problems.append(
-                f"{where}: field score: {key} may not be null; it must be {scale}"
-            )
+            problems.append(f"{where}: field score: {key} may not be null; it must be {scale}")
             return False, None
         return True, None
     if not math.isfinite(value) or value != int(value) or value not in attribute.values:

@@ -93,6 +93,7 @@ def icc_values_batch(matrices: np.ndarray, form: str) -> np.ndarray:
     x = _check_matrix(matrices, "matrices")
     if x.ndim != 3:
         raise ValueError(f"matrices must have shape (B, n, k), got {x.shape}")
+    _check_form(form)
     if form == "fleiss_kappa":
         return _fleiss_kappa_batch(x)
     n, k = x.shape[1], x.shape[2]
@@ -115,7 +116,7 @@ def icc_forms(matrix: np.ndarray) -> dict[str, dict[str, Any]]:
     if x.ndim != 2:
         raise ValueError(f"matrix must be 2-D (units x raters), got shape {x.shape}")
     n, k = x.shape
-    ms = {key: float(value) for key, value in _mean_squares(x).items()}
+    ms = {key: np.float64(value) for key, value in _mean_squares(x).items()}
     msr, msc, mse, msw = ms["msr"], ms["msc"], ms["mse"], ms["msw"]
     q = 0.975
     out: dict[str, dict[str, Any]] = {}
@@ -181,7 +182,7 @@ def _alpha_units(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     diag = np.arange(values.size)
     per_unit[:, diag, diag] -= counts
     per_unit /= (m - 1)[:, None, None]
-    return values, per_unit.reshape(per_unit.shape[0], -1)
+    return values, per_unit.reshape(per_unit.shape[0], values.size**2)
 
 
 def _alpha_from_coincidences(o: np.ndarray, values: np.ndarray, level: str) -> np.ndarray:
@@ -234,8 +235,7 @@ def krippendorff_alpha_boot(
     units = per_unit.shape[0]
     if units == 0 or values.size < 2:
         return np.full(n_boot, np.nan)
-    rng = np.random.default_rng(seed)
-    weights = rng.multinomial(units, np.full(units, 1.0 / units), size=n_boot).astype(float)
+    weights = bootstrap_weights(bootstrap_indices(units, n_boot, seed))
     o = (weights @ per_unit).reshape(n_boot, values.size, values.size)
     return _alpha_from_coincidences(o, values, level)
 
@@ -292,9 +292,7 @@ def _category_counts(data: np.ndarray, categories: Sequence[float]) -> np.ndarra
     known = np.isclose(x[..., None], cats).any(axis=-1)
     stray = np.unique(x[present & ~known])
     if stray.size:
-        raise ValueError(
-            f"values {stray.tolist()} are not in the category set {cats.tolist()}"
-        )
+        raise ValueError(f"values {stray.tolist()} are not in the category set {cats.tolist()}")
     return np.isclose(x[:, :, None], cats[None, None, :]).sum(axis=1).astype(float)
 
 
@@ -432,17 +430,45 @@ def _fleiss_kappa_batch(x: np.ndarray) -> np.ndarray:
 # Wilcoxon signed-rank
 
 
+def _signed_rank_inputs(diff: np.ndarray, zero_method: str) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks of the non-zero differences and their signs, per the zero-difference method."""
+    if zero_method == "pratt":
+        ranks = sps.rankdata(np.abs(diff))
+        keep = diff != 0
+        return ranks[keep], np.sign(diff[keep])
+    nonzero = diff[diff != 0]
+    return sps.rankdata(np.abs(nonzero)), np.sign(nonzero)
+
+
+def _exact_sign_flip_p(diff: np.ndarray, zero_method: str) -> float:
+    """Two-sided p of the signed-rank sum over all 2^m sign patterns of the non-zero differences
+    (what scipy's default does for n <= 13 with ties or zeros, here in one matrix product)."""
+    ranks, signs = _signed_rank_inputs(diff, zero_method)
+    m = ranks.size
+    observed = float(ranks[signs > 0].sum())
+    patterns = (np.arange(2**m)[:, None] >> np.arange(m)[None, :]) & 1  # (2^m, m) of 0/1
+    null = patterns @ ranks
+    slack = abs(observed) * np.finfo(float).eps * 100  # float ties count as equal
+    below = float((null <= observed + slack).mean())
+    above = float((null >= observed - slack).mean())
+    return float(min(1.0, 2.0 * min(below, above)))
+
+
 def wilcoxon_paired(
     x: Sequence[float], y: Sequence[float], zero_method: str = "wilcox"
 ) -> dict[str, Any]:
-    """Wilcoxon signed-rank test of ``x - y`` (scipy), with the zero-difference method stated.
+    """Wilcoxon signed-rank test of ``x - y``, with the zero-difference method stated.
 
     ``wilcox`` (scipy's default) discards zero differences; ``pratt`` ranks them and then drops
-    their ranks (a sensitivity analysis). Pairs with a missing value are dropped. When every
-    difference is zero the test is degenerate and ``p`` is 1.
+    their ranks (a sensitivity analysis). Pairs with a missing value are dropped. The p-value
+    method follows scipy's ``method="auto"``: the exact distribution for n <= 50 without ties
+    or zeros, an exact sign-flip permutation for n <= 13 with ties or zeros (computed here by
+    enumeration, which scipy does slowly), otherwise the normal approximation with tie
+    correction. When every difference is zero the test is degenerate and ``p`` is 1.
 
     Returns:
-        ``{"statistic", "p", "zero_method", "n_pairs", "n_zero_differences"}``.
+        ``{"statistic", "p", "zero_method", "method", "n_pairs", "n_zero_differences"}``;
+        the statistic is scipy's (the smaller of the signed-rank sums).
     """
     if zero_method not in ZERO_METHODS:
         raise ValueError(f"zero_method must be one of {', '.join(ZERO_METHODS)}")
@@ -453,22 +479,34 @@ def wilcoxon_paired(
     keep = ~(np.isnan(a) | np.isnan(b))
     a, b = a[keep], b[keep]
     diff = a - b
+    n_zero = int((diff == 0).sum())
     result: dict[str, Any] = {
         "statistic": float("nan"),
         "p": float("nan"),
         "zero_method": zero_method,
+        "method": None,
         "n_pairs": int(diff.size),
-        "n_zero_differences": int((diff == 0).sum()),
+        "n_zero_differences": n_zero,
     }
     if diff.size == 0:
         return result
     if not diff.any():
-        result.update(statistic=0.0, p=1.0)
+        result.update(statistic=0.0, p=1.0, method="degenerate")
         return result
+    nonzero = np.abs(diff[diff != 0])
+    ties = np.unique(nonzero).size < nonzero.size
+    if diff.size <= 50 and not ties and n_zero == 0:
+        method = "exact"
+    elif diff.size <= 13 and zero_method != "zsplit":
+        method = "permutation"
+    else:
+        method = "asymptotic"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        test = sps.wilcoxon(a, b, zero_method=zero_method)
-    result.update(statistic=float(test.statistic), p=float(test.pvalue))
+        scipy_method = "asymptotic" if method == "permutation" else method
+        test = sps.wilcoxon(a, b, zero_method=zero_method, method=scipy_method)
+    p_value = _exact_sign_flip_p(diff, zero_method) if method == "permutation" else test.pvalue
+    result.update(statistic=float(test.statistic), p=float(p_value), method=method)
     return result
 
 
@@ -477,13 +515,47 @@ def wilcoxon_paired(
 
 
 def bootstrap_indices(n_units: int, n_boot: int, seed: int) -> np.ndarray:
-    """``(n_boot, n_units)`` unit indices drawn with replacement (the resamples used below)."""
+    """``(n_boot, n_units)`` unit indices drawn with replacement (the resamples used here)."""
     return np.random.default_rng(seed).integers(0, n_units, size=(n_boot, n_units))
+
+
+def bootstrap_weights(indices: np.ndarray) -> np.ndarray:
+    """How often each unit appears in each resample: ``(B, n)`` counts from ``(B, n)`` indices."""
+    n_boot, n_units = indices.shape
+    flat = indices + n_units * np.arange(n_boot)[:, None]
+    counts = np.bincount(flat.ravel(), minlength=n_boot * n_units)
+    return counts.reshape(n_boot, n_units).astype(float)
+
+
+def _icc_from_sums(
+    n: int,
+    k: int,
+    total: np.ndarray,
+    sum_row2: np.ndarray,
+    sum_col2: np.ndarray,
+    sum_sq: np.ndarray,
+    form: str,
+) -> np.ndarray:
+    """An ICC form from sufficient statistics: grand total, sums of squared row and column
+    totals and the sum of squared scores (the ANOVA sums of squares follow from these)."""
+    correction = total**2 / (n * k)
+    ss_rows = sum_row2 / k - correction
+    ss_cols = sum_col2 / n - correction
+    ss_error = np.maximum(sum_sq - correction - ss_rows - ss_cols, 0.0)
+    ms = {
+        "msr": ss_rows / (n - 1),
+        "msc": ss_cols / (k - 1),
+        "mse": ss_error / ((n - 1) * (k - 1)),
+        "msw": (ss_cols + ss_error) / (n * (k - 1)),
+    }
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _icc_from_ms(ms, n, k, form)
 
 
 def _two_sided_p(deltas: np.ndarray) -> float:
     """Two-tailed bootstrap p for H0 delta = 0: twice the smaller tail share, add-one corrected."""
     d = deltas[np.isfinite(deltas)]
+    d = np.where(np.abs(d) < 1e-12, 0.0, d)  # rounding noise counts as no change
     if d.size == 0:
         return float("nan")
     below = (1.0 + (d <= 0).sum()) / (d.size + 1.0)
@@ -507,6 +579,11 @@ def _delta_summary(base: float, other: float, boot: np.ndarray) -> dict[str, Any
     }
 
 
+def _check_form(form: str) -> None:
+    if form not in BATCH_FORMS:
+        raise ValueError(f"unknown form {form!r}; expected one of {', '.join(BATCH_FORMS)}")
+
+
 def _check_judge(humans: np.ndarray, judge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     h = _check_matrix(humans, "humans")
     j = np.asarray(judge, dtype=float)
@@ -528,8 +605,12 @@ def substitution_bootstrap(
     """Change in the raters' ICC when the judge replaces each human rater in turn.
 
     Each of the ``n_boot`` resamples draws units with replacement (the same draws for every
-    rater) and computes ``ICC(with judge in place of rater j) - ICC(humans)``; ``p`` is the
-    two-tailed bootstrap p of a zero change and ``ci95`` the percentile interval of the change.
+    rater, from :func:`bootstrap_indices`) and computes ``ICC(judge in place of rater j) -
+    ICC(humans)``; ``p`` is the two-tailed bootstrap p of a zero change (twice the smaller share
+    of resampled changes at or beyond 0, add-one corrected) and ``ci95`` the percentile interval.
+
+    ICC forms are computed from per-unit sufficient statistics, so a resample costs a matrix
+    product rather than a pass over a copied ``n x k`` matrix.
 
     Args:
         humans: Complete ``units x raters`` matrix of the human raters.
@@ -540,13 +621,50 @@ def substitution_bootstrap(
     Returns:
         One ``{"rater", "delta_icc", "ci95", "p", "icc_base", "icc_with_judge"}`` per rater.
     """
+    _check_form(form)
     h, j = _check_judge(humans, judge)
-    if len(rater_ids) != h.shape[1]:
-        raise ValueError(f"{len(rater_ids)} rater ids for {h.shape[1]} columns")
-    idx = bootstrap_indices(h.shape[0], n_boot, seed)
-    hb = h[idx]  # (B, n, k)
-    jb = j[idx]  # (B, n)
-    base = icc_values_batch(h[None], form)[0]
+    n, k = h.shape
+    if len(rater_ids) != k:
+        raise ValueError(f"{len(rater_ids)} rater ids for {k} columns")
+    idx = bootstrap_indices(n, n_boot, seed)
+    if form == "fleiss_kappa":
+        return _substitution_by_copy(h, j, rater_ids, idx, form)
+    w = bootstrap_weights(idx)  # (B, n)
+    rows = h.sum(axis=1)
+    squares = (h**2).sum(axis=1)
+    # Per-unit statistics of the k swapped matrices (column j = the judge), side by side.
+    rows_sw = rows[:, None] - h + j[:, None]  # (n, k)
+    squares_sw = squares[:, None] - h**2 + (j**2)[:, None]
+    cols = w @ h  # (B, k) column totals of each resample
+    col_j = w @ j  # (B,)
+    col2 = (cols**2).sum(axis=1)
+    base_b = _icc_from_sums(n, k, w @ rows, w @ rows**2, col2, w @ squares, form)
+    swapped_b = _icc_from_sums(
+        n,
+        k,
+        w @ rows_sw,
+        w @ rows_sw**2,
+        col2[:, None] - cols**2 + (col_j**2)[:, None],
+        w @ squares_sw,
+        form,
+    )  # (B, k)
+    base = float(icc_values_batch(h[None], form)[0])
+    out = []
+    for col, rater in enumerate(rater_ids):
+        swapped = h.copy()
+        swapped[:, col] = j
+        other = float(icc_values_batch(swapped[None], form)[0])
+        boot = swapped_b[:, col] - base_b
+        out.append({"rater": rater, **_delta_summary(base, other, boot)})
+    return out
+
+
+def _substitution_by_copy(
+    h: np.ndarray, j: np.ndarray, rater_ids: list[str], idx: np.ndarray, form: str
+) -> list[dict[str, Any]]:
+    hb = h[idx]
+    jb = j[idx]
+    base = float(icc_values_batch(h[None], form)[0])
     base_b = icc_values_batch(hb, form)
     out = []
     for col, rater in enumerate(rater_ids):
@@ -554,7 +672,7 @@ def substitution_bootstrap(
         swapped[:, col] = j
         swapped_b = hb.copy()
         swapped_b[:, :, col] = jb
-        other = icc_values_batch(swapped[None], form)[0]
+        other = float(icc_values_batch(swapped[None], form)[0])
         boot = icc_values_batch(swapped_b, form) - base_b
         out.append({"rater": rater, **_delta_summary(base, other, boot)})
     return out
@@ -569,17 +687,31 @@ def added_rater_bootstrap(
 ) -> dict[str, Any]:
     """Change in the raters' ICC when the judge joins the human raters as one more rater.
 
-    Same resampling and p as :func:`substitution_bootstrap`. Note that average-measure forms
-    (``ICC3k``) rise with the number of raters, so a positive change is expected.
+    Same resamples and p as :func:`substitution_bootstrap`. Average-measure forms (``ICC3k``)
+    rise with the number of raters, so a positive change is expected for a reasonable judge.
 
     Returns:
         ``{"delta_icc", "ci95", "p", "icc_base", "icc_with_judge"}``.
     """
+    _check_form(form)
     h, j = _check_judge(humans, judge)
-    idx = bootstrap_indices(h.shape[0], n_boot, seed)
+    n, k = h.shape
+    idx = bootstrap_indices(n, n_boot, seed)
     both = np.concatenate([h, j[:, None]], axis=1)
-    base = icc_values_batch(h[None], form)[0]
-    other = icc_values_batch(both[None], form)[0]
-    both_b = both[idx]
-    boot = icc_values_batch(both_b, form) - icc_values_batch(both_b[:, :, :-1], form)
-    return _delta_summary(base, other, boot)
+    base = float(icc_values_batch(h[None], form)[0])
+    other = float(icc_values_batch(both[None], form)[0])
+    if form == "fleiss_kappa":
+        both_b = both[idx]
+        boot = icc_values_batch(both_b, form) - icc_values_batch(both_b[:, :, :-1], form)
+        return _delta_summary(base, other, boot)
+    w = bootstrap_weights(idx)
+    rows = h.sum(axis=1)
+    squares = (h**2).sum(axis=1)
+    cols2 = ((w @ h) ** 2).sum(axis=1)
+    col_j2 = (w @ j) ** 2
+    base_b = _icc_from_sums(n, k, w @ rows, w @ rows**2, cols2, w @ squares, form)
+    rows_add = rows + j
+    added_b = _icc_from_sums(
+        n, k + 1, w @ rows_add, w @ rows_add**2, cols2 + col_j2, w @ (squares + j**2), form
+    )
+    return _delta_summary(base, other, added_b - base_b)

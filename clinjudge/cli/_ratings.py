@@ -1,0 +1,69 @@
+"""`judge ratings import|list`: physicians' ratings in the run store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+from clinjudge.rubrics import RubricError, load_rubric
+from clinjudge.runs import DEFAULT_DB, InputError, import_ratings, ratings_overview
+
+ratings_app = typer.Typer(help="Import and list physicians' ratings.", no_args_is_help=True)
+
+DbOption = Annotated[str, typer.Option(help="DuckDB file.")]
+
+
+@ratings_app.command("import")
+def import_command(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Ratings: JSONL, CSV or Parquet with item_id, rater_id, attribute, "
+            "score (one row per rating)."
+        ),
+    ],
+    rubric: Annotated[str, typer.Option(help="Built-in rubric name or rubric file.")] = "pdsqi9",
+    db: DbOption = str(DEFAULT_DB),
+) -> None:
+    """Validate ratings against the rubric and store them (re-importing replaces them)."""
+    try:
+        chosen = load_rubric(rubric)
+    except RubricError as exc:
+        fail(str(exc), EXIT_USAGE)
+    with open_store(db) as store:
+        try:
+            summary = import_ratings(store, file, chosen)
+        except InputError as exc:
+            fail(f"{file}: ratings not imported, nothing was written\n{exc}", EXIT_USAGE)
+    console.print(
+        f"imported {summary.rows} rating(s) of {summary.items} item(s) by {summary.raters} "
+        f"rater(s) ({summary.rubric}): {summary.new} new, {summary.changed} changed, "
+        f"{summary.unchanged} unchanged"
+    )
+
+
+@ratings_app.command("list")
+def list_command(db: DbOption = str(DEFAULT_DB)) -> None:
+    """Stored ratings per rubric and rater."""
+    with open_store(db, read_only=True) as store:
+        rows = ratings_overview(store)
+    if not rows:
+        console.print(f"no human ratings in {db}; add some with `judge ratings import FILE`")
+        return
+    table = Table()
+    for column in ("rubric", "rater", "items", "ratings", "null scores", "last import"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["rubric"] or "",
+            row["rater_id"],
+            str(row["items"]),
+            str(row["ratings"]),
+            str(row["null_scores"]),
+            str(row["last_import"])[:19],
+        )
+    stdout.print(table)

@@ -1,0 +1,562 @@
+"""Agreement between human raters and an LLM judge, per attribute and pooled (SPEC section 9).
+
+``analyse_ratings`` turns long-format ratings (one record per unit, rater and attribute) into a
+JSON-ready report: the raters' ICCs (complete units only), Krippendorff's alpha and Gwet's AC2
+(all ratings), kappas and percent agreement for binary attributes, and, when a judge is named,
+the primary comparison of the judge's median score with the human median (ICC(3,k), Wilcoxon
+signed-rank, median difference and IQR, difference counts) plus the judge-as-substitute and
+judge-as-extra-rater bootstraps. The statistics live in :mod:`clinjudge.runs._stats`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from clinjudge.runs import _stats
+from clinjudge.runs._inputs import InputError, read_records
+
+PRIMARY_FORM = "ICC3k"
+ALPHA_LEVELS = ("nominal", "ordinal", "interval")
+AC2_WEIGHTS = ("ordinal", "quadratic")
+_FIELDS = ("unit_id", "rater_id", "score", "attribute")
+
+
+class RatingRecord(BaseModel):
+    """One score given by one rater (a human or one judge sample) to one unit.
+
+    Several records with the same unit, rater and attribute are samples of that rater (a
+    judge's N samples); their median is used.
+    """
+
+    unit_id: str
+    rater_id: str
+    score: float | None
+    attribute: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading ratings files
+
+
+def _text_field(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, str):
+        return value.strip()
+    return value
+
+
+def _score_field(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "" or text.lower() in {"na", "nan", "null", "none"}:
+            return None
+        return text
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _coerce(where: str, raw: Any, problems: list[str]) -> RatingRecord | None:
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: field (record): expected an object with {', '.join(_FIELDS)}")
+        return None
+    record: dict[str, Any] = {}
+    ok = True
+    for field in ("unit_id", "rater_id"):
+        value = _text_field(raw.get(field))
+        if value is None or value == "":
+            problems.append(f"{where}: field {field}: missing or empty")
+            ok = False
+        elif not isinstance(value, str):
+            problems.append(f"{where}: field {field}: expected a string, got {value!r}")
+            ok = False
+        else:
+            record[field] = value
+    if "score" not in raw:
+        problems.append(f"{where}: field score: missing (use null for a missing rating)")
+        ok = False
+    else:
+        score = _score_field(raw["score"])
+        if isinstance(score, bool):
+            problems.append(f"{where}: field score: expected a number, got {score!r}")
+            ok = False
+        elif isinstance(score, str):
+            try:
+                score = float(score)
+            except ValueError:
+                problems.append(f"{where}: field score: not a number ({raw['score']!r})")
+                ok = False
+        if ok and score is not None and not math.isfinite(float(score)):
+            problems.append(f"{where}: field score: not a finite number ({raw['score']!r})")
+            ok = False
+        record["score"] = score
+    attribute = _text_field(raw.get("attribute"))
+    if attribute not in (None, ""):
+        if isinstance(attribute, str):
+            record["attribute"] = attribute
+        else:
+            problems.append(f"{where}: field attribute: expected a string, got {attribute!r}")
+            ok = False
+    if not ok:
+        return None
+    try:
+        return RatingRecord(**record)
+    except ValidationError as exc:
+        for problem in exc.errors():
+            field = ".".join(str(part) for part in problem["loc"]) or "(record)"
+            problems.append(f"{where}: field {field}: {problem['msg']}")
+        return None
+
+
+def load_ratings_file(path: str | Path) -> list[RatingRecord]:
+    """Ratings from a JSONL, CSV or Parquet file (read through DuckDB).
+
+    Columns: ``unit_id``, ``rater_id``, ``score`` (null or empty for a missing rating) and an
+    optional ``attribute``; other columns are ignored.
+
+    Raises:
+        InputError: naming the file, the line (JSONL) or row (CSV, Parquet) and the field of
+            every bad record; nothing is returned unless all records are valid.
+    """
+    rows = read_records(path)
+    problems: list[str] = []
+    records = [_coerce(where, raw, problems) for where, raw in rows]
+    if problems:
+        raise InputError(problems)
+    if not records:
+        raise InputError([f"{path}: no ratings"])
+    return [r for r in records if r is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _clean(value: Any) -> Any:
+    """JSON-ready copy: numpy scalars to Python, NaN and infinities to None."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_clean(v) for v in value.tolist()]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    return value
+
+
+def _number_key(value: float) -> str:
+    """A stable text key for a score difference: ``-1``, ``0``, ``0.5``."""
+    value = round(float(value), 9) + 0.0  # drops -0.0
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _ordered(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+class _Block:
+    """The ratings of one analysis block: rows are units, columns human raters."""
+
+    def __init__(
+        self,
+        units: list[str],
+        raters: list[str],
+        humans: np.ndarray,
+        judge: np.ndarray | None,
+        judge_samples: np.ndarray | None,
+    ):
+        self.units = units
+        self.raters = raters
+        self.humans = humans  # (n, k) with NaN
+        self.judge = judge  # (n,) with NaN, median of samples
+        self.judge_samples = judge_samples  # (n,) sample counts
+
+
+def _median_or_nan(values: list[float]) -> float:
+    return float(np.median(values)) if values else float("nan")
+
+
+def _categories_for(
+    declared: Sequence[float] | None, observed: np.ndarray, label: str, notes: list[str]
+) -> list[float]:
+    seen = sorted({float(v) for v in observed[~np.isnan(observed)].ravel()})
+    if declared is None:
+        return seen
+    cats = sorted({float(c) for c in declared})
+    extra = [v for v in seen if v not in cats]
+    if extra:
+        notes.append(
+            f"{label}: values {extra} are outside the declared categories {cats}; "
+            "they were added to the category set for Gwet's AC2"
+        )
+        cats = sorted({*cats, *extra})
+    return cats
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics of one block
+
+
+def _alpha_block(data: np.ndarray, levels: Sequence[str], n_boot: int, seed: int) -> dict:
+    """Krippendorff's alpha of a ``units x raters`` array (transposed to raters x units)."""
+    out = {}
+    for level in levels:
+        out[level] = {
+            "value": _stats.krippendorff_alpha(data.T, level),
+            "ci95": _stats.krippendorff_alpha_ci(data.T, level, n_boot=n_boot, seed=seed),
+        }
+    return out
+
+
+def _ac2_block(data: np.ndarray, cats: list[float]) -> dict:
+    return {weights: _stats.gwet_ac2(data, cats, weights) for weights in AC2_WEIGHTS}
+
+
+def _kappa_block(data: np.ndarray) -> dict[str, Any]:
+    raters = int((~np.isnan(data)).any(axis=0).sum())
+    if data.shape[1] == 2:
+        return {"method": "cohen", "value": _stats.cohen_kappa(data[:, 0], data[:, 1])}
+    if raters >= 2:
+        return {"method": "fleiss", "value": _stats.fleiss_kappa(data)}
+    return {"method": None, "value": float("nan")}
+
+
+def _rater_stats(
+    block: _Block,
+    label: str,
+    *,
+    binary: bool,
+    cats: list[float],
+    n_boot: int,
+    seed: int,
+    notes: list[str],
+) -> dict[str, Any]:
+    h = block.humans
+    rated = ~np.isnan(h)
+    any_rating = rated.any(axis=1)
+    complete = rated.all(axis=1)
+    out: dict[str, Any] = {
+        "scale": "binary" if binary else "ordinal",
+        "categories": cats,
+        "raters": block.raters,
+        "n_units": int(any_rating.sum()),
+        "n_ratings": int(rated.sum()),
+        "n_units_complete": int(complete.sum()),
+    }
+    if complete.sum() < any_rating.sum() and not binary:
+        notes.append(
+            f"{label}: ICC on complete units only ({int(complete.sum())} of "
+            f"{int(any_rating.sum())} units were scored by all {h.shape[1]} raters); "
+            "alpha and AC2 use all ratings"
+        )
+    if binary:
+        out["percent_agreement"] = _stats.percent_agreement(h)
+        out["kappa"] = _kappa_block(h)
+        out["krippendorff_alpha"] = _alpha_block(h, ("nominal",), n_boot, seed)
+        return out
+    if h.shape[1] >= 2 and complete.sum() >= 2:
+        out["icc"] = _stats.icc_forms(h[complete])
+    else:
+        out["icc"] = None
+        notes.append(f"{label}: ICC needs 2 or more raters and complete units; not computed")
+    out["krippendorff_alpha"] = _alpha_block(h, ALPHA_LEVELS, n_boot, seed)
+    out["gwet_ac2"] = _ac2_block(h, cats)
+    return out
+
+
+def _judge_stats(
+    block: _Block,
+    label: str,
+    judge: str,
+    *,
+    binary: bool,
+    cats: list[float],
+    n_boot: int,
+    seed: int,
+    notes: list[str],
+) -> dict[str, Any]:
+    assert block.judge is not None and block.judge_samples is not None
+    h, j = block.humans, block.judge
+    with np.errstate(all="ignore"):
+        counts = (~np.isnan(h)).sum(axis=1)
+        human_median = np.full(h.shape[0], np.nan)
+        has_human = counts > 0
+        human_median[has_human] = np.nanmedian(h[has_human], axis=1)
+    paired = has_human & ~np.isnan(j)
+    samples = block.judge_samples[~np.isnan(j)]
+    out: dict[str, Any] = {
+        "judge": {
+            "rater": judge,
+            "n_units": int((~np.isnan(j)).sum()),
+            "samples_per_unit": [int(samples.min()), int(samples.max())] if samples.size else None,
+        },
+    }
+    x, y = j[paired], human_median[paired]
+    pair = np.column_stack([y, x])  # columns: human median, judge median
+    diff = x - y
+    if binary:
+        out["primary"] = {
+            "n_units": int(paired.sum()),
+            "percent_agreement": _stats.percent_agreement(pair) if paired.any() else None,
+            "kappa": {"method": "cohen", "value": _stats.cohen_kappa(y, x)},
+        }
+    else:
+        primary: dict[str, Any] = {"form": PRIMARY_FORM, "n_units": int(paired.sum())}
+        if paired.sum() >= 2:
+            primary.update(_stats.icc_forms(pair)[PRIMARY_FORM])
+            pair_cats = _categories_for(cats, pair, f"{label} (human median vs judge)", notes)
+            primary["krippendorff_alpha"] = _alpha_block(pair, ALPHA_LEVELS, n_boot, seed)
+            primary["gwet_ac2"] = _ac2_block(pair, pair_cats)
+        else:
+            primary.update(value=None, ci95=[None, None])
+            notes.append(f"{label}: fewer than 2 units with both human and judge scores")
+        out["primary"] = primary
+    out["wilcoxon"] = _stats.wilcoxon_paired(x, y, zero_method="wilcox")
+    out["wilcoxon_pratt"] = _stats.wilcoxon_paired(x, y, zero_method="pratt")
+    if diff.size:
+        q25, q50, q75 = np.percentile(diff, [25, 50, 75])
+        out["median_difference"] = float(q50)
+        out["iqr"] = float(q75 - q25)
+        out["quartiles"] = [float(q25), float(q75)]
+    else:
+        out.update(median_difference=None, iqr=None, quartiles=[None, None])
+    values, counts_ = np.unique(np.round(diff, 9), return_counts=True)
+    out["differences"] = {_number_key(v): int(c) for v, c in zip(values, counts_, strict=True)}
+
+    # The judge as a substitute for each human rater and as one more rater.
+    complete = (~np.isnan(h)).all(axis=1) & ~np.isnan(j)
+    form = "fleiss_kappa" if binary else PRIMARY_FORM
+    out["substitution_statistic"] = form
+    if h.shape[1] >= 2 and complete.sum() >= 2:
+        out["n_units_bootstrap"] = int(complete.sum())
+        out["substitution"] = _stats.substitution_bootstrap(
+            h[complete], j[complete], block.raters, n_boot=n_boot, seed=seed, form=form
+        )
+        out["added_rater"] = _stats.added_rater_bootstrap(
+            h[complete], j[complete], n_boot=n_boot, seed=seed, form=form
+        )
+    else:
+        out["n_units_bootstrap"] = int(complete.sum())
+        out["substitution"] = []
+        out["added_rater"] = None
+        notes.append(f"{label}: too few complete units or raters for the substitution bootstrap")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _build_blocks(
+    records: Sequence[RatingRecord], judge: str | None, notes: list[str]
+) -> dict[str | None, _Block]:
+    cells: dict[tuple[str | None, str, str], list[float]] = {}
+    order: dict[str | None, tuple[list[str], list[str]]] = {}
+    for r in records:
+        units, raters = order.setdefault(r.attribute, ([], []))
+        units.append(r.unit_id)
+        if r.rater_id != judge:
+            raters.append(r.rater_id)
+        scores = cells.setdefault((r.attribute, r.unit_id, r.rater_id), [])
+        if r.score is not None and math.isfinite(r.score):
+            scores.append(float(r.score))
+    repeated = sum(1 for (_, _, rater), s in cells.items() if rater != judge and len(s) > 1)
+    if repeated:
+        notes.append(
+            f"{repeated} (unit, human rater) cells hold more than one score; their median is used"
+        )
+    blocks: dict[str | None, _Block] = {}
+    for attribute, (unit_list, rater_list) in order.items():
+        units = _ordered(unit_list)
+        raters = [
+            rater
+            for rater in _ordered(rater_list)
+            if any(cells.get((attribute, u, rater)) for u in units)
+        ]
+        humans = np.array(
+            [
+                [_median_or_nan(cells.get((attribute, u, rater), [])) for rater in raters]
+                for u in units
+            ],
+            dtype=float,
+        ).reshape(len(units), len(raters))
+        judge_scores = judge_samples = None
+        if judge is not None:
+            samples = [cells.get((attribute, u, judge), []) for u in units]
+            judge_scores = np.array([_median_or_nan(s) for s in samples], dtype=float)
+            judge_samples = np.array([len(s) for s in samples], dtype=int)
+        blocks[attribute] = _Block(
+            [str(u) for u in units], raters, humans, judge_scores, judge_samples
+        )
+    return blocks
+
+
+def _pool(blocks: dict[str, _Block], judge: bool) -> _Block:
+    raters = _ordered(r for b in blocks.values() for r in b.raters)
+    units: list[str] = []
+    rows: list[np.ndarray] = []
+    judge_rows: list[np.ndarray] = []
+    sample_rows: list[np.ndarray] = []
+    for attribute, b in blocks.items():
+        units.extend(f"{u}\x1f{attribute}" for u in b.units)
+        wide = np.full((len(b.units), len(raters)), np.nan)
+        for col, rater in enumerate(b.raters):
+            wide[:, raters.index(rater)] = b.humans[:, col]
+        rows.append(wide)
+        if judge:
+            assert b.judge is not None and b.judge_samples is not None
+            judge_rows.append(b.judge)
+            sample_rows.append(b.judge_samples)
+    humans = np.vstack(rows) if rows else np.empty((0, len(raters)))
+    return _Block(
+        units,
+        raters,
+        humans,
+        np.concatenate(judge_rows) if judge else None,
+        np.concatenate(sample_rows) if judge else None,
+    )
+
+
+def _analyse_block(
+    block: _Block,
+    label: str,
+    *,
+    judge: str | None,
+    binary: bool,
+    declared: Sequence[float] | None,
+    n_boot: int,
+    seed: int,
+    notes: list[str],
+) -> dict[str, Any]:
+    cats = _categories_for(declared, block.humans, label, notes)
+    out = _rater_stats(
+        block, label, binary=binary, cats=cats, n_boot=n_boot, seed=seed, notes=notes
+    )
+    if judge is not None:
+        out.update(
+            _judge_stats(
+                block,
+                label,
+                judge,
+                binary=binary,
+                cats=cats,
+                n_boot=n_boot,
+                seed=seed,
+                notes=notes,
+            )
+        )
+    return out
+
+
+def analyse_ratings(
+    records: Sequence[RatingRecord],
+    *,
+    judge: str | None = None,
+    categories: dict[str, list[float]] | None = None,
+    binary_attributes: set[str] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Agreement statistics per attribute and pooled over (unit, attribute) pairs.
+
+    Args:
+        records: Long-format ratings. Records without an attribute form one unnamed block
+            (``per_attribute`` is then empty and only ``pooled`` is reported).
+        judge: The judge's rater id. Its records for a unit (one per sample) are reduced to
+            their median and compared with the median of the human raters.
+        categories: Declared category set per attribute (for Gwet's AC2); default: the
+            observed values.
+        binary_attributes: Attributes on a 0/1 scale, reported with percent agreement and
+            kappa instead of ICC and AC2, and left out of the pooled block.
+        n_boot: Bootstrap resamples for alpha's CI and the substitution tests.
+        seed: Seed for every bootstrap (results are deterministic given the seed).
+
+    Returns:
+        ``{"per_attribute": {attribute: block}, "pooled": block, "notes": [...]}`` with NaN
+        replaced by None. Each block holds ``icc`` (six forms, complete units only, with
+        ``n_units_complete``), ``krippendorff_alpha`` and ``gwet_ac2`` (all ratings), and with
+        a judge ``primary`` (ICC3k of human median vs judge median, with alpha and AC2 of the
+        same pair), ``wilcoxon`` (``wilcox`` zero method) and ``wilcoxon_pratt``,
+        ``median_difference``, ``iqr``, ``quartiles``, ``differences`` (judge minus human
+        median: count), ``substitution`` and ``added_rater``.
+    """
+    if not records:
+        raise ValueError("no ratings to analyse")
+    if n_boot < 1:
+        raise ValueError("n_boot must be at least 1")
+    attributes = {r.attribute for r in records}
+    if None in attributes and len(attributes) > 1:
+        raise ValueError("some ratings have an attribute and some do not")
+    binary_attributes = set(binary_attributes or ())
+    categories = dict(categories or {})
+    unknown = (binary_attributes | set(categories)) - {a for a in attributes if a is not None}
+    notes: list[str] = []
+    if unknown:
+        notes.append(f"attributes {sorted(unknown)} were declared but have no ratings")
+    if judge is not None and not any(r.rater_id == judge for r in records):
+        raise ValueError(f"judge {judge!r} has no ratings")
+
+    blocks = _build_blocks(records, judge, notes)
+    common = {"judge": judge, "n_boot": n_boot, "seed": seed, "notes": notes}
+    per_attribute: dict[str, Any] = {}
+    if None not in blocks:
+        for attribute, block in blocks.items():
+            assert attribute is not None
+            binary = attribute in binary_attributes
+            declared = [0.0, 1.0] if binary else categories.get(attribute)
+            per_attribute[attribute] = _analyse_block(
+                block, attribute, binary=binary, declared=declared, **common
+            )
+        pooled_blocks = {a: b for a, b in blocks.items() if a not in binary_attributes}
+        left_out = sorted(a for a in blocks if a in binary_attributes)
+        if left_out and pooled_blocks:
+            notes.append(f"pooled: binary attributes {left_out} are left out of the pooled block")
+        declared_pool: list[float] | None = None
+        if pooled_blocks and all(a in categories for a in pooled_blocks):
+            declared_pool = sorted({float(c) for a in pooled_blocks for c in categories[a]})
+        pooled_binary = False
+        if not pooled_blocks:  # only binary attributes: pool them as binary
+            pooled_blocks, pooled_binary, declared_pool = blocks, True, [0.0, 1.0]
+        pooled = _analyse_block(
+            _pool(pooled_blocks, judge is not None),  # type: ignore[arg-type]
+            "pooled",
+            binary=pooled_binary,
+            declared=declared_pool,
+            **common,
+        )
+        pooled["attributes"] = list(pooled_blocks)
+    else:
+        pooled = _analyse_block(blocks[None], "pooled", binary=False, declared=None, **common)
+        pooled["attributes"] = []
+    notes.append(
+        "ICC: Shrout & Fleiss forms with F-distribution 95% CIs on units scored by every rater; "
+        "Krippendorff's alpha: 95% percentile bootstrap over units; Gwet's AC2: Gwet's "
+        "variance-based 95% CI"
+    )
+    if judge is not None:
+        notes.append(
+            f"judge {judge!r}: its samples per unit are reduced to their median and compared "
+            "with the median of the available human ratings; Wilcoxon signed-rank on judge "
+            "minus human median with zero_method 'wilcox' (zero differences dropped, scipy's "
+            "default) and 'pratt' as sensitivity; substitution and added-rater changes use "
+            f"{n_boot} bootstrap resamples of the complete units, two-tailed p = twice the "
+            "smaller tail share of resampled changes on either side of 0 (add-one corrected)"
+        )
+    return _clean({"per_attribute": per_attribute, "pooled": pooled, "notes": notes})

@@ -1,0 +1,753 @@
+"""Reports of runs and comparisons: ``report.html`` (self-contained) and ``report.md``.
+
+The HTML file carries its CSS inline and draws its charts as inline SVG built here: no scripts,
+no fonts, no images or stylesheets fetched from anywhere, so it opens offline and can be mailed
+or archived as one file. Charts: ICC(3,k) of the judge against the human median per attribute
+with 95% CI bars, histograms of judge-minus-human-median differences per attribute (the judge
+paper's Fig. 3), and, for comparisons, agreement against cost per item across configurations.
+A run made with the mock provider carries a SIMULATED banner at the top of both files.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clinjudge import __version__
+from clinjudge.runs._compare import Comparison, block_summary, compare_runs
+from clinjudge.runs._report import run_summary
+from clinjudge.runs._store import RunStore, now
+
+SIMULATED_TEXT = (
+    "Scores from the mock provider are not judgments of any model or person. "
+    "Agreement figures below only exercise the pipeline."
+)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+ margin:0;padding:0 2rem 3rem;color:#1d232a;background:#fff;line-height:1.45}
+h1{font-size:1.6rem;margin:1.2rem 0 .3rem}h2{font-size:1.25rem;margin:2rem 0 .5rem;
+ border-bottom:1px solid #d0d7de;padding-bottom:.2rem}h3{font-size:1.05rem;margin:1.4rem 0 .4rem}
+.meta{color:#57606a;font-size:.9rem}
+.banner{background:#b42318;color:#fff;font-size:1.25rem;font-weight:700;padding:1rem 1.5rem;
+ margin:0 -2rem 1rem;border-bottom:6px solid #7a1109;letter-spacing:.02em}
+.banner .big{font-size:2rem;display:block;letter-spacing:.2em}
+table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.88rem}
+th,td{border:1px solid #d0d7de;padding:.25rem .55rem;text-align:right;white-space:nowrap}
+th{background:#f6f8fa}td.l,th.l{text-align:left}tr.pooled td{font-weight:700;background:#f6f8fa}
+tr.sim td{background:#fff4e5}
+.scroll{overflow-x:auto;max-width:100%}
+.charts{display:flex;flex-wrap:wrap;gap:1rem}
+figure.chart{margin:.3rem 0;border:1px solid #d0d7de;border-radius:6px;padding:.4rem .6rem}
+figcaption{font-size:.82rem;color:#57606a;max-width:44rem}
+.note{font-size:.85rem;color:#57606a}ul.notes{font-size:.85rem;color:#57606a}
+svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif}
+"""
+
+_BLUE, _RED, _GREY, _ORANGE = "#1f6feb", "#b42318", "#8c959f", "#d97706"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Paths written by :func:`write_report`."""
+
+    html: Path
+    markdown: Path
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def fmt_num(value: Any, digits: int = 3) -> str:
+    """A number for a table cell; ``-`` when missing."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+def fmt_ci(ci: Sequence[Any] | None) -> str:
+    """``[lo, hi]`` or ``-``."""
+    if not ci or any(v is None for v in ci):
+        return "-"
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def fmt_p(value: Any) -> str:
+    """A p value: three decimals, or ``<0.001``."""
+    if value is None:
+        return "-"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def fmt_usd(value: Any, known: bool = True) -> str:
+    """Dollars with enough decimals for per-item costs."""
+    if value is None:
+        return "-"
+    return f"${value:.4f}" + ("" if known else " (partial)")
+
+
+def fmt_seconds(value: Any) -> str:
+    """Seconds with two decimals."""
+    return "-" if value is None else f"{value:.2f} s"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables (as rows of cells, rendered to HTML and Markdown)
+
+
+@dataclass
+class _Table:
+    header: list[str]
+    rows: list[list[str]]
+    left: int = 1  # leading columns aligned left
+    classes: list[str] | None = None  # one CSS class per row
+
+    def to_html(self) -> str:
+        head = "".join(
+            f'<th class="l">{_esc(h)}</th>' if i < self.left else f"<th>{_esc(h)}</th>"
+            for i, h in enumerate(self.header)
+        )
+        body = []
+        for index, row in enumerate(self.rows):
+            css = (self.classes or [""] * len(self.rows))[index]
+            cells = "".join(
+                f'<td class="l">{_esc(c)}</td>' if i < self.left else f"<td>{_esc(c)}</td>"
+                for i, c in enumerate(row)
+            )
+            body.append(f'<tr class="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
+        return (
+            f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>"
+        )
+
+    def to_markdown(self) -> str:
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|").replace("\n", " ")
+
+        lines = ["| " + " | ".join(cell(h) for h in self.header) + " |"]
+        lines.append(
+            "|"
+            + "|".join(":---" if i < self.left else "---:" for i in range(len(self.header)))
+            + "|"
+        )
+        lines.extend("| " + " | ".join(cell(c) for c in row) + " |" for row in self.rows)
+        return "\n".join(lines)
+
+
+def _config_label(row: dict[str, Any]) -> str:
+    return row["name"] or row["run_id"]
+
+
+def comparison_table(comparison: Comparison) -> _Table:
+    """The `judge compare` table."""
+    rows, classes = [], []
+    for r in comparison.rows:
+        model = (r["model"] or "") + (" (SIMULATED)" if r["simulated"] else "")
+        rows.append(
+            [
+                r["run_id"],
+                r["name"] or "",
+                r["rubric"],
+                r["mode"],
+                model,
+                str(r["shots"]),
+                str(r["samples"]),
+                fmt_num(r["icc3k"]),
+                fmt_ci(r["icc3k_ci95"]),
+                fmt_num(r["alpha_ordinal"]),
+                fmt_num(r["ac2_ordinal"]),
+                fmt_num(r["mean_abs_diff"]),
+                f"{r['failed_samples']}/{r['samples_total']}",
+                fmt_usd(r["cost_per_item_usd"], r["cost_known"]),
+                fmt_seconds(r["latency_per_item_s"]),
+            ]
+        )
+        classes.append("sim" if r["simulated"] else "")
+    header = [
+        "run",
+        "name",
+        "rubric",
+        "mode",
+        "model",
+        "shots",
+        "samples",
+        "ICC(3,k)",
+        "95% CI",
+        "alpha ord.",
+        "AC2 ord.",
+        "mean |diff|",
+        "failed samples",
+        "cost/item",
+        "latency/item",
+    ]
+    return _Table(header, rows, left=5, classes=classes)
+
+
+def attribute_table(agreement: dict[str, Any]) -> _Table:
+    """Per-attribute agreement of one run, plus the pooled row."""
+    rows, classes = [], []
+    blocks = [*agreement["per_attribute"].items(), ("pooled", agreement["pooled"])]
+    for name, block in blocks:
+        s = block_summary(block)
+        rows.append(
+            [
+                name,
+                "binary" if s["binary"] else "ordinal",
+                fmt_num(s["n_units"]),
+                fmt_num(s["icc3k"]),
+                fmt_ci(s["icc3k_ci95"]),
+                fmt_num(s["alpha_ordinal"]),
+                fmt_num(s["ac2_ordinal"]),
+                fmt_num(s["median_difference"], 2),
+                fmt_num(s["iqr"], 2),
+                fmt_p(s["wilcoxon_p"]),
+                fmt_num(s["percent_agreement"]),
+                fmt_num(s["kappa"]),
+                fmt_num(s["raters_icc3k"]),
+            ]
+        )
+        classes.append("pooled" if name == "pooled" else "")
+    header = [
+        "attribute",
+        "scale",
+        "units",
+        "ICC(3,k)",
+        "95% CI",
+        "alpha ord.",
+        "AC2 ord.",
+        "median diff",
+        "IQR",
+        "Wilcoxon p",
+        "% agree",
+        "kappa",
+        "raters' ICC(3,k)",
+    ]
+    return _Table(header, rows, left=2, classes=classes)
+
+
+def substitution_table(agreement: dict[str, Any]) -> _Table:
+    """The judge in place of each physician, and as an extra rater (pooled block)."""
+    pooled = agreement["pooled"]
+    rows = [
+        [
+            f"judge replaces {s['rater']}",
+            fmt_num(s.get("icc_base")),
+            fmt_num(s.get("icc_with_judge")),
+            fmt_num(s.get("delta_icc")),
+            fmt_ci(s.get("ci95")),
+            fmt_p(s.get("p")),
+        ]
+        for s in pooled.get("substitution") or []
+    ]
+    added = pooled.get("added_rater")
+    if added:
+        rows.append(
+            [
+                "judge added as a rater",
+                fmt_num(added.get("icc_base")),
+                fmt_num(added.get("icc_with_judge")),
+                fmt_num(added.get("delta_icc")),
+                fmt_ci(added.get("ci95")),
+                fmt_p(added.get("p")),
+            ]
+        )
+    header = ["change", "raters' ICC(3,k)", "with judge", "delta", "95% CI", "p"]
+    return _Table(header, rows)
+
+
+def difference_table(agreement: dict[str, Any]) -> _Table:
+    """Counts of judge-minus-human-median differences per attribute (Fig. 3 as numbers)."""
+    keys = sorted(
+        {float(k) for b in agreement["per_attribute"].values() for k in b.get("differences", {})}
+    )
+    labels = [_diff_label(k) for k in keys]
+    rows = []
+    for name, block in agreement["per_attribute"].items():
+        counts = {float(k): v for k, v in (block.get("differences") or {}).items()}
+        rows.append([name, *[str(counts.get(k, 0)) for k in keys]])
+    return _Table(["attribute", *labels], rows)
+
+
+def _diff_label(value: float) -> str:
+    return f"{value:+g}" if value else "0"
+
+
+# ---------------------------------------------------------------------------------------------
+# SVG charts
+
+
+def _svg(width: int, height: int, body: list[str], label: str) -> str:
+    return (
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{_esc(label)}">{"".join(body)}</svg>'
+    )
+
+
+def _text(
+    x: float, y: float, text: str, *, anchor: str = "start", size: int = 11, **kw: Any
+) -> str:
+    extra = "".join(f' {k.replace("_", "-")}="{_esc(v)}"' for k, v in kw.items())
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{extra}>'
+        f"{_esc(text)}</text>"
+    )
+
+
+def _nice_ticks(lo: float, hi: float, count: int = 5, integer: bool = False) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    multiples = (1, 2, 5, 10) if integer else (1, 2, 2.5, 5, 10)
+    step = next(m * magnitude for m in multiples if m * magnitude >= raw)
+    if integer:
+        step = max(1.0, step)
+    first = math.ceil(lo / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= hi + 1e-9:
+        ticks.append(round(value, 10))
+        value += step
+    return ticks
+
+
+def icc_chart(agreement: dict[str, Any]) -> str:
+    """Forest plot: ICC(3,k) of judge vs human median with 95% CI, per attribute and pooled."""
+    entries = []
+    for name, block in [*agreement["per_attribute"].items(), ("pooled", agreement["pooled"])]:
+        s = block_summary(block)
+        if s["binary"]:
+            continue
+        entries.append((name, s["icc3k"], s["icc3k_ci95"]))
+    lows = [ci[0] for _, _, ci in entries if ci and ci[0] is not None]
+    lows += [v for _, v, _ in entries if v is not None]
+    lo = min(0.0, math.floor(min(lows, default=0.0) * 10) / 10)
+    hi = 1.0
+    left, right, top, row_h = 130, 120, 26, 22
+    plot_w = 360
+    width = left + plot_w + right
+    height = top + row_h * len(entries) + 34
+
+    def x(v: float) -> float:
+        return left + (min(max(v, lo), hi) - lo) / (hi - lo) * plot_w
+
+    body = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
+    for tick in _nice_ticks(lo, hi):
+        body.append(
+            f'<line x1="{x(tick):.1f}" y1="{top - 6}" x2="{x(tick):.1f}" '
+            f'y2="{top + row_h * len(entries)}" stroke="#d0d7de" stroke-width="1"/>'
+        )
+        body.append(_text(x(tick), height - 18, f"{tick:g}", anchor="middle", size=10))
+    body.append(
+        _text(
+            left + plot_w / 2,
+            height - 4,
+            "ICC(3,k), judge vs human median",
+            anchor="middle",
+            size=10,
+        )
+    )
+    body.append(_text(left + plot_w + 8, top - 10, "ICC [95% CI]", size=10, fill="#57606a"))
+    for index, (name, value, ci) in enumerate(entries):
+        cy = top + row_h * index + row_h / 2
+        weight = "700" if name == "pooled" else "400"
+        body.append(_text(left - 8, cy + 4, name, anchor="end", font_weight=weight))
+        if value is None:
+            body.append(_text(left + 4, cy + 4, "not computed", size=10, fill=_GREY))
+            continue
+        if ci and ci[0] is not None and ci[1] is not None:
+            body.append(
+                f'<line x1="{x(ci[0]):.1f}" y1="{cy:.1f}" x2="{x(ci[1]):.1f}" y2="{cy:.1f}" '
+                f'stroke="{_BLUE}" stroke-width="2"/>'
+            )
+            for end in ci:
+                body.append(
+                    f'<line x1="{x(end):.1f}" y1="{cy - 5:.1f}" x2="{x(end):.1f}" '
+                    f'y2="{cy + 5:.1f}" stroke="{_BLUE}" stroke-width="2"/>'
+                )
+        shape = "rect" if name == "pooled" else "circle"
+        if shape == "rect":
+            body.append(
+                f'<rect x="{x(value) - 5:.1f}" y="{cy - 5:.1f}" width="10" height="10" '
+                f'fill="{_RED}"/>'
+            )
+        else:
+            body.append(f'<circle cx="{x(value):.1f}" cy="{cy:.1f}" r="5" fill="{_RED}"/>')
+        body.append(_text(left + plot_w + 8, cy + 4, f"{value:.2f} {fmt_ci(ci)}", size=10))
+    return _figure(
+        "icc-ci",
+        _svg(width, height, body, "ICC(3,k) per attribute with 95% confidence intervals"),
+        "ICC(3,k) (two-way mixed, consistency) between the judge's final score and the median "
+        "of the physicians, per attribute and pooled over (item, attribute) units; bars are "
+        "Shrout & Fleiss 95% CIs. Binary attributes are reported with agreement and kappa.",
+        width,
+    )
+
+
+def _diff_domain(attribute_block: dict[str, Any]) -> list[float]:
+    cats = [float(c) for c in attribute_block.get("categories") or []]
+    keys = [float(k) for k in attribute_block.get("differences") or {}]
+    span = (max(cats) - min(cats)) if len(cats) >= 2 else max((abs(k) for k in keys), default=1)
+    half = any(not float(k).is_integer() for k in keys)
+    step = 0.5 if half else 1.0
+    n = int(round(span / step))
+    domain = [round(i * step, 9) for i in range(-n, n + 1)]
+    return sorted(set(domain) | set(keys))
+
+
+def difference_histogram(attribute: str, block: dict[str, Any]) -> str:
+    """Bar chart of judge-minus-human-median differences for one attribute."""
+    counts = {float(k): int(v) for k, v in (block.get("differences") or {}).items()}
+    domain = _diff_domain(block)
+    total = sum(counts.values())
+    peak = max(counts.values(), default=0) or 1
+    left, right, top, bottom = 34, 12, 24, 34
+    plot_w, plot_h = 234, 110
+    bar_w = min(30.0, plot_w / max(1, len(domain)))
+    offset = (plot_w - bar_w * len(domain)) / 2
+    width, height = left + plot_w + right, top + plot_h + bottom
+    body = [
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
+        _text(left, 15, f"{attribute} (n = {total})", size=12, font_weight="700"),
+    ]
+    for tick in _nice_ticks(0, peak, 3, integer=True):
+        ty = top + plot_h - tick / peak * plot_h
+        body.append(
+            f'<line x1="{left}" y1="{ty:.1f}" x2="{left + plot_w}" y2="{ty:.1f}" stroke="#eaeef2"/>'
+        )
+        body.append(_text(left - 4, ty + 3, f"{tick:g}", anchor="end", size=9))
+    label_every = 1 if len(domain) <= 11 else 2
+    for index, value in enumerate(domain):
+        count = counts.get(value, 0)
+        bh = count / peak * plot_h
+        bx = left + offset + index * bar_w
+        colour = _BLUE if value == 0 else (_ORANGE if value > 0 else _GREY)
+        if count:
+            body.append(
+                f'<rect x="{bx + 1:.1f}" y="{top + plot_h - bh:.1f}" width="{bar_w - 2:.1f}" '
+                f'height="{bh:.1f}" fill="{colour}"><title>{_esc(_diff_label(value))}: '
+                f"{count}</title></rect>"
+            )
+        if index % label_every == 0 or value == 0:
+            body.append(
+                _text(
+                    bx + bar_w / 2, top + plot_h + 12, _diff_label(value), anchor="middle", size=9
+                )
+            )
+    body.append(
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+        f'stroke="#57606a"/>'
+    )
+    body.append(
+        _text(left + plot_w / 2, height - 6, "judge - human median", anchor="middle", size=9)
+    )
+    return _figure(
+        "diff-hist",
+        _svg(width, height, body, f"Differences judge minus human median for {attribute}"),
+        f"{attribute}: judge minus physicians' median (positive: judge higher).",
+        width,
+    )
+
+
+def cost_agreement_scatter(comparison: Comparison) -> str | None:
+    """Scatter of pooled ICC(3,k) (with CI) against cost per item, one point per run."""
+    points = [
+        r for r in comparison.rows if r["icc3k"] is not None and r["cost_per_item_usd"] is not None
+    ]
+    if not points:
+        return None
+    left, right, top, bottom = 60, 150, 20, 44
+    plot_w, plot_h = 420, 260
+    width, height = left + plot_w + right, top + plot_h + bottom
+    costs = [r["cost_per_item_usd"] for r in points]
+    c_lo, c_hi = 0.0, max(costs)
+    if c_hi <= c_lo:
+        c_hi = c_lo + 0.001
+    c_hi *= 1.1
+    values = [r["icc3k"] for r in points]
+    values += [
+        r["icc3k_ci95"][0] for r in points if r["icc3k_ci95"] and r["icc3k_ci95"][0] is not None
+    ]
+    y_lo = min(0.0, math.floor(min(values) * 10) / 10)
+    y_hi = 1.0
+
+    def px(v: float) -> float:
+        pad = 0.05 * plot_w  # keep points off the frame
+        return left + pad + (v - c_lo) / (c_hi - c_lo) * (plot_w - 2 * pad)
+
+    def py(v: float) -> float:
+        v = min(max(v, y_lo), y_hi)
+        return top + plot_h - (v - y_lo) / (y_hi - y_lo) * plot_h
+
+    body = [
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
+        f'stroke="#d0d7de"/>',
+    ]
+    for tick in _nice_ticks(y_lo, y_hi):
+        body.append(
+            f'<line x1="{left}" y1="{py(tick):.1f}" x2="{left + plot_w}" y2="{py(tick):.1f}" '
+            f'stroke="#eaeef2"/>'
+        )
+        body.append(_text(left - 6, py(tick) + 3, f"{tick:g}", anchor="end", size=10))
+    for tick in _nice_ticks(c_lo, c_hi, 4):
+        body.append(_text(px(tick), top + plot_h + 14, f"${tick:g}", anchor="middle", size=10))
+    body.append(
+        _text(left + plot_w / 2, height - 6, "cost per item (USD)", anchor="middle", size=11)
+    )
+    body.append(
+        f'<text x="14" y="{top + plot_h / 2:.1f}" font-size="11" text-anchor="middle" '
+        f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">pooled ICC(3,k)</text>'
+    )
+    for r in points:
+        cx, cy = px(r["cost_per_item_usd"]), py(r["icc3k"])
+        ci = r["icc3k_ci95"]
+        if ci and ci[0] is not None and ci[1] is not None:
+            body.append(
+                f'<line x1="{cx:.1f}" y1="{py(ci[0]):.1f}" x2="{cx:.1f}" y2="{py(ci[1]):.1f}" '
+                f'stroke="{_BLUE}" stroke-width="1.5"/>'
+            )
+        fill = "#fff" if r["simulated"] else _RED
+        body.append(
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{fill}" stroke="{_RED}" '
+            f'stroke-width="2"><title>{_esc(_config_label(r))}</title></circle>'
+        )
+        label = _config_label(r)
+        label = label if len(label) <= 22 else label[:21] + "..."
+        suffix = " (sim.)" if r["simulated"] else ""
+        body.append(_text(cx + 8, cy + 4, label + suffix, size=10))
+    return _figure(
+        "cost-agreement",
+        _svg(width, height, body, "Pooled ICC(3,k) against cost per item"),
+        "Agreement (pooled ICC(3,k), judge vs human median, with 95% CI) against mean cost per "
+        "item; hollow points are simulated runs.",
+        width,
+    )
+
+
+def _figure(kind: str, svg: str, caption: str, width: int | None = None) -> str:
+    style = f' style="max-width:{width}px"' if width else ""
+    return (
+        f'<figure class="chart" data-chart="{kind}">{svg}'
+        f"<figcaption{style}>{_esc(caption)}</figcaption></figure>"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents
+
+
+def _banner(simulated: list[str]) -> str:
+    which = ", ".join(simulated)
+    return (
+        f'<div class="banner" role="alert"><span class="big">SIMULATED</span>'
+        f"{_esc(SIMULATED_TEXT)} Simulated run(s): {_esc(which)}.</div>"
+    )
+
+
+def _run_summary_table(summary: dict[str, Any]) -> _Table:
+    keys = [
+        ("status", summary["status"]),
+        ("mode", summary["mode"]),
+        ("rubric", summary["rubric"]),
+        ("models", ", ".join(f"{k}: {v}" for k, v in (summary["models"] or {}).items())),
+        ("items", summary["items"]),
+        ("samples per item", summary["samples_per_item"]),
+        ("items ok / failed", f"{summary.get('items_ok')} / {summary.get('items_failed')}"),
+        (
+            "samples ok / failed",
+            f"{summary.get('samples_ok')} / {summary.get('samples_failed')}",
+        ),
+        ("calls", summary.get("calls")),
+        ("tokens in / out", f"{summary.get('tokens_in')} / {summary.get('tokens_out')}"),
+        ("cost", fmt_usd(summary.get("cost_usd"))),
+        (
+            "item latency p50 / p95",
+            f"{fmt_seconds(summary.get('item_latency_p50_s'))} / "
+            f"{fmt_seconds(summary.get('item_latency_p95_s'))}",
+        ),
+        ("created", summary["created_at"][:19]),
+    ]
+    return _Table(["what", "value"], [[k, "-" if v is None else str(v)] for k, v in keys], left=2)
+
+
+@dataclass
+class _Doc:
+    html: list[str]
+    md: list[str]
+
+    def heading(self, level: int, text: str) -> None:
+        self.html.append(f"<h{level}>{_esc(text)}</h{level}>")
+        self.md.append(f"{'#' * level} {text}\n")
+
+    def para(self, text: str, css: str = "") -> None:
+        attr = f' class="{css}"' if css else ""
+        self.html.append(f"<p{attr}>{_esc(text)}</p>")
+        self.md.append(f"{text}\n")
+
+    def table(self, table: _Table) -> None:
+        self.html.append(table.to_html())
+        self.md.append(table.to_markdown() + "\n")
+
+    def notes(self, notes: list[str]) -> None:
+        if not notes:
+            return
+        self.html.append(
+            '<ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>"
+        )
+        self.md.append("\n".join(f"- {n}" for n in notes) + "\n")
+
+
+def _run_section(
+    doc: _Doc, row: dict[str, Any], agreement: dict[str, Any] | None, reason: str | None
+) -> None:
+    title = f"Run {row['run_id']}" + (f" ({row['name']})" if row["name"] else "")
+    doc.heading(2, title)
+    sim = " SIMULATED (mock provider)." if row["simulated"] else ""
+    doc.para(
+        f"{row['rubric']}, mode {row['mode']}, model {row['model']}, {row['shots']} shot(s), "
+        f"{row['samples']} sample(s) per item.{sim}",
+        "meta",
+    )
+    if agreement is None:
+        doc.para(f"Agreement not computed: {reason}", "note")
+        return
+    doc.para(
+        f"{agreement['n_items_rated']} of {agreement['n_items_run']} items rated by "
+        f"{len(agreement['raters'])} physician(s) ({', '.join(agreement['raters'])}); the "
+        "judge's value is its final score (median of its valid samples).",
+        "meta",
+    )
+    doc.heading(3, "Agreement per attribute")
+    doc.table(attribute_table(agreement))
+    doc.para(
+        "ICC(3,k), alpha and AC2 compare the judge with the physicians' median; median diff "
+        "and IQR are of judge minus human median; Wilcoxon p uses zero_method 'wilcox' "
+        "(zero differences dropped). Raters' ICC(3,k) is the physicians among themselves.",
+        "note",
+    )
+    doc.html.append('<div class="charts">')
+    doc.html.append(icc_chart(agreement))
+    doc.html.append("</div>")
+    doc.heading(3, "Judge in place of a physician, and as an extra rater (pooled)")
+    doc.table(substitution_table(agreement))
+    doc.heading(3, "Differences, judge minus human median")
+    doc.html.append('<div class="charts">')
+    for attribute, block in agreement["per_attribute"].items():
+        if block.get("differences"):
+            doc.html.append(difference_histogram(attribute, block))
+    doc.html.append("</div>")
+    doc.md.append("Counts per difference (the histograms in report.html):\n")
+    doc.md.append(difference_table(agreement).to_markdown() + "\n")
+    doc.heading(3, "Notes")
+    doc.notes(agreement.get("notes") or [])
+
+
+def render_report(store: RunStore, comparison: Comparison, *, compare: bool) -> tuple[str, str]:
+    """The HTML and Markdown text of a report.
+
+    Args:
+        store: The run store.
+        comparison: The runs' comparison (with their agreement analyses).
+        compare: Whether this is a comparison report (adds the cost-vs-agreement chart).
+    """
+    rows = comparison.rows
+    simulated = [r["run_id"] for r in rows if r["simulated"]]
+    if compare:
+        title = f"clinjudge comparison of {len(rows)} run(s)"
+    else:
+        title = f"clinjudge report: run {rows[0]['run_id']}"
+    stamp = now().strftime("%Y-%m-%d %H:%M UTC")
+    doc = _Doc([], [])
+    if simulated:
+        doc.html.append(_banner(simulated))
+        doc.md.append(
+            f"> **SIMULATED** - {SIMULATED_TEXT} Simulated run(s): {', '.join(simulated)}.\n"
+        )
+    doc.heading(1, title)
+    doc.para(f"Generated {stamp} by clinjudge {__version__}.", "meta")
+    if not compare:
+        summary = run_summary(store, rows[0]["run_id"])
+        doc.heading(2, "Run")
+        doc.table(_run_summary_table(summary))
+    doc.heading(2, "Configurations" if compare else "Configuration")
+    doc.table(comparison_table(comparison))
+    doc.para(
+        "Agreement columns are pooled over the Likert attributes: ICC(3,k) of the judge against "
+        "the physicians' median with its F-based 95% CI, Krippendorff's alpha and Gwet's AC2 on "
+        "the ordinal scale; mean |diff| is the mean absolute judge-minus-median difference. "
+        "Cost and latency are per item, summed over the item's calls.",
+        "note",
+    )
+    if compare:
+        scatter = cost_agreement_scatter(comparison)
+        if scatter:
+            doc.html.append(scatter)
+        else:
+            doc.para("No run has both agreement and cost, so there is no scatter.", "note")
+    doc.notes(comparison.notes)
+    for row in rows:
+        agreement = comparison.agreements.get(row["run_id"])
+        _run_section(doc, row, agreement, comparison.errors.get(row["run_id"]))
+    html_text = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(doc.html)
+        + "</body></html>\n"
+    )
+    return html_text, "\n".join(doc.md)
+
+
+def _write(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def write_report(
+    store: RunStore,
+    run_ids: list[str],
+    out_dir: str | Path,
+    *,
+    compare: bool = False,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> ReportFiles:
+    """Write ``report.html`` and ``report.md`` for one run or a comparison of runs.
+
+    Args:
+        store: The run store.
+        run_ids: Run ids or unique prefixes (exactly one unless ``compare``).
+        out_dir: Directory to write into (created if absent).
+        compare: Comparison report across runs.
+        n_boot: Bootstrap resamples of the agreement analysis.
+        seed: Bootstrap seed.
+    """
+    if not run_ids:
+        raise ValueError("name at least one run")
+    if not compare and len(run_ids) != 1:
+        raise ValueError("a run report takes one run; use compare for several")
+    comparison = compare_runs(store, run_ids, n_boot=n_boot, seed=seed)
+    html_text, md_text = render_report(store, comparison, compare=compare)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = ReportFiles(out / "report.html", out / "report.md")
+    _write(files.html, html_text)
+    _write(files.markdown, md_text)
+    return files

@@ -1,0 +1,256 @@
+"""agreement_for_run, compare_runs and the HTML/Markdown reports on small runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clinjudge.judges import ModelSettings
+from clinjudge.judges._settings import Price
+from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run
+from clinjudge.rubrics import Rubric
+from clinjudge.runs import (
+    AgreementError,
+    RunStore,
+    agreement_for_run,
+    compare_runs,
+    import_ratings,
+    write_report,
+)
+from tests.conftest import make_items, write_jsonl
+from tests.fake_openai import FakeOpenAIServer
+from tests.ratings_data import ratings_matching, write_ratings
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOT = 100
+AGREEMENT_KEYS = [
+    "citation",
+    "accurate",
+    "thorough",
+    "useful",
+    "organized",
+    "comprehensible",
+    "succinct",
+    "synthesized",
+    "voice_summ",
+    "voice_note",
+]
+EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
+
+
+def _run(db: Path, data: Path, judge: ModelSettings, samples: int = 3, name: str | None = None):
+    config = RunConfig(data=str(data), judge=judge, samples=samples, db=str(db), name=name)
+    prepared = prepare_run(config)
+    with RunStore(db) as store:
+        run_id = create_run(store, prepared)
+        tally = execute_run(store, run_id, prepared, show_progress=False)
+    assert tally.failed == 0
+    return run_id
+
+
+@pytest.fixture
+def runs(items_file: Path, db_path: Path, tmp_path: Path, pdsqi9: Rubric) -> dict[str, str]:
+    """Three mock runs: the one the ratings match, another judge, and one on other items."""
+    matched = _run(db_path, items_file, ModelSettings(model="mock/judge"), name="matched")
+    other = _run(db_path, items_file, ModelSettings(model="mock/other"), name="other")
+    unrated_data = write_jsonl(tmp_path / "unrated.jsonl", make_items(3, prefix="unrated"))
+    unrated = _run(db_path, unrated_data, ModelSettings(model="mock/judge"), samples=1)
+    ratings = write_ratings(tmp_path / "ratings.jsonl", ratings_matching(db_path, matched))
+    with RunStore(db_path) as store:
+        import_ratings(store, ratings, pdsqi9)
+    return {"matched": matched, "other": other, "unrated": unrated}
+
+
+def test_agreement_of_a_judge_equal_to_the_human_median(
+    runs: dict[str, str], db_path: Path
+) -> None:
+    with RunStore(db_path, read_only=True) as store:
+        result = agreement_for_run(store, runs["matched"], n_boot=BOOT, seed=1)
+    assert result["run_id"] == runs["matched"]
+    assert result["simulated"] is True
+    assert result["raters"] == ["dr_a", "dr_b", "dr_c"]
+    assert (result["n_items_run"], result["n_items_rated"]) == (6, 6)
+    # abstraction is `agreement: false` in PDSQI-9; rubric order is kept.
+    assert list(result["per_attribute"]) == [
+        k for k in AGREEMENT_KEYS if k in result["per_attribute"]
+    ]
+    assert "abstraction" not in result["per_attribute"]
+    assert set(result["binary_attributes"]) == {"voice_summ", "voice_note"}
+    pooled = result["pooled"]
+    assert pooled["primary"]["form"] == "ICC3k"
+    assert pooled["primary"]["value"] == pytest.approx(1.0)
+    assert pooled["median_difference"] == 0
+    assert set(pooled["differences"]) == {"0"}
+    assert result["mean_abs_difference"]["pooled"] == 0
+    assert set(pooled["attributes"]) == set(AGREEMENT_KEYS) - {"voice_summ", "voice_note"}
+    likert = [k for k in AGREEMENT_KEYS[:7] if result["per_attribute"][k]["primary"]["value"]]
+    assert len(likert) >= 5
+    for key in likert:
+        assert result["per_attribute"][key]["primary"]["value"] == pytest.approx(1.0)
+    for key in ("voice_summ", "voice_note"):
+        block = result["per_attribute"][key]
+        assert block["scale"] == "binary"
+        assert block["primary"]["percent_agreement"] == 1.0
+    assert result["n_boot"] == BOOT
+
+
+def test_no_overlap_is_a_clear_error(runs: dict[str, str], db_path: Path) -> None:
+    with (
+        RunStore(db_path, read_only=True) as store,
+        pytest.raises(AgreementError, match="no human ratings overlap run"),
+    ):
+        agreement_for_run(store, runs["unrated"], n_boot=BOOT)
+
+
+def test_compare_rows(runs: dict[str, str], db_path: Path) -> None:
+    with RunStore(db_path, read_only=True) as store:
+        comparison = compare_runs(
+            store,
+            [runs["other"], runs["unrated"], runs["matched"][:18]],
+            sort="icc3k",
+            n_boot=BOOT,
+        )
+    rows = comparison.rows
+    assert [r["run_id"] for r in rows] == [runs["matched"], runs["other"], runs["unrated"]]
+    best, other, unrated = rows
+    assert best["icc3k"] == pytest.approx(1.0)
+    assert best["mean_abs_diff"] == 0
+    assert other["icc3k"] is not None and other["icc3k"] < best["icc3k"]
+    assert other["mean_abs_diff"] > 0
+    assert unrated["icc3k"] is None and unrated["items_rated"] == 0
+    assert any(runs["unrated"] in note for note in comparison.notes)
+    for row in rows:
+        assert row["rubric"] == "pdsqi9 1.0.0"
+        assert row["mode"] == "single"
+        assert row["simulated"] is True
+        assert row["shots"] == 0
+        assert row["failed_samples"] == 0
+        assert row["cost_per_item_usd"] is not None
+        assert row["latency_per_item_s"] is not None and row["latency_per_item_s"] >= 0
+    assert (best["samples"], best["samples_total"]) == (3, 18)
+    assert (unrated["samples"], unrated["samples_total"]) == (1, 3)
+    with RunStore(db_path, read_only=True) as store:
+        by_cost = compare_runs(store, [runs["matched"]], sort="cost_per_item_usd", n_boot=BOOT)
+        assert len(by_cost.rows) == 1
+        with pytest.raises(ValueError, match="cannot sort by"):
+            compare_runs(store, [runs["matched"]], sort="nonsense")
+
+
+def _charts(html: str) -> tuple[int, int]:
+    return html.count('<figure class="chart"'), html.count("<svg")
+
+
+def _assert_self_contained(html: str) -> None:
+    assert not EXTERNAL.search(html)
+    assert "http://" not in html and "https://" not in html
+    for tag in ("<script", "<link", "<img", "<iframe", "@import", "url("):
+        assert tag not in html.lower()
+
+
+def test_run_report_files(runs: dict[str, str], db_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    with RunStore(db_path, read_only=True) as store:
+        files = write_report(store, [runs["matched"]], out, n_boot=BOOT)
+        agreement = agreement_for_run(store, runs["matched"], n_boot=BOOT)
+    with_differences = [a for a, b in agreement["per_attribute"].items() if b["differences"]]
+    assert len(with_differences) >= len(AGREEMENT_KEYS) - 1  # synthesized may have no unit
+    assert files.html == out / "report.html" and files.html.is_file()
+    assert files.markdown == out / "report.md" and files.markdown.is_file()
+    html = files.html.read_text()
+    _assert_self_contained(html)
+    assert '<div class="banner" role="alert"><span class="big">SIMULATED</span>' in html
+    assert html.index("SIMULATED") < html.index("<h1>")
+    figures, svgs = _charts(html)
+    assert figures == svgs
+    assert html.count('data-chart="icc-ci"') == 1
+    assert html.count('data-chart="diff-hist"') == len(with_differences)
+    assert 'data-chart="cost-agreement"' not in html  # only in comparisons
+    assert figures == 1 + len(with_differences)
+    assert runs["matched"] in html
+    md = files.markdown.read_text()
+    assert md.startswith("> **SIMULATED**")
+    assert "| attribute | scale | units | ICC(3,k) |" in md
+    assert "| pooled | ordinal |" in md
+    assert "judge replaces dr_a" in md
+    assert "Counts per difference" in md
+
+
+def test_compare_report_with_a_real_model_run(
+    runs: dict[str, str],
+    db_path: Path,
+    tmp_path: Path,
+    items_file: Path,
+    fake_openai: FakeOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    judge = ModelSettings(
+        model="openai/local-judge",
+        base_url=fake_openai.base_url,
+        price=Price(input_per_mtok=1.0, output_per_mtok=4.0),
+    )
+    real = _run(db_path, items_file, judge, name="fake-server")
+    out = tmp_path / "compare"
+    ids = [runs["matched"], runs["other"], runs["unrated"], real]
+    with RunStore(db_path, read_only=True) as store:
+        files = write_report(store, ids, out, compare=True, n_boot=BOOT)
+        comparison = compare_runs(store, [real], n_boot=BOOT)
+    row = comparison.rows[0]
+    assert row["simulated"] is False and row["cost_per_item_usd"] > 0 and row["cost_known"]
+    html = files.html.read_text()
+    _assert_self_contained(html)
+    assert "SIMULATED" in html  # three of the four runs are simulated
+    figures, svgs = _charts(html)
+    assert figures == svgs
+    assert html.count('data-chart="cost-agreement"') == 1
+    assert html.count('data-chart="icc-ci"') == 3  # the unrated run has no agreement
+    assert "Agreement not computed: no human ratings overlap run" in html
+    for run_id in ids:
+        assert run_id in html and run_id in files.markdown.read_text()
+
+    # A report of only the real run carries no banner.
+    with RunStore(db_path, read_only=True) as store:
+        solo = write_report(store, [real], tmp_path / "solo", n_boot=BOOT)
+    solo_html = solo.html.read_text()
+    assert "SIMULATED" not in solo_html
+    assert "SIMULATED" not in solo.markdown.read_text()
+    _assert_self_contained(solo_html)
+
+
+def test_report_arguments(runs: dict[str, str], db_path: Path, tmp_path: Path) -> None:
+    with RunStore(db_path, read_only=True) as store:
+        with pytest.raises(ValueError, match="one run"):
+            write_report(store, [runs["matched"], runs["other"]], tmp_path / "x")
+        with pytest.raises(ValueError, match="at least one run"):
+            write_report(store, [], tmp_path / "x", compare=True)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_report_renders_in_headless_chromium(
+    runs: dict[str, str], db_path: Path, tmp_path: Path
+) -> None:
+    with RunStore(db_path, read_only=True) as store:
+        files = write_report(
+            store, [runs["matched"], runs["other"]], tmp_path / "r", compare=True, n_boot=BOOT
+        )
+    png = tmp_path / "report.png"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "check_report_render.py"),
+            str(files.html),
+            "--png",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    assert png.is_file() and png.stat().st_size > 10_000
+    assert "not background" in result.stdout
