@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autogen_core.models import (
     AssistantMessage,
     ChatCompletionClient,
+    CreateResult,
     LLMMessage,
     SystemMessage,
     UserMessage,
 )
 
 from clinjudge.judges._accounting import call_cost, count_message_tokens, count_tokens
-from clinjudge.judges._base_client import GENERIC_MODEL_INFO
+from clinjudge.judges._base_client import GENERIC_MODEL_INFO, message_text
 from clinjudge.judges._direct_client import DirectChatCompletionClient
 from clinjudge.judges._faults import ProviderFault, classify_fault
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
@@ -44,6 +47,7 @@ class CallOutcome:
         tokens_estimated: True when the provider gave no usage and tiktoken counted.
         cost_usd: Dollar cost, None when the price is unknown.
         latency_s: Wall-clock seconds of the call.
+        result: The AutoGen result itself (text or tool calls), for agents.
     """
 
     text: str
@@ -53,6 +57,7 @@ class CallOutcome:
     tokens_estimated: bool
     cost_usd: float | None
     latency_s: float
+    result: CreateResult | None = None
 
 
 def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
@@ -223,22 +228,41 @@ class JudgeModel:
         self.client = client or build_client(settings, rubric)
 
     async def complete(self, turns: list[ChatTurn], *, variation: str = "") -> CallOutcome:
-        """Send one chat request.
+        """Send one chat request built from rendered turns; the reply must be text.
 
         Args:
             turns: The conversation so far.
             variation: Distinguishes repeated samples for the simulated provider.
         """
-        extra: dict[str, Any] = {}
-        if self.settings.is_mock:
-            extra["seed"] = variation
+        outcome = await self.create(to_autogen_messages(turns), variation=variation)
+        if outcome.result is not None and not isinstance(outcome.result.content, str):
+            raise ProviderFault("reply held tool calls, not text", retryable=False)
+        return outcome
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Any] = (),
+        json_output: Any = None,
+        variation: str = "",
+    ) -> CallOutcome:
+        """Send one request of AutoGen messages (used by agents inside group chats).
+
+        Args:
+            messages: The conversation, as AutoGen messages.
+            tools: Tools offered to the model.
+            json_output: AutoGen's JSON-mode flag; the settings' ``json_mode`` applies otherwise.
+            variation: Distinguishes repeated samples for the simulated provider.
+        """
+        extra: dict[str, Any] = {"seed": variation} if self.settings.is_mock else {}
+        if json_output is None and self.settings.json_mode:
+            json_output = True
         started = time.perf_counter()
         try:
             result = await asyncio.wait_for(
                 self.client.create(
-                    to_autogen_messages(turns),
-                    json_output=True if self.settings.json_mode else None,
-                    extra_create_args=extra,
+                    messages, tools=tools, json_output=json_output, extra_create_args=extra
                 ),
                 timeout=self.settings.timeout,
             )
@@ -248,28 +272,33 @@ class JudgeModel:
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
             raise classify_fault(exc) from exc
-        latency = time.perf_counter() - started
-        return self._outcome(turns, result.content, result.finish_reason, result.usage, latency)
+        return self._outcome(messages, result, time.perf_counter() - started)
 
     def _outcome(
-        self, turns: list[ChatTurn], content: Any, finish: str, usage: Any, latency: float
+        self, messages: Sequence[LLMMessage], result: CreateResult, latency: float
     ) -> CallOutcome:
-        if not isinstance(content, str):
-            raise ProviderFault("reply held tool calls, not text", retryable=False)
+        content = result.content
+        text = (
+            content
+            if isinstance(content, str)
+            else json.dumps([{"name": c.name, "arguments": c.arguments} for c in content])
+        )
+        usage = result.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         completion_tokens = usage.completion_tokens if usage else 0
         estimated = not prompt_tokens
         if estimated:
-            prompt_tokens = count_message_tokens([t.content for t in turns])
-            completion_tokens = count_tokens(content)
+            prompt_tokens = count_message_tokens([message_text(m) for m in messages])
+            completion_tokens = count_tokens(text)
         return CallOutcome(
-            text=content,
-            finish_reason=finish,
+            text=text,
+            finish_reason=result.finish_reason,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             tokens_estimated=estimated,
             cost_usd=call_cost(self.settings, prompt_tokens, completion_tokens),
             latency_s=latency,
+            result=result,
         )
 
     async def close(self) -> None:

@@ -8,7 +8,13 @@ from clinjudge.orchestration._config import (
     build_config,
     load_config_file,
 )
-from clinjudge.orchestration._retry import call_with_retries
+from clinjudge.orchestration._context import (
+    ModelPool,
+    RecordingClient,
+    SampleContext,
+    WorkflowResult,
+)
+from clinjudge.orchestration._retry import call_with_retries, retry_send
 from clinjudge.orchestration._runner import JUDGE_AGENT, BatchRunner, RunTally, WorkUnit
 from clinjudge.orchestration._session import (
     DryRunEstimate,
@@ -22,6 +28,12 @@ from clinjudge.orchestration._session import (
     missing_work,
     new_run_id,
     prepare_run,
+)
+from clinjudge.orchestration._workflows import (
+    Workflow,
+    register_workflow,
+    single_workflow,
+    workflow_for,
 )
 
 __all__ = [
@@ -47,4 +59,13 @@ __all__ = [
     "missing_work",
     "new_run_id",
     "prepare_run",
+    "ModelPool",
+    "RecordingClient",
+    "SampleContext",
+    "WorkflowResult",
+    "retry_send",
+    "Workflow",
+    "register_workflow",
+    "single_workflow",
+    "workflow_for",
 ]

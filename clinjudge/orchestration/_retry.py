@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -36,22 +36,15 @@ class _ProviderAwareWait:
         return self._backoff(state)
 
 
-async def call_with_retries(
-    model: JudgeModel,
-    turns: list[ChatTurn],
-    policy: RetryPolicy,
-    record: AttemptRecorder,
-    *,
-    variation: str = "",
+async def retry_send(
+    send: Callable[[], Awaitable[CallOutcome]], policy: RetryPolicy, record: AttemptRecorder
 ) -> CallOutcome:
-    """Call a model, retrying transient faults; every attempt is passed to ``record``.
+    """Run ``send`` until it succeeds or a fault is final; every attempt goes to ``record``.
 
     Args:
-        model: The model to call.
-        turns: The conversation.
+        send: Makes one attempt (one model call).
         policy: Retry policy.
         record: Called once per attempt with its start time and outcome or fault.
-        variation: Passed to the model (distinguishes samples for the simulated provider).
 
     Raises:
         ProviderFault: The last fault, when attempts run out or the fault is not retryable.
@@ -66,9 +59,29 @@ async def call_with_retries(
         with attempt:
             started = datetime.now().astimezone()
             try:
-                outcome = await model.complete(turns, variation=variation)
+                outcome = await send()
             except ProviderFault as fault:
                 record(started, None, fault)
                 raise
             record(started, outcome, None)
     return outcome
+
+
+async def call_with_retries(
+    model: JudgeModel,
+    turns: list[ChatTurn],
+    policy: RetryPolicy,
+    record: AttemptRecorder,
+    *,
+    variation: str = "",
+) -> CallOutcome:
+    """Call a model with rendered turns, retrying transient faults (see :func:`retry_send`).
+
+    Args:
+        model: The model to call.
+        turns: The conversation.
+        policy: Retry policy.
+        record: Called once per attempt with its start time and outcome or fault.
+        variation: Passed to the model (distinguishes samples for the simulated provider).
+    """
+    return await retry_send(lambda: model.complete(turns, variation=variation), policy, record)

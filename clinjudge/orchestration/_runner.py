@@ -12,26 +12,19 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from clinjudge.judges import (
-    CallOutcome,
-    JudgeModel,
-    ProviderFault,
-    SampleVerdict,
-    draw_shots,
-    judge_single_sample,
-)
+from clinjudge.judges import JudgeModel, SampleVerdict, draw_shots
 from clinjudge.orchestration._config import RunConfig
-from clinjudge.orchestration._retry import call_with_retries
-from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
-from clinjudge.runs import RunStore, SampleKey, call_row, verdict_rows
+from clinjudge.orchestration._context import ModelPool, SampleContext
+from clinjudge.orchestration._workflows import JUDGE_AGENT, workflow_for
+from clinjudge.rubrics import Item, Rubric, Shot
+from clinjudge.runs import RunStore, SampleKey, workflow_rows
 
-JUDGE_AGENT = "judge"
+__all__ = ["JUDGE_AGENT", "BatchRunner", "RunTally", "WorkUnit"]
 
 
 @dataclass(frozen=True)
@@ -68,14 +61,14 @@ def _progress(console: Console) -> Progress:
 
 
 class BatchRunner:
-    """Runs single-judge samples for a run and stores them.
+    """Runs the samples of a run through its mode's workflow and stores them.
 
     Args:
         store: Where results go.
         run_id: The run being executed.
         rubric: The rubric.
         config: The run's configuration.
-        model: The judge model.
+        model: The run's model pool, or one judge model used for every agent.
         shot_pool: Examples for few-shot prompting.
         show_progress: Draw a progress bar on the console.
         console: Console for the progress bar.
@@ -89,7 +82,7 @@ class BatchRunner:
         run_id: str,
         rubric: Rubric,
         config: RunConfig,
-        model: JudgeModel,
+        model: JudgeModel | ModelPool,
         shot_pool: list[Shot] | None = None,
         *,
         show_progress: bool = True,
@@ -101,7 +94,8 @@ class BatchRunner:
         self.run_id = run_id
         self.rubric = rubric
         self.config = config
-        self.model = model
+        self.models = model if isinstance(model, ModelPool) else ModelPool(config, rubric, model)
+        self.agent, self.workflow = workflow_for(config.mode)
         self.shot_pool = shot_pool or []
         self.show_progress = show_progress
         self.console = console or Console(stderr=True)
@@ -114,33 +108,7 @@ class BatchRunner:
         self._writer: asyncio.Task[None] | None = None
         self._on_sample: Callable[[SampleVerdict, float | None], None] = lambda v, c: None
 
-    def _recorder(self, key: SampleKey, calls: list[dict[str, Any]]):
-        def record(started: datetime, outcome: CallOutcome | None, fault: ProviderFault | None):
-            calls.append(
-                call_row(
-                    key,
-                    len(calls),
-                    role="judge",
-                    model=self.model.settings.model,
-                    started=started,
-                    outcome=outcome,
-                    fault=fault,
-                )
-            )
-
-        return record
-
     async def _judge(self, unit: WorkUnit) -> None:
-        key = SampleKey(self.run_id, unit.item.id, unit.sample, JUDGE_AGENT)
-        calls: list[dict[str, Any]] = []
-        record = self._recorder(key, calls)
-        variation = f"{self.config.seed}|{unit.sample}"
-
-        async def call(turns: list[ChatTurn]) -> CallOutcome:
-            return await call_with_retries(
-                self.model, turns, self.config.retry, record, variation=variation
-            )
-
         shots = draw_shots(
             self.shot_pool,
             self.config.shots,
@@ -148,15 +116,15 @@ class BatchRunner:
             item_id=unit.item.id,
             sample=unit.sample,
         )
-        verdict = await judge_single_sample(
-            unit.item,
-            self.rubric,
-            call,
-            shots=shots,
-            explanations=self.config.explanations,
-            max_repairs=self.config.max_repairs,
+        ctx = SampleContext(
+            self.run_id, unit.item, unit.sample, self.config, self.rubric, self.models, shots
         )
-        self._accept(verdict_rows(key, self.rubric, verdict, calls), verdict, calls)
+        result = await self.workflow(ctx)
+        key = SampleKey(self.run_id, unit.item.id, unit.sample, result.agent)
+        rows = workflow_rows(
+            key, self.rubric, result.verdict, result.members, result.transcript, ctx.calls
+        )
+        self._accept(rows, result.verdict, ctx.calls)
 
     def _accept(
         self,

@@ -23,7 +23,9 @@ from clinjudge.judges import (
     price_per_token,
 )
 from clinjudge.orchestration._config import ConfigError, RunConfig
-from clinjudge.orchestration._runner import JUDGE_AGENT, BatchRunner, RunTally, WorkUnit
+from clinjudge.orchestration._context import ModelPool
+from clinjudge.orchestration._runner import BatchRunner, RunTally, WorkUnit
+from clinjudge.orchestration._workflows import workflow_for
 from clinjudge.rubrics import (
     PROMPT_VERSION,
     Item,
@@ -173,11 +175,13 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         "rubric": prepared.rubric.name,
         "rubric_version": prepared.rubric.version,
         "rubric_json": prepared.rubric.model_dump_json(),
-        "models": json.dumps({"judge": config.judge.model}),
+        "models": json.dumps(
+            {"judge": config.judge.model, **{k: v.model for k, v in config.roles.items()}}
+        ),
         "config": json.dumps(stored_config),
         "versions": versions.model_dump_json(),
         "data_source": config.data,
-        "simulated": config.judge.is_mock,
+        "simulated": ModelPool(config, prepared.rubric).simulated,
         "n_items": len(prepared.items),
         "n_samples": config.samples,
     }
@@ -214,7 +218,7 @@ def missing_work(store: RunStore, run_id: str, prepared: PreparedRun) -> list[Wo
         (r["item_id"], r["sample"])
         for r in store.query(
             "SELECT item_id, sample FROM samples WHERE run_id = ? AND agent = ?",
-            [run_id, JUDGE_AGENT],
+            [run_id, workflow_for(prepared.config.mode)[0]],
         )
     }
     return [
@@ -234,7 +238,7 @@ async def _run_units(runner: BatchRunner, units: list[WorkUnit]) -> RunTally:
     try:
         return await runner.run(units)
     finally:
-        await runner.model.close()
+        await runner.models.close()
 
 
 def execute_run(
@@ -259,7 +263,7 @@ def execute_run(
     """
     config = prepared.config
     assert config.judge is not None
-    judge = model or JudgeModel(config.judge, prepared.rubric)
+    judge = ModelPool(config, prepared.rubric, model)
     runner = BatchRunner(
         store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
     )
@@ -274,7 +278,7 @@ def execute_run(
         # Finished samples are already stored; the run stays resumable after the fix.
         store.set_run_status(run_id, "failed")
         raise
-    finalize_run(store, run_id, prepared.rubric, config.samples)
+    finalize_run(store, run_id, prepared.rubric, config.samples, workflow_for(config.mode)[0])
     store.set_run_status(run_id, "completed", finished=True)
     return tally
 

@@ -32,7 +32,17 @@ from clinjudge.runs._ratings import (
     ratings_overview,
 )
 from clinjudge.runs._report import list_runs, run_summary
-from clinjudge.runs._rows import SampleKey, call_row, item_from_row, item_row, verdict_rows
+from clinjudge.runs._rows import (
+    SampleKey,
+    call_row,
+    item_from_row,
+    item_row,
+    judgment_rows,
+    sample_row,
+    transcript_rows,
+    verdict_rows,
+    workflow_rows,
+)
 from clinjudge.runs._stats import (
     added_rater_bootstrap,
     cohen_kappa,
@@ -101,6 +111,10 @@ __all__ = [
     "substitution_bootstrap",
     "validate_records",
     "verdict_rows",
+    "workflow_rows",
+    "judgment_rows",
+    "sample_row",
+    "transcript_rows",
     "wilcoxon_paired",
     "write_report",
 ]

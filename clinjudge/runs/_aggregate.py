@@ -84,7 +84,9 @@ def final_rows(
     ]
 
 
-def finalize_run(store: RunStore, run_id: str, rubric: Rubric, n_samples: int) -> int:
+def finalize_run(
+    store: RunStore, run_id: str, rubric: Rubric, n_samples: int, agent: str = "judge"
+) -> int:
     """Write final rows for every item whose samples are all done and that has no final yet.
 
     Args:
@@ -92,6 +94,7 @@ def finalize_run(store: RunStore, run_id: str, rubric: Rubric, n_samples: int) -
         run_id: The run.
         rubric: The run's rubric.
         n_samples: Samples per item.
+        agent: The agent whose per-sample verdicts are aggregated (the mode's deciding agent).
 
     Returns:
         Number of items finalised.
@@ -99,10 +102,10 @@ def finalize_run(store: RunStore, run_id: str, rubric: Rubric, n_samples: int) -
     done = store.query(
         """
         SELECT s.item_id, s.sample, s.status FROM samples s
-        WHERE s.run_id = ? AND s.sample > 0 AND s.item_id NOT IN (
+        WHERE s.run_id = ? AND s.sample > 0 AND s.agent = ? AND s.item_id NOT IN (
             SELECT item_id FROM judgments WHERE run_id = ? AND final)
         """,
-        [run_id, run_id],
+        [run_id, agent, run_id],
     )
     status_by_item: dict[str, dict[int, str]] = defaultdict(dict)
     for row in done:
@@ -113,9 +116,10 @@ def finalize_run(store: RunStore, run_id: str, rubric: Rubric, n_samples: int) -
     values = store.query(
         """
         SELECT item_id, sample, attribute, value FROM judgments
-        WHERE run_id = ? AND NOT final AND status = 'ok' AND item_id IN (SELECT unnest(?))
+        WHERE run_id = ? AND agent = ? AND NOT final AND status = 'ok'
+          AND item_id IN (SELECT unnest(?))
         """,
-        [run_id, complete],
+        [run_id, agent, complete],
     )
     by_sample: dict[str, dict[int, dict[str, float | None]]] = defaultdict(
         lambda: defaultdict(dict)

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from clinjudge.judges import CallOutcome, ProviderFault, SampleVerdict
-from clinjudge.rubrics import Item, Rubric
+from clinjudge.rubrics import ChatTurn, Item, Rubric
 from clinjudge.runs._store import now
 
 
@@ -64,20 +64,11 @@ def call_row(
     return row
 
 
-def verdict_rows(
-    key: SampleKey, rubric: Rubric, verdict: SampleVerdict, calls: list[dict[str, Any]]
-) -> dict[str, list[dict[str, Any]]]:
-    """All rows one finished sample contributes, by table.
-
-    Args:
-        key: The sample's identity.
-        rubric: The rubric (one judgment row per attribute).
-        verdict: What the workflow concluded.
-        calls: Call rows recorded for the sample's attempts.
-    """
+def judgment_rows(key: SampleKey, rubric: Rubric, verdict: SampleVerdict) -> list[dict[str, Any]]:
+    """One judgments row per rubric attribute for one agent's verdict on one sample."""
     columns = key.as_columns()
     ok = verdict.status == "ok"
-    judgments = [
+    return [
         {
             **columns,
             "attribute": attribute,
@@ -89,8 +80,15 @@ def verdict_rows(
         }
         for attribute in rubric.keys
     ]
-    sample = {
-        **columns,
+
+
+def sample_row(
+    key: SampleKey, verdict: SampleVerdict, calls: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The samples row of one agent's verdict, with the calls it took."""
+    ok = verdict.status == "ok"
+    return {
+        **key.as_columns(),
         "status": verdict.status,
         "error": verdict.error,
         "raw_text": None if ok else verdict.raw_text,
@@ -99,11 +97,64 @@ def verdict_rows(
         "latency_s": sum(c.get("latency_s") or 0.0 for c in calls),
         "finished_at": now(),
     }
-    messages = [
-        {**columns, "seq": seq, "role": turn.role, "content": turn.content}
-        for seq, turn in enumerate(verdict.transcript)
+
+
+def transcript_rows(key: SampleKey, turns: list[tuple[str, ChatTurn]]) -> list[dict[str, Any]]:
+    """Messages rows of a sample; each turn is stored under the agent that sent or received it."""
+    return [
+        {**key.as_columns(), "agent": agent, "seq": seq, "role": turn.role, "content": turn.content}
+        for seq, (agent, turn) in enumerate(turns)
     ]
-    return {"calls": calls, "messages": messages, "samples": [sample], "judgments": judgments}
+
+
+def verdict_rows(
+    key: SampleKey, rubric: Rubric, verdict: SampleVerdict, calls: list[dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """All rows one finished single-agent sample contributes, by table.
+
+    Args:
+        key: The sample's identity.
+        rubric: The rubric (one judgment row per attribute).
+        verdict: What the workflow concluded.
+        calls: Call rows recorded for the sample's attempts.
+    """
+    turns = [(key.agent, turn) for turn in verdict.transcript]
+    return {
+        "calls": calls,
+        "messages": transcript_rows(key, turns),
+        "samples": [sample_row(key, verdict, calls)],
+        "judgments": judgment_rows(key, rubric, verdict),
+    }
+
+
+def workflow_rows(
+    key: SampleKey,
+    rubric: Rubric,
+    verdict: SampleVerdict,
+    members: dict[str, SampleVerdict],
+    transcript: list[tuple[str, ChatTurn]],
+    calls: list[dict[str, Any]],
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows of a sample decided by several agents: the decision under ``key.agent``, each
+    member's own scores under its name, and the whole transcript.
+
+    Args:
+        key: The sample's identity, with the deciding agent's name.
+        rubric: The rubric.
+        verdict: The sample-level decision.
+        members: Each member's own verdict.
+        transcript: Every turn as (agent, turn); empty means the verdict's own transcript.
+        calls: Call rows of every agent.
+    """
+    rows = verdict_rows(key, rubric, verdict, calls)
+    if transcript:
+        rows["messages"] = transcript_rows(key, transcript)
+    for member, member_verdict in members.items():
+        member_key = SampleKey(key.run_id, key.item_id, key.sample, member)
+        own_calls = [c for c in calls if c["agent"] == member]
+        rows["samples"].append(sample_row(member_key, member_verdict, own_calls))
+        rows["judgments"].extend(judgment_rows(member_key, rubric, member_verdict))
+    return rows
 
 
 def item_row(run_id: str, position: int, item: Item) -> dict[str, Any]:

@@ -1,0 +1,203 @@
+"""What a judge workflow gets for one sample: models per agent, recorded and retried calls.
+
+Every workflow (single judge, independent panel, MagenticOne discussion) asks the context for a
+call function or an AutoGen client per agent. Both retry transient faults with the run's policy
+and record every attempt as a row of the calls table under that agent's name, so per-agent cost,
+tokens and latency come out the same way whatever the workflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage
+
+from clinjudge.judges import (
+    CallFn,
+    CallOutcome,
+    JudgeModel,
+    ModelSettings,
+    ProviderFault,
+    SampleVerdict,
+    SimpleChatCompletionClient,
+)
+from clinjudge.orchestration._config import RunConfig
+from clinjudge.orchestration._retry import retry_send
+from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
+from clinjudge.runs import SampleKey, call_row
+
+
+class ModelPool:
+    """One JudgeModel per distinct settings, shared by all samples of a run.
+
+    Args:
+        config: The run configuration (``judge`` plus per-role/agent ``roles``).
+        rubric: The rubric (the simulated provider needs it).
+        default: A prepared model for the default settings (tests inject one).
+    """
+
+    def __init__(self, config: RunConfig, rubric: Rubric, default: JudgeModel | None = None):
+        self._config = config
+        self._rubric = rubric
+        self._models: dict[str, JudgeModel] = {}
+        if default is not None:
+            self._models[default.settings.model_dump_json()] = default
+
+    def settings_for(self, agent: str, role: str) -> ModelSettings:
+        """Settings of an agent: its own entry in ``roles``, else its role's, else ``judge``."""
+        roles = self._config.roles
+        settings = roles.get(agent) or roles.get(role) or self._config.judge
+        if settings is None:
+            raise ValueError(f"no model configured for agent {agent!r} (role {role!r})")
+        return settings
+
+    def model_for(self, agent: str, role: str) -> JudgeModel:
+        """The shared model an agent uses."""
+        settings = self.settings_for(agent, role)
+        cache_key = settings.model_dump_json()
+        model = self._models.get(cache_key)
+        if model is None:
+            model = self._models[cache_key] = JudgeModel(settings, self._rubric)
+        return model
+
+    @property
+    def simulated(self) -> bool:
+        """True when any configured model is the mock provider."""
+        configured = [self._config.judge, *self._config.roles.values()]
+        return any(s is not None and s.is_mock for s in configured)
+
+    async def close(self) -> None:
+        """Close every model's connections."""
+        for model in self._models.values():
+            await model.close()
+
+
+class RecordingClient(SimpleChatCompletionClient):
+    """An AutoGen client for one agent: retries with the run's policy and records each attempt.
+
+    Args:
+        context: The sample's context.
+        agent: Agent name the calls are recorded under.
+        role: Role recorded with the calls.
+        model: The model behind the agent.
+    """
+
+    def __init__(self, context: SampleContext, agent: str, role: str, model: JudgeModel):
+        super().__init__(model.client.model_info)
+        self._context = context
+        self._agent = agent
+        self._role = role
+        self._model = model
+
+    async def _complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Any] = (),
+    ) -> CreateResult:
+        outcome = await self._context.send(
+            self._agent,
+            self._role,
+            self._model,
+            lambda: self._model.create(
+                messages, tools=tools, json_output=json_output, variation=self._context.variation
+            ),
+        )
+        assert outcome.result is not None
+        return outcome.result
+
+
+@dataclass
+class WorkflowResult:
+    """What a workflow concluded for one sample.
+
+    Args:
+        agent: Agent name of the sample-level decision (``judge``, ``panel``, ``orchestrator``).
+        verdict: The sample-level decision.
+        members: Each member's own verdict (panels and discussions).
+        transcript: Every turn as (agent, turn), in order; empty means the verdict's transcript.
+    """
+
+    agent: str
+    verdict: SampleVerdict
+    members: dict[str, SampleVerdict] = field(default_factory=dict)
+    transcript: list[tuple[str, ChatTurn]] = field(default_factory=list)
+
+
+class SampleContext:
+    """Everything one sample's workflow needs.
+
+    Args:
+        run_id: The run.
+        item: The item being judged.
+        sample: Sample number (from 1).
+        config: The run configuration.
+        rubric: The rubric.
+        models: The run's model pool.
+        shots: Few-shot examples drawn for this sample.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        item: Item,
+        sample: int,
+        config: RunConfig,
+        rubric: Rubric,
+        models: ModelPool,
+        shots: list[Shot] | None = None,
+    ):
+        self.run_id = run_id
+        self.item = item
+        self.sample = sample
+        self.config = config
+        self.rubric = rubric
+        self.models = models
+        self.shots = shots or []
+        self.variation = f"{config.seed}|{sample}"
+        self.calls: list[dict[str, Any]] = []
+        self._seq: dict[str, int] = {}
+
+    def key(self, agent: str) -> SampleKey:
+        """The store key of this sample for an agent."""
+        return SampleKey(self.run_id, self.item.id, self.sample, agent)
+
+    def _record(self, agent: str, role: str, model: JudgeModel):
+        def record(started: datetime, outcome: CallOutcome | None, fault: ProviderFault | None):
+            seq = self._seq.get(agent, 0)
+            self._seq[agent] = seq + 1
+            row = call_row(
+                self.key(agent),
+                seq,
+                role=role,
+                model=model.settings.model,
+                started=started,
+                outcome=outcome,
+                fault=fault,
+            )
+            self.calls.append(row)
+
+        return record
+
+    async def send(self, agent: str, role: str, model: JudgeModel, attempt: Any) -> CallOutcome:
+        """Run one logical call with retries, recording each attempt under ``agent``."""
+        return await retry_send(attempt, self.config.retry, self._record(agent, role, model))
+
+    def call_fn(self, agent: str, role: str) -> CallFn:
+        """A call function over rendered turns for one agent (single judges, panel members)."""
+        model = self.models.model_for(agent, role)
+
+        async def call(turns: list[ChatTurn]) -> CallOutcome:
+            return await self.send(
+                agent, role, model, lambda: model.complete(turns, variation=self.variation)
+            )
+
+        return call
+
+    def client(self, agent: str, role: str) -> ChatCompletionClient:
+        """An AutoGen client for one agent (group-chat participants, orchestrators)."""
+        return RecordingClient(self, agent, role, self.models.model_for(agent, role))

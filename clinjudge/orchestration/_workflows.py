@@ -1,0 +1,47 @@
+"""Judge workflows by mode: each turns one sample's context into a WorkflowResult."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from clinjudge.judges import judge_single_sample
+from clinjudge.orchestration._context import SampleContext, WorkflowResult
+
+Workflow = Callable[[SampleContext], Awaitable[WorkflowResult]]
+
+JUDGE_AGENT = "judge"
+
+
+async def single_workflow(ctx: SampleContext) -> WorkflowResult:
+    """One judge, one prompt, bounded repair."""
+    verdict = await judge_single_sample(
+        ctx.item,
+        ctx.rubric,
+        ctx.call_fn(JUDGE_AGENT, "judge"),
+        shots=ctx.shots,
+        explanations=ctx.config.explanations,
+        max_repairs=ctx.config.max_repairs,
+    )
+    return WorkflowResult(agent=JUDGE_AGENT, verdict=verdict)
+
+
+_WORKFLOWS: dict[str, tuple[str, Workflow]] = {"single": (JUDGE_AGENT, single_workflow)}
+
+
+def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:
+    """Make a workflow available as a mode.
+
+    Args:
+        mode: The ``--mode`` name.
+        agent: Name under which the workflow's sample-level decision is stored.
+        workflow: The workflow.
+    """
+    _WORKFLOWS[mode] = (agent, workflow)
+
+
+def workflow_for(mode: str) -> tuple[str, Workflow]:
+    """The deciding agent's name and the workflow of a mode."""
+    try:
+        return _WORKFLOWS[mode]
+    except KeyError:
+        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(sorted(_WORKFLOWS))}") from None
