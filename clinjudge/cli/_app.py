@@ -6,6 +6,7 @@ import typer
 
 from clinjudge import __version__
 from clinjudge.cli._agree import agree_command, compare_command, report_command
+from clinjudge.cli._persona import persona_app
 from clinjudge.cli._ratings import ratings_app
 from clinjudge.cli._rubric import rubric_app
 from clinjudge.cli._run import run_command
@@ -26,6 +27,7 @@ app.command("report")(report_command)
 app.add_typer(runs_app, name="runs")
 app.add_typer(ratings_app, name="ratings")
 app.add_typer(rubric_app, name="rubric")
+app.add_typer(persona_app, name="persona")
 
 
 def _version(value: bool) -> None:

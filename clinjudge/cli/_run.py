@@ -48,6 +48,24 @@ def _merge(config: dict[str, Any], top: dict[str, Any], judge: dict[str, Any]) -
     return merged
 
 
+def _role_models(roles: dict[str, Any], flags: list[str], judge: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``--role-model AGENT=MODEL`` flags into the config's roles.
+
+    A flag gives the agent the judge's settings with another model (and the judge's base URL
+    only when the provider is the same).
+    """
+    merged = dict(roles)
+    for flag in flags:
+        agent, sep, model = flag.partition("=")
+        if not sep or not agent.strip() or not model.strip():
+            raise ConfigError(f"--role-model {flag!r}: expected AGENT=provider/model")
+        settings = {**judge, **dict(merged.get(agent.strip()) or {}), "model": model.strip()}
+        if model.split("/", 1)[0] != str(judge.get("model", "")).split("/", 1)[0]:
+            settings.pop("base_url", None)
+        merged[agent.strip()] = settings
+    return merged
+
+
 def _print_estimate(estimate: DryRunEstimate, prepared: PreparedRun) -> None:
     table = Table(title="Dry run: nothing was sent, nothing was written")
     table.add_column("what")
@@ -132,6 +150,34 @@ def run_command(
         bool | None,
         typer.Option("--explanations/--no-explanations", help="Ask for an explanation per score."),
     ] = None,
+    personas: Annotated[
+        str | None,
+        typer.Option(help="panel/magentic: persona set, persona file or comma list of names."),
+    ] = None,
+    rounds: Annotated[int | None, typer.Option(help="magentic: discussion rounds.")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="magentic: cap on agent turns.")] = None,
+    max_stalls: Annotated[int | None, typer.Option(help="magentic: stalls before replan.")] = None,
+    blind_first_round: Annotated[
+        bool | None,
+        typer.Option(
+            "--blind-first-round/--no-blind-first-round",
+            help="magentic: personas grade alone before discussing.",
+        ),
+    ] = None,
+    planning: Annotated[
+        bool | None,
+        typer.Option("--planning/--no-planning", help="magentic: run the planning calls."),
+    ] = None,
+    panel_aggregate: Annotated[
+        str | None, typer.Option(help="panel: median or mean of the members.")
+    ] = None,
+    role_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Model for one agent or role, AGENT=provider/model (repeatable), "
+            "e.g. orchestrator=openai/o3-mini."
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -163,6 +209,13 @@ def run_command(
             "max_repairs": max_repairs,
             "explanations": explanations,
             "shot_pool": str(shot_pool) if shot_pool else None,
+            "personas": personas,
+            "rounds": rounds,
+            "max_turns": max_turns,
+            "max_stalls": max_stalls,
+            "blind_first_round": blind_first_round,
+            "planning": planning,
+            "panel_aggregate": panel_aggregate,
         }
         judge = {
             "model": model,
@@ -173,7 +226,9 @@ def run_command(
             "reasoning_effort": reasoning_effort,
             "timeout": timeout,
         }
-        run_config = build_config(str(config or "flags"), _merge(file_settings, top, judge))
+        merged = _merge(file_settings, top, judge)
+        merged["roles"] = _role_models(merged.get("roles") or {}, role_model or [], merged["judge"])
+        run_config = build_config(str(config or "flags"), merged)
         prepared = prepare_run(run_config)
         if dry_run:
             _print_estimate(estimate_run(prepared), prepared)

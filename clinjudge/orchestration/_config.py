@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from clinjudge.judges import ModelSettings
 
-Mode = Literal["single"]
+Mode = Literal["single", "panel", "magentic"]
 
 
 class ConfigError(ValueError):
@@ -50,6 +50,15 @@ class RunConfig(BaseModel):
         concurrency: Model calls in flight at once.
         max_repairs: Corrective re-asks after an invalid reply.
         explanations: Ask for an explanation with every score.
+        personas: Persona set name, persona file, or comma list of persona names (panel and
+            magentic modes).
+        panel_aggregate: How a panel combines its members' scores.
+        rounds: Discussion rounds in magentic mode.
+        max_turns: Cap on agent turns in magentic mode (default: from rounds and personas).
+        max_stalls: MagenticOne's stall limit before it replans.
+        blind_first_round: Personas grade independently before the discussion starts.
+        planning: Run MagenticOne's fact-gathering and planning calls (``--no-planning`` skips
+            them: a fixed grading task needs no plan).
         judge: Model settings of the single judge.
         roles: Model settings per role, for modes with several roles.
         retry: Retry policy for model calls.
@@ -69,6 +78,13 @@ class RunConfig(BaseModel):
     concurrency: int = Field(default=8, ge=1, le=1024)
     max_repairs: int = Field(default=1, ge=0, le=5)
     explanations: bool = False
+    personas: str = "scoring"
+    panel_aggregate: Literal["median", "mean"] = "median"
+    rounds: int = Field(default=1, ge=1, le=10)
+    max_turns: int | None = Field(default=None, ge=1, le=200)
+    max_stalls: int = Field(default=3, ge=1, le=20)
+    blind_first_round: bool = False
+    planning: bool = True
     judge: ModelSettings | None = None
     roles: dict[str, ModelSettings] = Field(default_factory=dict)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)

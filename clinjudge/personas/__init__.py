@@ -1,6 +1,45 @@
-"""Personas for judge panels (practice styles, scoring stances, moderator).
+"""Personas for judge panels: practice styles, scoring stances and a moderator (SPEC §4).
 
-Filled in by the panel work (SPEC §4); nothing here yet.
+Built-in sets ship as YAML package data (``practice`` and ``scoring``, after Table 7 of the
+LLM-as-a-judge study, in our own words); users add their own from YAML or JSON files.
 """
 
-__all__: list[str] = []
+from clinjudge.personas._registry import (
+    PersonaError,
+    builtin_persona_sets,
+    builtin_personas,
+    get_persona,
+    load_persona_file,
+    load_persona_set,
+    load_personas,
+    parse_persona_text,
+    resolve_personas,
+)
+from clinjudge.personas._schema import (
+    NAME_MAX_LENGTH,
+    NAME_PATTERN,
+    RESERVED_NAMES,
+    Persona,
+    PersonaSet,
+    Role,
+    Stance,
+)
+
+__all__ = [
+    "NAME_MAX_LENGTH",
+    "NAME_PATTERN",
+    "RESERVED_NAMES",
+    "Persona",
+    "PersonaError",
+    "PersonaSet",
+    "Role",
+    "Stance",
+    "builtin_persona_sets",
+    "builtin_personas",
+    "get_persona",
+    "load_persona_file",
+    "load_persona_set",
+    "load_personas",
+    "parse_persona_text",
+    "resolve_personas",
+]
