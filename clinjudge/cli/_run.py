@@ -25,6 +25,7 @@ from clinjudge.orchestration import (
     load_stored_run,
     prepare_run,
 )
+from clinjudge.personas import PersonaError
 from clinjudge.rubrics import RubricError
 from clinjudge.runs import InputError, StoreError
 
@@ -73,13 +74,15 @@ def _print_estimate(estimate: DryRunEstimate, prepared: PreparedRun) -> None:
     assert prepared.config.judge is not None
     table.add_row("model", prepared.config.judge.model)
     table.add_row("items", str(len(prepared.items)))
-    table.add_row("prompts (items x samples)", str(estimate.prompts))
+    table.add_row("model calls (first attempts)", str(estimate.prompts))
     table.add_row("prompt tokens (tiktoken o200k)", f"{estimate.prompt_tokens:,}")
     table.add_row("largest prompt (tokens)", f"{estimate.max_prompt_tokens_one_call:,}")
     table.add_row("completion tokens (upper bound)", f"{estimate.max_completion_tokens:,}")
     cost = "unknown price" if estimate.cost_usd is None else f"${estimate.cost_usd:,.4f}"
     table.add_row("estimated cost (upper bound)", cost)
     console.print(table)
+    if estimate.note:
+        console.print(f"[yellow]note:[/] {estimate.note}")
 
 
 def _finish(store_path: str, run_id: str, prepared: PreparedRun, show_progress: bool) -> None:
@@ -238,7 +241,14 @@ def run_command(
         sys.stdout.write(run_id + "\n")
         sys.stdout.flush()
         _finish(run_config.db, run_id, prepared, progress)
-    except (ConfigError, RubricError, InputError, StoreError, ModelConfigError) as exc:
+    except (
+        ConfigError,
+        RubricError,
+        InputError,
+        StoreError,
+        ModelConfigError,
+        PersonaError,
+    ) as exc:
         fail(str(exc), EXIT_USAGE)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)

@@ -65,13 +65,42 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+_BY_AGENT_COLUMNS = (
+    "role",
+    "agent",
+    "model",
+    "calls",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "latency_s_sum",
+)
+
+
+def _by_agent_table(rows: list[dict[str, Any]]) -> Table:
+    """Calls, tokens, cost and summed latency per (role, agent, model)."""
+    table = Table(title="by role and agent")
+    for column in _BY_AGENT_COLUMNS:
+        numeric = column not in ("role", "agent", "model")
+        # Headers with spaces wrap on narrow terminals instead of being cut.
+        table.add_column(
+            column.replace("_", " "),
+            justify="right" if numeric else "left",
+            overflow="fold",
+            min_width=6 if numeric else None,
+        )
+    for row in rows:
+        table.add_row(*(_fmt(row.get(column)) for column in _BY_AGENT_COLUMNS))
+    return table
+
+
 @runs_app.command("show")
 def show_command(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
     db: DbOption = str(DEFAULT_DB),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Items ok/failed, tokens, cost and latency percentiles of a run."""
+    """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent."""
     with open_store(db, read_only=True) as store:
         try:
             summary = run_summary(store, run_id)
@@ -84,9 +113,11 @@ def show_command(
         return
     table = Table(title=f"run {summary['run_id']}", show_header=False)
     for key, value in summary.items():
-        if key != "top_errors":
+        if key not in ("top_errors", "by_agent"):
             table.add_row(key, _fmt(value))
     stdout.print(table)
+    if summary.get("by_agent"):
+        stdout.print(_by_agent_table(summary["by_agent"]))
     for error in summary["top_errors"]:
         stdout.print(f"  {error['n']} x {error['error']}")
 

@@ -81,6 +81,7 @@ async def judge_single_sample(
     shots: list[Shot] | None = None,
     explanations: bool = False,
     max_repairs: int = 1,
+    system_prefix: str | None = None,
 ) -> SampleVerdict:
     """Judge one item once, re-asking up to ``max_repairs`` times when the reply is invalid.
 
@@ -92,8 +93,12 @@ async def judge_single_sample(
         shots: Few-shot examples.
         explanations: Ask for an explanation with every score.
         max_repairs: How many corrective re-asks after an invalid reply.
+        system_prefix: Text placed before the rubric's system prompt in the first system turn
+            (a panel member's persona instructions).
     """
     turns = render_messages(item, rubric, shots, explanations=explanations)
+    if system_prefix:
+        turns[0] = ChatTurn(turns[0].role, f"{system_prefix.strip()}\n\n{turns[0].content}")
     outcome: CallOutcome | None = None
     problem = ""
     for _ in range(max_repairs + 1):

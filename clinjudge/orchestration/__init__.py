@@ -1,5 +1,9 @@
 """Run orchestration: configuration, the batch runner, retries, and run lifecycle."""
 
+from clinjudge.orchestration import (
+    _magentic,  # noqa: F401  (registers --mode magentic)
+    _panel,  # noqa: F401  (registers --mode panel)
+)
 from clinjudge.orchestration._config import (
     ConfigError,
     Mode,

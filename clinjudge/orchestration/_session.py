@@ -19,6 +19,7 @@ from clinjudge.judges import (
     JudgeModel,
     ModelSettings,
     count_message_tokens,
+    count_tokens,
     draw_shots,
     price_per_token,
 )
@@ -26,6 +27,7 @@ from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import ModelPool
 from clinjudge.orchestration._runner import BatchRunner, RunTally, WorkUnit
 from clinjudge.orchestration._workflows import workflow_for
+from clinjudge.personas import load_personas
 from clinjudge.rubrics import (
     PROMPT_VERSION,
     Item,
@@ -138,6 +140,8 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     if not config.data:
         raise ConfigError("no input data: pass --data FILE or set data in the config file")
     rubric = load_rubric(config.rubric)
+    if config.mode != "single":
+        load_personas(config.personas)  # a bad --personas fails before anything is written
     items = load_items(config.data, rubric)
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
@@ -292,6 +296,7 @@ class DryRunEstimate:
     max_completion_tokens: int
     cost_usd: float | None
     max_prompt_tokens_one_call: int
+    note: str = ""
 
 
 def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
@@ -304,6 +309,10 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
     settings: ModelSettings | None = config.judge
     assert settings is not None
     prompt_tokens, largest, prompts = 0, 0, 0
+    # A panel sends the judge prompt once per member, each prefixed with the persona.
+    prefixes = [0]
+    if config.mode != "single":
+        prefixes = [count_tokens(p.system_message) for p in load_personas(config.personas)]
     for sample in range(1, config.samples + 1):
         for item in prepared.items:
             shots = draw_shots(
@@ -311,10 +320,18 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
             )
             turns = render_messages(item, prepared.rubric, shots, explanations=config.explanations)
             tokens = count_message_tokens([t.content for t in turns])
-            prompt_tokens += tokens
-            largest = max(largest, tokens)
-            prompts += 1
+            for prefix in prefixes:
+                prompt_tokens += tokens + prefix
+                largest = max(largest, tokens + prefix)
+                prompts += 1
     completion = prompts * (settings.max_tokens or 400)
     per_token = price_per_token(settings)
     cost = None if per_token is None else prompt_tokens * per_token[0] + completion * per_token[1]
-    return DryRunEstimate(prompts, prompt_tokens, completion, cost, largest)
+    note = ""
+    if config.mode == "magentic":
+        note = (
+            "magentic: counts one graded turn per persona and sample only; the orchestrator's "
+            "planning, ledger and final calls and the growing discussion context come on top "
+            "(see bench/RESULTS.md for measured multiples)"
+        )
+    return DryRunEstimate(prompts, prompt_tokens, completion, cost, largest, note)

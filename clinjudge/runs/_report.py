@@ -72,6 +72,17 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
               FROM calls WHERE run_id = ? GROUP BY item_id)""",
         rid,
     )
+    by_agent = store.query(
+        """
+        SELECT role, agent, model, count(*) AS calls,
+               coalesce(sum(prompt_tokens), 0) AS tokens_in,
+               coalesce(sum(completion_tokens), 0) AS tokens_out,
+               sum(cost_usd) AS cost_usd,
+               coalesce(sum(latency_s), 0) AS latency_s_sum
+        FROM calls WHERE run_id = ?
+        GROUP BY role, agent, model ORDER BY role, agent, model""",
+        [rid],
+    )
     errors = store.query(
         """
         SELECT error, count(*) AS n FROM samples WHERE run_id = ? AND status = 'failed'
@@ -94,5 +105,6 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
         **samples,
         **calls,
         **per_item,
+        "by_agent": by_agent,
         "top_errors": errors,
     }

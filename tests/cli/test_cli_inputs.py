@@ -137,7 +137,7 @@ def test_dry_run_estimates_and_writes_nothing(items_file: Path, tmp_path: Path) 
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     assert "Dry run" in result.stderr
-    assert "prompts (items x samples)" in result.stderr
+    assert "model calls (first attempts)" in result.stderr
     assert " 18 " in result.stderr  # 6 items x 3 samples
     assert "estimated cost" in result.stderr
     assert not db.exists()

@@ -111,7 +111,7 @@ def test_compare_rows(runs: dict[str, str], db_path: Path) -> None:
     with RunStore(db_path, read_only=True) as store:
         comparison = compare_runs(
             store,
-            [runs["other"], runs["unrated"], runs["matched"][:18]],
+            [runs["other"], runs["unrated"], runs["matched"][:21]],
             sort="icc3k",
             n_boot=BOOT,
         )
