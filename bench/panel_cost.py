@@ -28,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.throughput import _items  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
 from clinjudge.orchestration import (  # noqa: E402
     RetryPolicy,
@@ -37,7 +38,6 @@ from clinjudge.orchestration import (  # noqa: E402
     prepare_run,
     workflow_for,
 )
-from clinjudge.rubrics import Item  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores  # noqa: E402
 
@@ -55,22 +55,6 @@ class Row:
     ok: int = 0
     failed: int = 0
     note: str = ""
-
-
-def _items(count: int) -> list[Item]:
-    note = (
-        "Seen in clinic for follow-up of hypertension and type 2 diabetes. "
-        "Blood pressure 138/84. HbA1c 7.4%. Continue metformin and lisinopril. "
-    ) * 6
-    return [
-        Item(
-            id=f"bench-{n:04d}",
-            notes=[note, note, note],
-            summary=f"Patient {n}: hypertension and diabetes, stable [Note 1] [Note 3].",
-            specialty="Primary Care",
-        )
-        for n in range(count)
-    ]
 
 
 def _json_responder(body: dict[str, Any]) -> dict[str, Any]:
