@@ -181,6 +181,16 @@ def run_command(
             "e.g. orchestrator=openai/o3-mini."
         ),
     ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option(help="Dollar budget; no new work starts beyond it.")
+    ] = None,
+    shard: Annotated[
+        str | None, typer.Option(help="i/n: judge only shard i of n (stable hash of item id).")
+    ] = None,
+    rpm: Annotated[
+        int | None, typer.Option(help="Requests per minute for the judge model.")
+    ] = None,
+    tpm: Annotated[int | None, typer.Option(help="Tokens per minute for the judge model.")] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -219,6 +229,8 @@ def run_command(
             "blind_first_round": blind_first_round,
             "planning": planning,
             "panel_aggregate": panel_aggregate,
+            "max_cost": max_cost,
+            "shard": shard,
         }
         judge = {
             "model": model,
@@ -228,6 +240,8 @@ def run_command(
             "max_tokens": max_tokens,
             "reasoning_effort": reasoning_effort,
             "timeout": timeout,
+            "rpm": rpm,
+            "tpm": tpm,
         }
         merged = _merge(file_settings, top, judge)
         merged["roles"] = _role_models(merged.get("roles") or {}, role_model or [], merged["judge"])

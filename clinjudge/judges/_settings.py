@@ -45,6 +45,8 @@ class ModelSettings(BaseModel):
         client: For ``openai/`` models: ``autogen`` uses autogen-ext's OpenAI client, ``direct``
             our lean HTTP client; ``auto`` picks ``direct`` when ``base_url`` is set
             (self-hosted servers, where throughput matters) and ``autogen`` otherwise.
+        rpm: Requests per minute allowed for this model (shared by every agent using it).
+        tpm: Tokens per minute allowed for this model (prompt plus completion).
         price: Price override; otherwise litellm's bundled price map is used.
         price_as: Model name to look up in the price map (e.g. the model behind a deployment).
     """
@@ -63,6 +65,8 @@ class ModelSettings(BaseModel):
     timeout: float = Field(default=120.0, gt=0)
     json_mode: bool = False
     client: Literal["auto", "autogen", "direct"] = "auto"
+    rpm: int | None = Field(default=None, gt=0)
+    tpm: int | None = Field(default=None, gt=0)
     price: Price | None = None
     price_as: str | None = None
 

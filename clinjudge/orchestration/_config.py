@@ -59,6 +59,8 @@ class RunConfig(BaseModel):
         blind_first_round: Personas grade independently before the discussion starts.
         planning: Run MagenticOne's fact-gathering and planning calls (``--no-planning`` skips
             them: a fixed grading task needs no plan).
+        max_cost: Dollar budget: no new work starts once the spend would exceed it.
+        shard: ``i/n``: judge only the items whose stable id hash falls in shard i of n.
         judge: Model settings of the single judge.
         roles: Model settings per role, for modes with several roles.
         retry: Retry policy for model calls.
@@ -85,6 +87,8 @@ class RunConfig(BaseModel):
     max_stalls: int = Field(default=3, ge=1, le=20)
     blind_first_round: bool = False
     planning: bool = True
+    max_cost: float | None = Field(default=None, gt=0)
+    shard: str | None = Field(default=None, pattern=r"^\d+/\d+$")
     judge: ModelSettings | None = None
     roles: dict[str, ModelSettings] = Field(default_factory=dict)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
