@@ -12,9 +12,14 @@ In-process use::
 
 As a separate process::
 
-    python -m tests.fake_openai --port 0 --latency 0.1 [--fault-rate P --seed S]
+    python -m tests.fake_openai --port 0 --latency 0.1 [--fault-rate P --seed S] [--rpm-limit N]
 
-prints ``READY http://127.0.0.1:PORT/v1`` and serves until SIGTERM/SIGINT.
+prints ``READY http://127.0.0.1:PORT/v1`` and serves until SIGTERM/SIGINT, then prints
+``STATS requests=... rate_limited=... max_in_60s=...``.
+
+With ``rpm_limit`` the server enforces a requests-per-minute limit like a provider: a request
+arriving when ``rpm_limit`` requests were accepted in the last 60 s is answered 429 at once with
+Retry-After (until the oldest leaves the window) and counted in ``rate_limited``.
 """
 
 from __future__ import annotations
@@ -336,6 +341,8 @@ class FakeOpenAIServer:
     ``faults`` is a sequence indexed by the 0-based chat request number or a callable
     ``(index, body) -> Fault | None``. Items queued with :meth:`script` take precedence
     over both. ``latency`` seconds are slept before every answer, faults included.
+    ``rpm_limit`` enforces a sliding 60 s requests-per-minute limit (429 with Retry-After,
+    counted in ``rate_limited``; such requests skip the latency and the fault plan).
     """
 
     def __init__(
@@ -346,8 +353,13 @@ class FakeOpenAIServer:
         faults: FaultPlan | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        rpm_limit: int | None = None,
     ) -> None:
         self.responder = responder
+        self.rpm_limit = rpm_limit
+        self.rate_limited = 0
+        self.accepted_times: list[float] = []
+        self._window: deque[float] = deque()
         self.latency = latency
         self.faults = faults
         self.host = host
@@ -425,6 +437,31 @@ class FakeOpenAIServer:
         with self._lock:
             return self._connections_opened
 
+    def max_in_window(self, seconds: float = 60.0) -> int:
+        """Most requests accepted (not rate limited) within any ``seconds`` window."""
+        with self._lock:
+            times = list(self.accepted_times)
+        best, lo = 0, 0
+        for hi, t in enumerate(times):
+            while times[lo] <= t - seconds:
+                lo += 1
+            best = max(best, hi - lo + 1)
+        return best
+
+    def _over_rpm(self) -> float | None:
+        """Under the lock: None when a request may pass (and record it), else Retry-After."""
+        now = time.monotonic()
+        if self.rpm_limit is not None:
+            window = self._window
+            while window and window[0] <= now - 60.0:
+                window.popleft()
+            if len(window) >= self.rpm_limit:
+                self.rate_limited += 1
+                return max(window[0] + 60.0 - now, 0.001)
+            window.append(now)
+        self.accepted_times.append(now)
+        return None
+
     def script(self, replies: Sequence[str | dict[str, Any] | Fault]) -> None:
         """Queue replies consumed in order before ``responder``/``faults`` apply."""
         with self._lock:
@@ -496,9 +533,21 @@ class FakeOpenAIServer:
         """Record the request, pick reply or fault, and answer."""
         streaming = bool(body.get("stream"))
         with self._lock:
+            self.requests.append(body)
+            retry_after = self._over_rpm()
+        if retry_after is not None:
+            headers = {
+                "Retry-After": f"{retry_after:.3f}",
+                "retry-after-ms": str(max(int(retry_after * 1000), 1)),
+            }
+            message = "Rate limit reached for requests per minute (fake server)."
+            handler._send(
+                429, _error_body(message, "rate_limit_error", "rate_limit_exceeded"), headers
+            )
+            return
+        with self._lock:
             index = self._next_index
             self._next_index += 1
-            self.requests.append(body)
             scripted: Any = _NO_SCRIPT
             if not streaming and self._script:
                 scripted = self._script.popleft()
@@ -608,10 +657,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
     parser.add_argument("--fault-rate", type=float, default=0.0, help="probability of a fault")
     parser.add_argument("--seed", type=int, default=0, help="seed for --fault-rate")
+    parser.add_argument(
+        "--rpm-limit", type=int, default=None, help="answer 429 beyond N requests per minute"
+    )
     args = parser.parse_args(argv)
 
     faults = random_faults(args.fault_rate, args.seed) if args.fault_rate > 0 else None
-    server = FakeOpenAIServer(latency=args.latency, faults=faults, host=args.host, port=args.port)
+    server = FakeOpenAIServer(
+        latency=args.latency,
+        faults=faults,
+        host=args.host,
+        port=args.port,
+        rpm_limit=args.rpm_limit,
+    )
     done = threading.Event()
 
     def _on_signal(_signum: int, _frame: Any) -> None:
@@ -626,6 +684,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
     finally:
         server.stop()
+        print(
+            f"STATS requests={server.request_count} rate_limited={server.rate_limited} "
+            f"max_in_60s={server.max_in_window(60.0)}",
+            flush=True,
+        )
     return 0
 
 

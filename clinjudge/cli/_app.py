@@ -6,6 +6,8 @@ import typer
 
 from clinjudge import __version__
 from clinjudge.cli._agree import agree_command, compare_command, report_command
+from clinjudge.cli._audit import audit_command
+from clinjudge.cli._db import db_app
 from clinjudge.cli._persona import persona_app
 from clinjudge.cli._ratings import ratings_app
 from clinjudge.cli._rubric import rubric_app
@@ -24,10 +26,12 @@ app.command("export")(export_command)
 app.command("agree")(agree_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
+app.command("audit")(audit_command)
 app.add_typer(runs_app, name="runs")
 app.add_typer(ratings_app, name="ratings")
 app.add_typer(rubric_app, name="rubric")
 app.add_typer(persona_app, name="persona")
+app.add_typer(db_app, name="db")
 
 
 def _version(value: bool) -> None:

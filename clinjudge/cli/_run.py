@@ -206,7 +206,7 @@ def run_command(
     """Judge a batch of items; prints the run id."""
     try:
         if resume:
-            _resume(resume, db, progress)
+            _resume(resume, db, progress, max_cost)
             return
         file_settings = load_config_file(config) if config else {}
         top = {
@@ -268,10 +268,13 @@ def run_command(
         fail(str(exc), EXIT_USAGE)
 
 
-def _resume(run_id: str, db: str | None, progress: bool) -> None:
+def _resume(run_id: str, db: str | None, progress: bool, max_cost: float | None) -> None:
     path = db or "runs/clinjudge.duckdb"
     with open_store(path, read_only=True) as store:  # a typo'd --db must not create a file
         full_id, prepared = load_stored_run(store, run_id)
+    if max_cost is not None:
+        # A budget given with --resume replaces the stored one for this invocation.
+        prepared.config = prepared.config.model_copy(update={"max_cost": max_cost})
     sys.stdout.write(full_id + "\n")
     sys.stdout.flush()
     _finish(path, full_id, prepared, progress)

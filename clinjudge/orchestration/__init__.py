@@ -18,6 +18,7 @@ from clinjudge.orchestration._context import (
     SampleContext,
     WorkflowResult,
 )
+from clinjudge.orchestration._limits import FakeClock, MonotonicClock, RateLimiter
 from clinjudge.orchestration._retry import call_with_retries, retry_send
 from clinjudge.orchestration._runner import JUDGE_AGENT, BatchRunner, RunTally, WorkUnit
 from clinjudge.orchestration._session import (
@@ -68,6 +69,9 @@ __all__ = [
     "SampleContext",
     "WorkflowResult",
     "retry_send",
+    "FakeClock",
+    "MonotonicClock",
+    "RateLimiter",
     "Workflow",
     "register_workflow",
     "single_workflow",

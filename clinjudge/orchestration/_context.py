@@ -8,7 +8,7 @@ tokens and latency come out the same way whatever the workflow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,8 +23,10 @@ from clinjudge.judges import (
     ProviderFault,
     SampleVerdict,
     SimpleChatCompletionClient,
+    count_message_tokens,
 )
 from clinjudge.orchestration._config import RunConfig
+from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import retry_send
 from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
 from clinjudge.runs import SampleKey, call_row
@@ -37,14 +39,52 @@ class ModelPool:
         config: The run configuration (``judge`` plus per-role/agent ``roles``).
         rubric: The rubric (the simulated provider needs it).
         default: A prepared model for the default settings (tests inject one).
+        clock: Time source of the rate limiters (tests inject a fake one).
     """
 
-    def __init__(self, config: RunConfig, rubric: Rubric, default: JudgeModel | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        rubric: Rubric,
+        default: JudgeModel | None = None,
+        *,
+        clock: Clock | None = None,
+    ):
         self._config = config
         self._rubric = rubric
         self._models: dict[str, JudgeModel] = {}
+        self._clock = clock
+        self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
         if default is not None:
             self._models[default.settings.model_dump_json()] = default
+
+    def limiter_for(self, settings: ModelSettings) -> RateLimiter | None:
+        """The limiter shared by every agent calling this model at this endpoint, if limited.
+
+        Agents configured with different limits for the same model get the strictest of them.
+        """
+        key = (settings.model, settings.base_url)
+        limiter = self._limiters.get(key)
+        if limiter is None:
+            same = [
+                s
+                for s in (self._config.judge, *self._config.roles.values(), settings)
+                if s is not None and (s.model, s.base_url) == key
+            ]
+            rpms = [s.rpm for s in same if s.rpm is not None]
+            tpms = [s.tpm for s in same if s.tpm is not None]
+            limiter = self._limiters[key] = RateLimiter(
+                min(rpms) if rpms else None,
+                min(tpms) if tpms else None,
+                clock=self._clock,
+                completion_guess=settings.max_tokens or 400,
+            )
+        return limiter if limiter.limited else None
+
+    @property
+    def limiters(self) -> list[RateLimiter]:
+        """The limiters in use (models with an rpm or tpm limit)."""
+        return [limiter for limiter in self._limiters.values() if limiter.limited]
 
     def settings_for(self, agent: str, role: str) -> ModelSettings:
         """Settings of an agent: its own entry in ``roles``, else its role's, else ``judge``."""
@@ -73,6 +113,15 @@ class ModelPool:
         """Close every model's connections."""
         for model in self._models.values():
             await model.close()
+
+
+def _message_text(message: LLMMessage) -> str:
+    content = getattr(message, "content", "")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(getattr(part, "content", part)) for part in content)
+    return str(content)
 
 
 class RecordingClient(SimpleChatCompletionClient):
@@ -106,6 +155,7 @@ class RecordingClient(SimpleChatCompletionClient):
             lambda: self._model.create(
                 messages, tools=tools, json_output=json_output, variation=self._context.variation
             ),
+            prompt=lambda: [_message_text(m) for m in messages],
         )
         assert outcome.result is not None
         return outcome.result
@@ -183,9 +233,50 @@ class SampleContext:
 
         return record
 
-    async def send(self, agent: str, role: str, model: JudgeModel, attempt: Any) -> CallOutcome:
-        """Run one logical call with retries, recording each attempt under ``agent``."""
-        return await retry_send(attempt, self.config.retry, self._record(agent, role, model))
+    async def send(
+        self,
+        agent: str,
+        role: str,
+        model: JudgeModel,
+        attempt: Callable[[], Awaitable[CallOutcome]],
+        *,
+        prompt: Callable[[], list[str]] | None = None,
+    ) -> CallOutcome:
+        """Run one logical call with retries, recording each attempt under ``agent``.
+
+        Every attempt first waits for the model's rate limiter (when it has an rpm or tpm
+        limit), charging the prompt's tokens plus the expected completion, and corrects the
+        charge with the actual usage afterwards. A Retry-After holds the limiter for all agents.
+
+        Args:
+            agent: Agent name the calls are recorded under.
+            role: Role recorded with the calls.
+            model: The model called.
+            attempt: Makes one attempt.
+            prompt: The text of each message sent (for the token estimate).
+        """
+        record = self._record(agent, role, model)
+        limiter = self.models.limiter_for(model.settings)
+        if limiter is None:
+            return await retry_send(attempt, self.config.retry, record)
+        prompt_tokens = 0
+        if limiter.counts_tokens and prompt is not None:
+            prompt_tokens = count_message_tokens(prompt())
+
+        async def limited() -> CallOutcome:
+            ticket = await limiter.acquire(limiter.estimate(prompt_tokens))
+            try:
+                outcome = await attempt()
+            except ProviderFault as fault:
+                if fault.retry_after is not None:
+                    limiter.hold(min(fault.retry_after, self.config.retry.max_wait))
+                raise
+            limiter.settle(
+                ticket, outcome.prompt_tokens + outcome.completion_tokens, outcome.completion_tokens
+            )
+            return outcome
+
+        return await retry_send(limited, self.config.retry, record)
 
     def call_fn(self, agent: str, role: str) -> CallFn:
         """A call function over rendered turns for one agent (single judges, panel members)."""
@@ -193,7 +284,11 @@ class SampleContext:
 
         async def call(turns: list[ChatTurn]) -> CallOutcome:
             return await self.send(
-                agent, role, model, lambda: model.complete(turns, variation=self.variation)
+                agent,
+                role,
+                model,
+                lambda: model.complete(turns, variation=self.variation),
+                prompt=lambda: [t.content for t in turns],
             )
 
         return call

@@ -4,6 +4,12 @@ Work is a list of (item, sample) units. A fixed pool of workers takes units from
 number of model calls in flight never exceeds ``concurrency``. Finished samples are buffered and
 written in one transaction every ``flush_every`` samples or ``flush_seconds``; a crash loses at
 most the buffer, which ``--resume`` then redoes (keys make the redo idempotent).
+
+With ``max_cost`` set, a worker starts a sample only while the spend so far, plus the expected
+cost of the samples in flight and of this one, stays within the budget. The expected cost of a
+sample is the average of the finished ones, or before any has finished the price per token times
+the rendered prompt (plus ``max_tokens`` of completion) per model call. When the budget stops the
+run, samples in flight finish and are stored; the rest stays for ``--resume``.
 """
 
 from __future__ import annotations
@@ -17,11 +23,18 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from clinjudge.judges import JudgeModel, SampleVerdict, draw_shots
+from clinjudge.judges import (
+    JudgeModel,
+    SampleVerdict,
+    count_message_tokens,
+    draw_shots,
+    price_per_token,
+)
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._context import ModelPool, SampleContext
 from clinjudge.orchestration._workflows import JUDGE_AGENT, workflow_for
-from clinjudge.rubrics import Item, Rubric, Shot
+from clinjudge.personas import load_personas
+from clinjudge.rubrics import Item, Rubric, Shot, render_messages
 from clinjudge.runs import RunStore, SampleKey, workflow_rows
 
 __all__ = ["JUDGE_AGENT", "BatchRunner", "RunTally", "WorkUnit"]
@@ -44,6 +57,10 @@ class RunTally:
     cost_usd: float = 0.0
     cost_known: bool = True
     interrupted: bool = False
+    budget_exhausted: bool = False
+    not_started: int = 0
+    requests: int = 0
+    achieved_rpm: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
 
 
@@ -54,6 +71,7 @@ def _progress(console: Console) -> Progress:
         MofNCompleteColumn(),
         TextColumn("ok [green]{task.fields[ok]}[/] failed [red]{task.fields[failed]}[/]"),
         TextColumn("cost ${task.fields[cost]:.4f}"),
+        TextColumn("{task.fields[rate]} req/min"),
         TimeElapsedColumn(),
         console=console,
         transient=False,
@@ -107,6 +125,55 @@ class BatchRunner:
         self._last_flush = time.monotonic()
         self._writer: asyncio.Task[None] | None = None
         self._on_sample: Callable[[SampleVerdict, float | None], None] = lambda v, c: None
+        self._in_flight = 0
+        self._started = time.monotonic()
+        self._calls_per_sample = 1
+
+    def _first_estimate(self, unit: WorkUnit) -> float | None:
+        """Expected dollars of a sample before any has finished: its rendered prompt, priced."""
+        settings = self.config.judge
+        per_token = price_per_token(settings) if settings is not None else None
+        if settings is None or per_token is None:
+            return None
+        shots = draw_shots(
+            self.shot_pool,
+            self.config.shots,
+            seed=self.config.seed,
+            item_id=unit.item.id,
+            sample=unit.sample,
+        )
+        turns = render_messages(
+            unit.item, self.rubric, shots, explanations=self.config.explanations
+        )
+        prompt = count_message_tokens([t.content for t in turns])
+        completion = settings.max_tokens or 400
+        return self._calls_per_sample * (prompt * per_token[0] + completion * per_token[1])
+
+    def _expected_cost(self, unit: WorkUnit) -> float | None:
+        finished = self.tally.ok + self.tally.failed
+        if finished:
+            return self.tally.cost_usd / finished
+        return self._first_estimate(unit)
+
+    def _within_budget(self, unit: WorkUnit) -> bool:
+        budget = self.config.max_cost
+        if budget is None:
+            return True
+        expected = self._expected_cost(unit)
+        if expected is None:  # unknown price: nothing to compare with
+            return True
+        committed = self.tally.cost_usd + expected * self._in_flight
+        return committed + expected <= budget
+
+    def achieved_rpm(self) -> float | None:
+        """Model requests per minute so far (every attempt counts), None before any."""
+        rates = [r for r in (lim.achieved_rpm() for lim in self.models.limiters) if r]
+        if rates:
+            return sum(rates)
+        elapsed = time.monotonic() - self._started
+        if not self.tally.requests or elapsed <= 0:
+            return None
+        return self.tally.requests / elapsed * 60.0
 
     async def _judge(self, unit: WorkUnit) -> None:
         shots = draw_shots(
@@ -135,6 +202,7 @@ class BatchRunner:
         for table, table_rows in rows.items():
             self._buffer.setdefault(table, []).extend(table_rows)
         self._buffered += 1
+        self.tally.requests += len(calls)
         cost = 0.0
         for call in calls:
             if call.get("cost_usd") is None and call["status"] == "ok":
@@ -170,12 +238,21 @@ class BatchRunner:
             self.store.write_batch(self._take_buffer())
 
     async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
-        while True:
+        while not self.tally.budget_exhausted:
             try:
                 unit = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            await self._judge(unit)
+            if not self._within_budget(unit):
+                # No new work; samples in flight finish; the rest is left for --resume.
+                self.tally.budget_exhausted = True
+                self.tally.not_started = queue.qsize() + 1
+                return
+            self._in_flight += 1
+            try:
+                await self._judge(unit)
+            finally:
+                self._in_flight -= 1
 
     async def run(self, units: list[WorkUnit]) -> RunTally:
         """Judge every unit; on cancellation, store what finished and re-raise.
@@ -186,17 +263,24 @@ class BatchRunner:
         queue: asyncio.Queue[WorkUnit] = asyncio.Queue()
         for unit in units:
             queue.put_nowait(unit)
+        self._started = time.monotonic()
+        if self.config.max_cost is not None and self.config.mode != "single":
+            self._calls_per_sample = max(len(load_personas(self.config.personas)), 1)
         progress = _progress(self.console) if self.show_progress else None
         if progress is not None:
-            task = progress.add_task("judging", total=len(units), ok=0, failed=0, cost=0.0)
+            task = progress.add_task(
+                "judging", total=len(units), ok=0, failed=0, cost=0.0, rate="-"
+            )
 
             def on_sample(verdict: SampleVerdict, cost: float | None) -> None:
+                rate = self.achieved_rpm()
                 progress.update(
                     task,
                     advance=1,
                     ok=self.tally.ok,
                     failed=self.tally.failed,
                     cost=self.tally.cost_usd,
+                    rate="-" if rate is None else f"{rate:,.0f}",
                 )
 
             self._on_sample = on_sample
@@ -214,6 +298,7 @@ class BatchRunner:
             await asyncio.gather(*workers, return_exceptions=True)
             raise
         finally:
+            self.tally.achieved_rpm = self.achieved_rpm()
             await self._finish_writes()
             if progress is not None:
                 progress.stop()

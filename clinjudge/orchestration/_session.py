@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import platform
 import secrets
@@ -119,6 +120,48 @@ def new_run_id() -> str:
     return f"{now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
+def parse_shard(spec: str) -> tuple[int, int]:
+    """Parse ``i/n`` (1-based shard i of n).
+
+    Args:
+        spec: The shard spec, e.g. ``2/4``.
+    """
+    index, sep, count = spec.partition("/")
+    if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+        raise ConfigError(f"--shard {spec!r}: expected i/n, e.g. 1/4")
+    i, n = int(index), int(count)
+    if n < 1 or not 1 <= i <= n:
+        raise ConfigError(f"--shard {spec!r}: need 1 <= i <= n (shards are numbered 1..n)")
+    return i, n
+
+
+def shard_of(item_id: str, n: int) -> int:
+    """The 1-based shard of an item: sha256 of its id, modulo n (stable across machines)."""
+    return int.from_bytes(hashlib.sha256(item_id.encode("utf-8")).digest()[:8], "big") % n + 1
+
+
+# Settings that may differ between the machines running the shards of one run.
+_PER_MACHINE = ("shard", "db", "data", "concurrency")
+
+
+def sharded_run_id(config: RunConfig, items: list[Item]) -> str:
+    """The run id every shard of one sharded run shares.
+
+    Derived from the name, the config without its per-machine settings (shard, db, data path,
+    concurrency, rate limits) and the content of the whole dataset, so ``judge run --shard i/n``
+    with the same settings and data yields the same id on every machine.
+    """
+    payload = config.model_dump(mode="json", exclude_none=True, exclude=set(_PER_MACHINE))
+    for settings in [payload.get("judge") or {}, *(payload.get("roles") or {}).values()]:
+        for key in ("rpm", "tpm"):
+            settings.pop(key, None)
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8"))
+    for item in items:
+        digest.update(item.model_dump_json().encode("utf-8"))
+    label = "".join(c if c.isalnum() or c in "-_." else "-" for c in config.name or "")
+    return f"{label or 'sharded'}-{digest.hexdigest()[:12]}"
+
+
 @dataclass
 class PreparedRun:
     """Everything needed to execute a run, validated, before anything is written."""
@@ -127,6 +170,10 @@ class PreparedRun:
     rubric: Rubric
     items: list[Item]
     shots: list[Shot]
+    run_id: str | None = None
+    """Fixed run id (shared by every shard of a sharded run); a fresh one otherwise."""
+    positions: list[int] | None = None
+    """Items' positions in the whole dataset (a shard keeps the global order)."""
 
 
 def prepare_run(config: RunConfig) -> PreparedRun:
@@ -142,12 +189,23 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     rubric = load_rubric(config.rubric)
     if config.mode != "single":
         load_personas(config.personas)  # a bad --personas fails before anything is written
+    shard = parse_shard(config.shard) if config.shard else None
     items = load_items(config.data, rubric)
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
         for item in items:
             draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
-    return PreparedRun(config, rubric, items, shots)
+    if shard is None:
+        return PreparedRun(config, rubric, items, shots)
+    keep = [p for p, item in enumerate(items) if shard_of(item.id, shard[1]) == shard[0]]
+    return PreparedRun(
+        config,
+        rubric,
+        [items[p] for p in keep],
+        shots,
+        run_id=sharded_run_id(config, items),
+        positions=keep,
+    )
 
 
 def create_run(store: RunStore, prepared: PreparedRun) -> str:
@@ -157,7 +215,7 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         store: The run store.
         prepared: The validated run.
     """
-    run_id = new_run_id()
+    run_id = prepared.run_id or new_run_id()
     config = prepared.config
     assert config.judge is not None
     versions = _Versions(
@@ -189,7 +247,8 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         "n_items": len(prepared.items),
         "n_samples": config.samples,
     }
-    rows = [item_row(run_id, position, item) for position, item in enumerate(prepared.items)]
+    positions = prepared.positions or range(len(prepared.items))
+    rows = [item_row(run_id, p, item) for p, item in zip(positions, prepared.items, strict=True)]
     store.write_batch({"runs": [run_row], "items": rows})
     return run_id
 
@@ -282,6 +341,16 @@ def execute_run(
         # Finished samples are already stored; the run stays resumable after the fix.
         store.set_run_status(run_id, "failed")
         raise
+    if tally.budget_exhausted:
+        # Not finalized: the run is resumable and its final scores wait for the missing samples.
+        store.set_run_status(run_id, "budget_exhausted")
+        runner.console.print(
+            f"[yellow]Budget of ${config.max_cost:.4f} reached after ${tally.cost_usd:.4f}: "
+            f"{tally.not_started} samples not started. Continue with:[/] "
+            f"judge run --resume {run_id} --db {store.path} [--max-cost USD]  (each invocation "
+            "may spend up to its budget: the stored one, or --max-cost given with --resume)"
+        )
+        return tally
     finalize_run(store, run_id, prepared.rubric, config.samples, workflow_for(config.mode)[0])
     store.set_run_status(run_id, "completed", finished=True)
     return tally

@@ -14,6 +14,25 @@ from clinjudge.runs._agreement_run import (
     run_rating_records,
     run_rubric,
 )
+from clinjudge.runs._audit import (
+    DEFAULT_FLAG_RULES,
+    PRM_RULE_NOTE,
+    AuditError,
+    AuditItems,
+    FlagRule,
+    audit_for_run,
+    audit_item_id,
+    bootstrap_mean_ci,
+    flag_items,
+    holm_adjust,
+    load_audit_items,
+    paired_comparisons,
+    parse_flag_rule,
+    render_audit_report,
+    unmatched_encounters,
+    vendor_summaries,
+    write_audit_report,
+)
 from clinjudge.runs._compare import SORT_COLUMNS, Comparison, block_summary, compare_runs
 from clinjudge.runs._export import EXPORT_FORMATS, export_run
 from clinjudge.runs._html_report import ReportFiles, render_report, write_report
@@ -24,6 +43,7 @@ from clinjudge.runs._inputs import (
     read_records,
     validate_records,
 )
+from clinjudge.runs._merge import MergeSummary, TableMerge, merge_databases
 from clinjudge.runs._ratings import (
     HumanRating,
     ImportSummary,
@@ -57,6 +77,23 @@ from clinjudge.runs._stats import (
 from clinjudge.runs._store import DEFAULT_DB, FINAL_SAMPLE, RunStore, StoreError, now
 
 __all__ = [
+    "AuditError",
+    "AuditItems",
+    "DEFAULT_FLAG_RULES",
+    "FlagRule",
+    "PRM_RULE_NOTE",
+    "audit_for_run",
+    "audit_item_id",
+    "bootstrap_mean_ci",
+    "flag_items",
+    "holm_adjust",
+    "load_audit_items",
+    "paired_comparisons",
+    "parse_flag_rule",
+    "render_audit_report",
+    "unmatched_encounters",
+    "vendor_summaries",
+    "write_audit_report",
     "AgreementError",
     "Comparison",
     "DEFAULT_DB",
@@ -66,6 +103,7 @@ __all__ = [
     "HumanRating",
     "ImportSummary",
     "InputError",
+    "MergeSummary",
     "JUDGE_RATER",
     "RatingRecord",
     "ReportFiles",
@@ -73,10 +111,12 @@ __all__ = [
     "SORT_COLUMNS",
     "SampleKey",
     "StoreError",
+    "TableMerge",
     "added_rater_bootstrap",
     "agreement_attributes",
     "agreement_for_file",
     "agreement_for_run",
+    "merge_databases",
     "analyse_ratings",
     "binary_attributes",
     "block_summary",

@@ -1,0 +1,234 @@
+"""`judge audit`: several vendors' outputs on the same encounters, one judge configuration."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store
+from clinjudge.cli._run import _finish, _merge, _print_estimate
+from clinjudge.judges import ModelConfigError, draw_shots
+from clinjudge.orchestration import (
+    ConfigError,
+    Mode,
+    PreparedRun,
+    RunConfig,
+    build_config,
+    create_run,
+    estimate_run,
+    load_config_file,
+    load_shot_pool,
+)
+from clinjudge.personas import PersonaError, load_personas
+from clinjudge.rubrics import RubricError, load_rubric
+from clinjudge.runs import (
+    DEFAULT_FLAG_RULES,
+    AuditError,
+    AuditItems,
+    InputError,
+    StoreError,
+    audit_for_run,
+    load_audit_items,
+    parse_flag_rule,
+    write_audit_report,
+)
+
+
+def prepare_audit(
+    config: RunConfig, paths: Sequence[str | Path], rules: Sequence[str] = DEFAULT_FLAG_RULES
+) -> tuple[PreparedRun, AuditItems]:
+    """Validate an audit like a run (rubric, personas, every vendor file, shots, flag rules)
+    and combine the vendors' items into one run; writes nothing.
+
+    Args:
+        config: The run configuration (its ``data`` names the vendor files, for the record).
+        paths: Vendor files.
+        rules: Flag rules, checked against the rubric before anything is judged.
+    """
+    if config.judge is None:
+        raise ConfigError("no judge model: pass --model or set judge.model in the config file")
+    rubric = load_rubric(config.rubric)
+    for rule in rules:
+        parse_flag_rule(rule, rubric)
+    if config.mode != "single":
+        load_personas(config.personas)
+    audit_items = load_audit_items(paths, rubric)
+    shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
+    if config.shots:
+        for item in audit_items.items:
+            draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
+    return PreparedRun(config, rubric, audit_items.items, shots), audit_items
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_audit(audit: dict[str, Any], out: Path | None) -> None:
+    table = Table(title=f"Vendor audit {audit['run_id']}: mean [95% CI] per attribute")
+    table.add_column("attribute")
+    for vendor in audit["vendors"]:
+        table.add_column(vendor, justify="right")
+    for attribute in audit["attributes"]:
+        cells = []
+        for vendor in audit["vendors"]:
+            s = audit["summaries"][vendor][attribute]
+            ci = s["ci95"]
+            ci_text = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+            cells.append(f"{_fmt(s['mean'])}{ci_text} n={s['n']}")
+        table.add_row(attribute, *cells)
+    console.print(table)
+    significant = [c for c in audit["comparisons"] if c["significant"]]
+    console.print(
+        f"{len(significant)} of {len(audit['comparisons'])} paired comparisons significant "
+        f"after Holm (alpha {audit['settings']['alpha']})"
+    )
+    for c in significant:
+        console.print(
+            f"  {c['vendor_a']} vs {c['vendor_b']} {c['attribute']}: median diff "
+            f"{_fmt(c['median_difference'])}, n={c['n_pairs']}, p_holm={c['p_holm']:.3g}"
+        )
+    console.print(
+        f"{len(audit['flagged'])} flagged item(s) (rules: {', '.join(audit['flag_rules'])})"
+    )
+    for u in audit["unmatched"]:
+        console.print(
+            f"  unmatched encounter {u['encounter_id']}: missing for {', '.join(u['missing'])}"
+        )
+    if audit["simulated"]:
+        console.print("[bold yellow]SIMULATED: scores from the mock provider.[/]")
+    if out is not None:
+        console.print(f"report written to {out / 'report.html'} and {out / 'report.md'}")
+
+
+def _analyse(
+    db: str,
+    run_id: str,
+    rules: Sequence[str],
+    n_boot: int,
+    seed: int,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    with open_store(db, read_only=True) as store:
+        audit = audit_for_run(store, run_id, rules=rules, n_boot=n_boot, seed=seed)
+    if out is not None:
+        write_audit_report(audit, out)
+    if as_json:
+        sys.stdout.write(json.dumps(audit, indent=2, default=str) + "\n")
+    _print_audit(audit, out)
+
+
+def audit_command(
+    data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A vendor's outputs (repeat per vendor; the vendor is the file stem unless "
+            "records carry `vendor`), or one file whose records all carry `vendor`."
+        ),
+    ] = None,
+    run: Annotated[
+        str | None,
+        typer.Option(help="Recompute statistics and report of an existing audit run (no judging)."),
+    ] = None,
+    rubric: Annotated[str | None, typer.Option(help="Built-in rubric name or rubric file.")] = None,
+    mode: Annotated[Mode | None, typer.Option(help="Judge mode.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="provider/model (default: $CLINJUDGE_MODEL, else mock).")
+    ] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file with any `judge run` settings.")
+    ] = None,
+    samples: Annotated[int | None, typer.Option(help="Samples per item (median is final).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Model calls in flight.")] = None,
+    personas: Annotated[
+        str | None, typer.Option(help="panel/magentic: persona set, file or comma list.")
+    ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option(help="Dollar budget; no new work starts beyond it.")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Label for the run.")] = None,
+    flag: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Flag rule attribute<=V, attribute>=V or attribute==V (repeatable) "
+            "[default: accurate<=2, voice_summ>=1]. PRM step rules are reserved for later."
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Write report.html + report.md here.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole result as JSON on stdout.")
+    ] = False,
+    boot: Annotated[int, typer.Option(help="Bootstrap resamples for the CIs.")] = 2000,
+    seed: Annotated[int | None, typer.Option(help="Seed (examples and bootstrap).")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Estimate tokens and cost; call nothing.")
+    ] = False,
+    db: Annotated[
+        str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Audit several vendors on the same encounters: one run, then per-vendor statistics,
+    paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id."""
+    rules = list(flag or DEFAULT_FLAG_RULES)
+    try:
+        if run:
+            if data:
+                raise ConfigError("pass either --run (recompute) or --data (new audit), not both")
+            _analyse(db or "runs/clinjudge.duckdb", run, rules, boot, seed or 0, out, as_json)
+            return
+        file_settings = load_config_file(config) if config else {}
+        paths = [str(p) for p in data or []]
+        if not paths and file_settings.get("data"):
+            paths = [str(file_settings["data"])]
+        if not paths:
+            raise ConfigError("no input data: pass --data FILE once per vendor")
+        top = {
+            "rubric": rubric,
+            "mode": mode,
+            "data": ",".join(paths),
+            "samples": samples,
+            "seed": seed,
+            "concurrency": concurrency,
+            "db": db,
+            "name": name,
+            "personas": personas,
+            "max_cost": max_cost,
+        }
+        merged = _merge(file_settings, top, {"model": model, "base_url": base_url})
+        run_config = build_config(str(config or "flags"), merged)
+        prepared, audit_items = prepare_audit(run_config, paths, rules)
+        for u in audit_items.unmatched:
+            console.print(
+                f"[yellow]unmatched encounter {u['encounter_id']}:[/] missing for "
+                f"{', '.join(u['missing'])} (still judged; left out of those pairs)"
+            )
+        if dry_run:
+            _print_estimate(estimate_run(prepared), prepared)
+            return
+        with open_store(run_config.db) as store:
+            run_id = create_run(store, prepared)
+        (sys.stderr if as_json else sys.stdout).write(run_id + "\n")
+        sys.stdout.flush()
+        _finish(run_config.db, run_id, prepared, progress)
+        _analyse(run_config.db, run_id, rules, boot, run_config.seed, out, as_json)
+    except (
+        ConfigError,
+        RubricError,
+        InputError,
+        StoreError,
+        ModelConfigError,
+        PersonaError,
+        AuditError,
+    ) as exc:
+        fail(str(exc), EXIT_USAGE)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)

@@ -1,0 +1,741 @@
+"""Vendor audits: one judge configuration over several vendors' outputs on the same encounters.
+
+An audit is an ordinary run whose items carry a vendor: the stored item id is
+``f"{vendor}::{encounter_id}"``, ``item.vendor`` names the vendor and ``meta.encounter_id``
+the encounter, so vendors are matched by encounter. From the final per-item scores this module
+computes, per vendor and attribute, the mean, median and a bootstrap 95% CI of the mean;
+Wilcoxon signed-rank tests between every pair of vendors on their matched encounters, with Holm's
+correction across all comparisons; flagged items from simple rules (``accurate<=2``); cost and
+time per vendor from the calls; and a self-contained report (``report.html`` + ``report.md``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clinjudge import __version__
+from clinjudge.rubrics import Item, Rubric
+from clinjudge.runs._aggregate import FINAL_AGENT
+from clinjudge.runs._agreement_run import run_rubric
+from clinjudge.runs._html_report import (
+    _CSS,
+    SIMULATED_TEXT,
+    ReportFiles,
+    _banner,
+    _Doc,
+    _esc,
+    _svg,
+    _Table,
+    _text,
+    _write,
+    fmt_ci,
+    fmt_num,
+    fmt_p,
+    fmt_seconds,
+    fmt_usd,
+)
+from clinjudge.runs._inputs import InputError, check_rubric_inputs, read_records, validate_records
+from clinjudge.runs._stats import wilcoxon_paired
+from clinjudge.runs._store import FINAL_SAMPLE, RunStore, now
+
+ID_SEPARATOR = "::"
+DEFAULT_FLAG_RULES = ("accurate<=2", "voice_summ>=1")
+PRM_RULE_NOTE = (
+    "PRM step rules (a process reward below a threshold) are reserved for the PRM bridge and "
+    "not available yet."
+)
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+}
+_RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|>=|==)\s*(-?\d+(?:\.\d+)?)\s*$")
+
+# Scores: vendor -> encounter id -> attribute -> value (None when null or failed).
+Scores = dict[str, dict[str, dict[str, float | None]]]
+
+
+class AuditError(ValueError):
+    """An audit cannot be prepared or computed (bad rule, not an audit run, ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass
+class AuditItems:
+    """The combined items of an audit and how they match across vendors."""
+
+    items: list[Item]
+    vendors: list[str]
+    encounters: list[str]
+    unmatched: list[dict[str, Any]]
+
+
+def audit_item_id(vendor: str, encounter_id: str) -> str:
+    """The stored item id of one vendor's output for one encounter."""
+    return f"{vendor}{ID_SEPARATOR}{encounter_id}"
+
+
+def unmatched_encounters(
+    presence: dict[str, set[str]], vendors: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Encounters that some vendors lack, with who has them and who does not.
+
+    Args:
+        presence: encounter id -> vendors that have an output for it.
+        vendors: All vendors, in report order.
+    """
+    rows = []
+    for encounter in sorted(presence):
+        have = [v for v in vendors if v in presence[encounter]]
+        if len(have) < len(vendors):
+            missing = [v for v in vendors if v not in presence[encounter]]
+            rows.append({"encounter_id": encounter, "present": have, "missing": missing})
+    return rows
+
+
+def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
+    """Read every vendor's file and combine them into one run's items.
+
+    With one file every record must name its ``vendor``; with several, a record's vendor is its
+    ``vendor`` field or else the file's stem. The record ``id`` is the encounter id.
+
+    Args:
+        paths: Vendor files (JSONL, CSV or Parquet).
+        rubric: The rubric the items will be judged with.
+
+    Raises:
+        InputError: Listing every problem found (file, line or row, field).
+    """
+    if not paths:
+        raise InputError(["no input data: pass --data FILE (one per vendor)"])
+    problems: list[str] = []
+    items: list[Item] = []
+    vendors: list[str] = []
+    presence: dict[str, set[str]] = {}
+    seen: dict[str, str] = {}
+    for path in paths:
+        try:
+            records = read_records(path)
+        except InputError as exc:
+            problems.extend(exc.problems)
+            continue
+        if not records:
+            problems.append(f"{path}: no records")
+            continue
+        for where, item in validate_records(records, Item, problems):
+            check_rubric_inputs(where, item, rubric, problems)
+            vendor = item.vendor or (Path(path).stem if len(paths) > 1 else None)
+            if not vendor:
+                problems.append(
+                    f"{where}: field vendor: one input file needs a vendor on every record "
+                    "(or pass one file per vendor)"
+                )
+                continue
+            if ID_SEPARATOR in vendor or ID_SEPARATOR in item.id:
+                problems.append(f"{where}: field id: {ID_SEPARATOR!r} is reserved")
+                continue
+            stored_id = audit_item_id(vendor, item.id)
+            if stored_id in seen:
+                problems.append(
+                    f"{where}: field id: vendor {vendor!r} has encounter {item.id!r} twice "
+                    f"(first at {seen[stored_id]})"
+                )
+                continue
+            seen[stored_id] = where
+            if vendor not in vendors:
+                vendors.append(vendor)
+            presence.setdefault(item.id, set()).add(vendor)
+            meta = {**item.meta, "encounter_id": item.id}
+            items.append(item.model_copy(update={"id": stored_id, "vendor": vendor, "meta": meta}))
+    if problems:
+        raise InputError(problems)
+    if len(vendors) < 2:
+        raise InputError([f"an audit needs at least two vendors; found {vendors or 'none'}"])
+    return AuditItems(items, vendors, sorted(presence), unmatched_encounters(presence, vendors))
+
+
+# ---------------------------------------------------------------------------------------------
+# Flag rules
+
+
+@dataclass(frozen=True)
+class FlagRule:
+    """``attribute <op> value``: an item is flagged when its final score satisfies it."""
+
+    attribute: str
+    op: str
+    value: float
+
+    @property
+    def text(self) -> str:
+        """The rule as written."""
+        return f"{self.attribute}{self.op}{_number(self.value)}"
+
+    def fires(self, score: float | None) -> bool:
+        """Whether a score triggers the rule (a missing score never does)."""
+        return score is not None and _OPS[self.op](score, self.value)
+
+
+def parse_flag_rule(text: str, rubric: Rubric | None = None) -> FlagRule:
+    """Parse ``attribute<=value``, ``attribute>=value`` or ``attribute==value``.
+
+    Args:
+        text: The rule.
+        rubric: When given, the attribute must be one of its keys.
+    """
+    if text.strip().lower().startswith("prm"):
+        raise AuditError(f"flag rule {text!r}: {PRM_RULE_NOTE}")
+    match = _RULE.match(text)
+    if not match:
+        raise AuditError(
+            f"flag rule {text!r}: expected attribute<=value, attribute>=value or "
+            "attribute==value (e.g. accurate<=2)"
+        )
+    attribute, op, value = match.group(1), match.group(2), float(match.group(3))
+    if rubric is not None and attribute not in rubric.keys:
+        raise AuditError(
+            f"flag rule {text!r}: unknown attribute {attribute!r}; rubric {rubric.name} has "
+            f"{', '.join(rubric.keys)}"
+        )
+    return FlagRule(attribute, op, value)
+
+
+def flag_items(
+    scores: Scores, rules: Sequence[FlagRule], failed: Sequence[tuple[str, str]] = ()
+) -> list[dict[str, Any]]:
+    """Items that trip at least one rule, with every reason; failed judgments are flagged too.
+
+    Args:
+        scores: Final scores per vendor and encounter.
+        rules: Flag rules.
+        failed: (vendor, encounter id) pairs whose judgment failed.
+    """
+    flagged: dict[tuple[str, str], list[str]] = {}
+    for vendor, encounters in scores.items():
+        for encounter, values in encounters.items():
+            for rule in rules:
+                score = values.get(rule.attribute)
+                if rule.fires(score):
+                    assert score is not None
+                    flagged.setdefault((vendor, encounter), []).append(
+                        f"{rule.attribute}={_number(score)} ({rule.text})"
+                    )
+    for vendor, encounter in failed:
+        flagged.setdefault((vendor, encounter), []).append("no valid judgment (all samples failed)")
+    order = {v: i for i, v in enumerate(scores)}
+    return [
+        {
+            "item_id": audit_item_id(vendor, encounter),
+            "vendor": vendor,
+            "encounter_id": encounter,
+            "reasons": reasons,
+        }
+        for (vendor, encounter), reasons in sorted(
+            flagged.items(), key=lambda kv: (order.get(kv[0][0], 0), kv[0][1])
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float], n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile bootstrap CI of the mean, all resamples drawn in one array.
+
+    Args:
+        values: The observations (no missing values).
+        n_boot: Resamples.
+        seed: Random seed.
+        level: Coverage.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return None
+    if x.size == 1 or n_boot < 1:
+        return (float(x.mean()), float(x.mean()))
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return (float(lo), float(hi))
+
+
+def vendor_summaries(
+    scores: Scores, attributes: Sequence[str], *, n_boot: int = 2000, seed: int = 0
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per vendor and attribute: n, mean, median and bootstrap 95% CI of the mean.
+
+    Args:
+        scores: Final scores per vendor and encounter.
+        attributes: Attributes to summarise.
+        n_boot: Bootstrap resamples.
+        seed: Bootstrap seed.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for vendor, encounters in scores.items():
+        out[vendor] = {}
+        for attribute in attributes:
+            values = [v[attribute] for v in encounters.values() if v.get(attribute) is not None]
+            if not values:
+                out[vendor][attribute] = {"n": 0, "mean": None, "median": None, "ci95": None}
+                continue
+            ci = bootstrap_mean_ci(values, n_boot, seed)
+            out[vendor][attribute] = {
+                "n": len(values),
+                "mean": float(np.mean(values)),
+                "median": float(np.median(values)),
+                "ci95": list(ci) if ci else None,
+            }
+    return out
+
+
+def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p values (missing or NaN p stay missing, and do not count)."""
+    valid = [(i, float(p)) for i, p in enumerate(p_values) if p is not None and not math.isnan(p)]
+    m = len(valid)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (index, p) in enumerate(sorted(valid, key=lambda ip: ip[1])):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+def paired_comparisons(
+    scores: Scores, attributes: Sequence[str], *, alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """Wilcoxon signed-rank tests of every vendor pair on matched encounters, per attribute.
+
+    The difference is first vendor minus second; zero differences are dropped (``wilcox``).
+    ``p_holm`` is Holm-corrected across all comparisons returned.
+
+    Args:
+        scores: Final scores per vendor and encounter.
+        attributes: Attributes to compare.
+        alpha: Significance level for the ``significant`` flag (on ``p_holm``).
+    """
+    rows = []
+    for a, b in itertools.combinations(list(scores), 2):
+        shared = sorted(set(scores[a]) & set(scores[b]))
+        for attribute in attributes:
+            pairs = [(scores[a][e].get(attribute), scores[b][e].get(attribute)) for e in shared]
+            pairs_ok = [(x, y) for x, y in pairs if x is not None and y is not None]
+            x = np.array([p[0] for p in pairs_ok], dtype=float)
+            y = np.array([p[1] for p in pairs_ok], dtype=float)
+            test = wilcoxon_paired(x, y) if x.size else None
+            p = test["p"] if test else None
+            rows.append(
+                {
+                    "vendor_a": a,
+                    "vendor_b": b,
+                    "attribute": attribute,
+                    "n_pairs": int(x.size),
+                    "n_zero_differences": test["n_zero_differences"] if test else 0,
+                    "median_difference": float(np.median(x - y)) if x.size else None,
+                    "mean_difference": float(np.mean(x - y)) if x.size else None,
+                    "statistic": _finite(test["statistic"]) if test else None,
+                    "p": _finite(p),
+                    "method": test["method"] if test else None,
+                }
+            )
+    for row, adjusted in zip(rows, holm_adjust([r["p"] for r in rows]), strict=True):
+        row["p_holm"] = adjusted
+        row["significant"] = adjusted is not None and adjusted < alpha
+    return rows
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _finite(value: Any) -> float | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# From the store
+
+
+def _audit_rows(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    return store.query(
+        """
+        SELECT i.item_id, i.vendor, json_extract_string(i.meta, '$.encounter_id') AS encounter,
+               j.attribute, j.value, j.status
+        FROM items i LEFT JOIN judgments j
+          ON j.run_id = i.run_id AND j.item_id = i.item_id AND j.final
+             AND j.sample = ? AND j.agent = ?
+        WHERE i.run_id = ? ORDER BY i.position, j.attribute
+        """,
+        [FINAL_SAMPLE, FINAL_AGENT, run_id],
+    )
+
+
+def _vendor_costs(store: RunStore, run_id: str, vendors: Sequence[str]) -> dict[str, Any]:
+    rows = store.query(
+        """
+        SELECT i.vendor, count(DISTINCT i.item_id) AS items, count(c.call_id) AS calls,
+               coalesce(sum(c.prompt_tokens), 0) AS tokens_in,
+               coalesce(sum(c.completion_tokens), 0) AS tokens_out,
+               sum(c.cost_usd) AS cost_usd,
+               count(c.call_id) FILTER (WHERE c.status = 'ok' AND c.cost_usd IS NULL)
+                   AS calls_unpriced,
+               coalesce(sum(c.latency_s), 0) AS latency_s
+        FROM items i LEFT JOIN calls c ON c.run_id = i.run_id AND c.item_id = i.item_id
+        WHERE i.run_id = ? GROUP BY i.vendor
+        """,
+        [run_id],
+    )
+    by_vendor = {r["vendor"]: r for r in rows}
+    out = {}
+    for vendor in vendors:
+        r = by_vendor.get(vendor, {})
+        items = int(r.get("items") or 0)
+        cost = r.get("cost_usd")
+        latency = float(r.get("latency_s") or 0.0)
+        out[vendor] = {
+            "items": items,
+            "calls": int(r.get("calls") or 0),
+            "tokens_in": int(r.get("tokens_in") or 0),
+            "tokens_out": int(r.get("tokens_out") or 0),
+            "cost_usd": cost,
+            "cost_known": int(r.get("calls_unpriced") or 0) == 0,
+            "cost_per_item_usd": cost / items if cost is not None and items else None,
+            "latency_s": latency,
+            "latency_per_item_s": latency / items if items else None,
+        }
+    return out
+
+
+def audit_for_run(
+    store: RunStore,
+    run_id: str,
+    *,
+    rules: Sequence[str] = DEFAULT_FLAG_RULES,
+    n_boot: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Every audit statistic of a stored audit run (nothing is judged).
+
+    Args:
+        store: The run store.
+        run_id: Run id or unique prefix.
+        rules: Flag rules (``attribute<=value`` and friends).
+        n_boot: Bootstrap resamples for the CIs of the means.
+        seed: Bootstrap seed.
+        alpha: Significance level applied to Holm-corrected p values.
+    """
+    run = store.get_run(run_id)
+    rid = run["run_id"]
+    rubric = run_rubric(run)
+    parsed = [parse_flag_rule(r, rubric) for r in rules]
+    rows = _audit_rows(store, rid)
+    if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):
+        raise AuditError(
+            f"run {rid} is not a vendor audit (its items lack a vendor or meta.encounter_id); "
+            "create one with judge audit --data ..."
+        )
+    vendors: list[str] = []
+    scores: Scores = {}
+    failed: set[tuple[str, str]] = set()
+    pending: set[tuple[str, str]] = set()
+    presence: dict[str, set[str]] = {}
+    for r in rows:
+        vendor, encounter = r["vendor"], r["encounter"]
+        if vendor not in vendors:
+            vendors.append(vendor)
+        presence.setdefault(encounter, set()).add(vendor)
+        if r["attribute"] is None:
+            pending.add((vendor, encounter))
+            continue
+        if r["status"] == "failed":
+            failed.add((vendor, encounter))
+            continue
+        scores.setdefault(vendor, {}).setdefault(encounter, {})[r["attribute"]] = r["value"]
+    scores = {v: scores.get(v, {}) for v in vendors}
+    attributes = list(rubric.keys)
+    compared = [a.key for a in rubric.attributes if a.agreement]
+    notes = []
+    if pending:
+        notes.append(f"{len(pending)} item(s) have no final score yet (run unfinished).")
+    if failed:
+        notes.append(f"{len(failed)} item(s) failed every sample; they are flagged.")
+    unmatched = unmatched_encounters(presence, vendors)
+    if unmatched:
+        notes.append(
+            f"{len(unmatched)} encounter(s) are missing for some vendor(s); they are judged and "
+            "summarised but left out of the paired tests for the vendors that lack them."
+        )
+    notes.append(PRM_RULE_NOTE)
+    left_out = [a for a in attributes if a not in compared]
+    if left_out:
+        notes.append(
+            f"Not compared between vendors (the rubric marks them agreement: false): "
+            f"{', '.join(left_out)}."
+        )
+    return {
+        "run_id": rid,
+        "name": run["name"],
+        "status": run["status"],
+        "simulated": bool(run["simulated"]),
+        "rubric": f"{run['rubric']} {run['rubric_version']}",
+        "mode": run["mode"],
+        "models": run["models"],
+        "samples_per_item": run["n_samples"],
+        "vendors": vendors,
+        "n_encounters": len(presence),
+        "n_items": len({r["item_id"] for r in rows}),
+        "unmatched": unmatched,
+        "attributes": attributes,
+        "summaries": vendor_summaries(scores, attributes, n_boot=n_boot, seed=seed),
+        "comparisons": paired_comparisons(scores, compared, alpha=alpha),
+        "flag_rules": [r.text for r in parsed],
+        "flagged": flag_items(scores, parsed, sorted(failed)),
+        "cost": _vendor_costs(store, rid, vendors),
+        "settings": {"n_boot": n_boot, "seed": seed, "alpha": alpha, "zero_method": "wilcox"},
+        "notes": notes,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def _means_chart(audit: dict[str, Any], attributes: Sequence[str]) -> str:
+    """Dot-and-whisker chart: each vendor's mean with its 95% CI, one row per attribute."""
+    vendors = audit["vendors"]
+    palette = ["#1f6feb", "#b42318", "#d97706", "#1a7f37", "#8250df", "#57606a"]
+    lo_all, hi_all = [], []
+    for v in vendors:
+        for a in attributes:
+            s = audit["summaries"][v][a]
+            if s["ci95"]:
+                lo_all.append(s["ci95"][0])
+                hi_all.append(s["ci95"][1])
+    if not lo_all:
+        return ""
+    lo, hi = math.floor(min(lo_all)), math.ceil(max(hi_all))
+    if hi <= lo:
+        hi = lo + 1
+    left, right, row_h, top = 120, 24, 16 * max(1, len(vendors)) + 10, 34
+    width = 640
+    height = top + row_h * len(attributes) + 30
+
+    def x(value: float) -> float:
+        return left + (value - lo) / (hi - lo) * (width - left - right)
+
+    body = [f'<rect width="{width}" height="{height}" fill="#fff"/>']
+    for i, v in enumerate(vendors):
+        color = palette[i % len(palette)]
+        body.append(f'<circle cx="{left + 8 + i * 110}" cy="14" r="4" fill="{color}"/>')
+        body.append(_text(left + 16 + i * 110, 18, v))
+    tick = lo
+    while tick <= hi:
+        body.append(
+            f'<line x1="{x(tick):.1f}" y1="{top - 6}" x2="{x(tick):.1f}" '
+            f'y2="{height - 24}" stroke="#d0d7de"/>'
+        )
+        body.append(_text(x(tick), height - 10, str(tick), anchor="middle"))
+        tick += 1
+    for row, a in enumerate(attributes):
+        y0 = top + row * row_h
+        body.append(_text(left - 8, y0 + row_h / 2 + 4, a, anchor="end"))
+        for i, v in enumerate(vendors):
+            s = audit["summaries"][v][a]
+            if s["mean"] is None:
+                continue
+            y = y0 + 8 + i * 16
+            color = palette[i % len(palette)]
+            if s["ci95"]:
+                body.append(
+                    f'<line x1="{x(s["ci95"][0]):.1f}" y1="{y}" x2="{x(s["ci95"][1]):.1f}" '
+                    f'y2="{y}" stroke="{color}" stroke-width="2"/>'
+                )
+            body.append(f'<circle cx="{x(s["mean"]):.1f}" cy="{y}" r="4" fill="{color}"/>')
+    svg = _svg(width, height, body, "Mean score per vendor and attribute with 95% CI")
+    return (
+        f'<figure class="chart" data-chart="vendor-means">{svg}<figcaption>'
+        "Mean final score per vendor and attribute; whiskers are bootstrap 95% CIs of the mean."
+        "</figcaption></figure>"
+    )
+
+
+def render_audit_report(audit: dict[str, Any]) -> tuple[str, str]:
+    """The HTML and Markdown text of an audit report.
+
+    Args:
+        audit: The result of :func:`audit_for_run`.
+    """
+    title = f"clinjudge vendor audit: run {audit['run_id']}"
+    doc = _Doc([], [])
+    if audit["simulated"]:
+        doc.html.append(_banner([audit["run_id"]]))
+        doc.md.append(f"> **SIMULATED** - {SIMULATED_TEXT} Simulated run(s): {audit['run_id']}.\n")
+    doc.heading(1, title)
+    models = ", ".join(f"{k}: {v}" for k, v in (audit["models"] or {}).items())
+    doc.para(
+        f"Generated {now().strftime('%Y-%m-%d %H:%M UTC')} by clinjudge {__version__}. "
+        f"Rubric {audit['rubric']}, mode {audit['mode']}, {models}, "
+        f"{audit['samples_per_item']} sample(s) per item; {len(audit['vendors'])} vendors "
+        f"({', '.join(audit['vendors'])}), {audit['n_encounters']} encounters, "
+        f"{audit['n_items']} items.",
+        "meta",
+    )
+    attributes = audit["attributes"]
+    doc.heading(2, "Scores per vendor")
+    header = ["attribute"]
+    for v in audit["vendors"]:
+        header += [f"{v} mean", f"{v} 95% CI", f"{v} median", f"{v} n"]
+    rows = []
+    for a in attributes:
+        row = [a]
+        for v in audit["vendors"]:
+            s = audit["summaries"][v][a]
+            row += [fmt_num(s["mean"], 2), fmt_ci(s["ci95"]), fmt_num(s["median"], 1), str(s["n"])]
+        rows.append(row)
+    doc.table(_Table(header, rows))
+    settings = audit["settings"]
+    doc.para(
+        f"Final score per item is the median of its valid samples. CIs are percentile bootstraps "
+        f"of the mean ({settings['n_boot']} resamples, seed {settings['seed']}).",
+        "note",
+    )
+    chart = _means_chart(audit, attributes)
+    if chart:
+        doc.html.append(f'<div class="charts">{chart}</div>')
+    doc.heading(2, "Paired comparisons between vendors")
+    comp_rows = [
+        [
+            f"{c['vendor_a']} vs {c['vendor_b']}",
+            c["attribute"],
+            str(c["n_pairs"]),
+            fmt_num(c["median_difference"], 2),
+            fmt_num(c["mean_difference"], 2),
+            fmt_p(c["p"]),
+            fmt_p(c["p_holm"]),
+            "yes" if c["significant"] else "no",
+        ]
+        for c in audit["comparisons"]
+    ]
+    doc.table(
+        _Table(
+            [
+                "vendors",
+                "attribute",
+                "n pairs",
+                "median diff",
+                "mean diff",
+                "p",
+                "p (Holm)",
+                "significant",
+            ],
+            comp_rows,
+            left=2,
+        )
+    )
+    doc.para(
+        "Differences are first vendor minus second on encounters both vendors have. Wilcoxon "
+        "signed-rank test, zero differences dropped (zero_method 'wilcox'); p values are "
+        f"Holm-corrected across all {len(audit['comparisons'])} comparisons; significant at "
+        f"{settings['alpha']} after correction.",
+        "note",
+    )
+    doc.heading(2, "Flagged items")
+    doc.para(f"Rules: {', '.join(audit['flag_rules']) or 'none'}.", "meta")
+    if audit["flagged"]:
+        doc.table(
+            _Table(
+                ["vendor", "encounter", "reasons"],
+                [
+                    [f["vendor"], f["encounter_id"], "; ".join(f["reasons"])]
+                    for f in audit["flagged"]
+                ],
+                left=3,
+            )
+        )
+    else:
+        doc.para("No item tripped a rule.", "note")
+    doc.heading(2, "Unmatched encounters")
+    if audit["unmatched"]:
+        doc.table(
+            _Table(
+                ["encounter", "present", "missing"],
+                [
+                    [u["encounter_id"], ", ".join(u["present"]), ", ".join(u["missing"])]
+                    for u in audit["unmatched"]
+                ],
+                left=3,
+            )
+        )
+    else:
+        doc.para("Every vendor has every encounter.", "note")
+    doc.heading(2, "Cost and time per vendor")
+    doc.table(
+        _Table(
+            [
+                "vendor",
+                "items",
+                "calls",
+                "tokens in",
+                "tokens out",
+                "cost",
+                "cost per item",
+                "model time",
+                "time per item",
+            ],
+            [
+                [
+                    v,
+                    str(c["items"]),
+                    str(c["calls"]),
+                    str(c["tokens_in"]),
+                    str(c["tokens_out"]),
+                    fmt_usd(c["cost_usd"], c["cost_known"]),
+                    fmt_usd(c["cost_per_item_usd"], c["cost_known"]),
+                    fmt_seconds(c["latency_s"]),
+                    fmt_seconds(c["latency_per_item_s"]),
+                ]
+                for v, c in audit["cost"].items()
+            ],
+        )
+    )
+    doc.para("Time is the sum of the model calls' latencies of the vendor's items.", "note")
+    doc.heading(2, "Notes")
+    doc.notes(audit["notes"])
+    html_text = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(doc.html)
+        + "</body></html>\n"
+    )
+    return html_text, "\n".join(doc.md)
+
+
+def write_audit_report(audit: dict[str, Any], out_dir: str | Path) -> ReportFiles:
+    """Write ``report.html`` and ``report.md`` of an audit into ``out_dir`` (created if absent)."""
+    html_text, md_text = render_audit_report(audit)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = ReportFiles(out / "report.html", out / "report.md")
+    _write(files.html, html_text)
+    _write(files.markdown, md_text)
+    return files

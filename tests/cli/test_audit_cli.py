@@ -1,0 +1,182 @@
+"""`judge audit` end to end with the mock provider on the bundled synthetic vendors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli._helpers import invoke, scalar
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "audit"
+VENDORS = [EXAMPLES / f"vendor_{v}.jsonl" for v in "abc"]
+
+
+def _data_flags() -> list[str]:
+    return [arg for path in VENDORS for arg in ("--data", str(path))]
+
+
+def test_example_vendor_files_are_synthetic_and_one_encounter_is_missing() -> None:
+    ids = {p.stem: [json.loads(line)["id"] for line in p.read_text().splitlines()] for p in VENDORS}
+    assert len(ids["vendor_a"]) == len(ids["vendor_b"]) == 8
+    assert set(ids["vendor_a"]) - set(ids["vendor_c"]) == {"demo-005"}
+    for path in VENDORS:
+        for line in path.read_text().splitlines():
+            assert json.loads(line)["meta"]["synthetic"] is True
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict, str]:
+    tmp = tmp_path_factory.mktemp("audit")
+    db, out = tmp / "audit.duckdb", tmp / "report"
+    result = invoke(
+        "audit",
+        *_data_flags(),
+        "--rubric",
+        "pdsqi9",
+        "--mode",
+        "single",
+        "--model",
+        "mock/judge",
+        "--samples",
+        "3",
+        "--boot",
+        "500",
+        "--out",
+        str(out),
+        "--json",
+        "--db",
+        str(db),
+        "--no-progress",
+    )
+    assert result.exit_code == 0, result.stderr
+    return db, out, json.loads(result.stdout), result.stderr
+
+
+def test_audit_judges_every_vendor_in_one_run(audited: tuple[Path, Path, dict, str]) -> None:
+    db, _out, audit, stderr = audited
+    run_id = audit["run_id"]
+    assert run_id in stderr  # the run id goes to stderr when stdout carries the JSON
+    assert "SIMULATED" in stderr and "unmatched encounter demo-005" in stderr
+    assert scalar(db, "SELECT count(*) FROM runs") == 1
+    assert scalar(db, "SELECT count(*) FROM items WHERE run_id = ?", [run_id]) == 23
+    assert (
+        scalar(
+            db,
+            "SELECT count(*) FROM items WHERE item_id = 'vendor_b::demo-003' "
+            "AND vendor = 'vendor_b' AND json_extract_string(meta, '$.encounter_id') = 'demo-003'",
+        )
+        == 1
+    )
+    assert (
+        scalar(db, "SELECT count(*) FROM samples WHERE run_id = ? AND sample > 0", [run_id]) == 69
+    )
+    assert audit["simulated"] is True
+    assert audit["vendors"] == ["vendor_a", "vendor_b", "vendor_c"]
+    assert audit["n_encounters"] == 8 and audit["n_items"] == 23
+    assert audit["unmatched"] == [
+        {"encounter_id": "demo-005", "present": ["vendor_a", "vendor_b"], "missing": ["vendor_c"]}
+    ]
+    assert audit["summaries"]["vendor_c"]["accurate"]["n"] == 7
+    assert len(audit["comparisons"]) == 3 * 10  # 3 pairs x the 10 non-gate attributes
+    assert all(c["p_holm"] is None or c["p_holm"] >= c["p"] for c in audit["comparisons"])
+    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1"]
+    for flagged in audit["flagged"]:
+        assert flagged["reasons"]
+    assert set(audit["cost"]) == set(audit["vendors"])
+    assert audit["cost"]["vendor_c"]["calls"] == 21
+    assert any("PRM" in note for note in audit["notes"])
+
+
+def test_audit_report_is_self_contained_with_banner(
+    audited: tuple[Path, Path, dict, str],
+) -> None:
+    _db, out, audit, _ = audited
+    html_text = (out / "report.html").read_text()
+    md_text = (out / "report.md").read_text()
+    assert 'class="banner"' in html_text and "SIMULATED" in md_text
+    assert "<svg" in html_text and "<script" not in html_text and "http" not in html_text
+    for heading in ("Scores per vendor", "Paired comparisons", "Flagged items", "Unmatched"):
+        assert heading in html_text and heading in md_text
+    assert "demo-005" in md_text and audit["run_id"] in md_text
+
+
+def test_audit_run_recomputes_without_judging(
+    audited: tuple[Path, Path, dict, str], tmp_path: Path
+) -> None:
+    db, _out, audit, _ = audited
+    calls = scalar(db, "SELECT count(*) FROM calls")
+    result = invoke(
+        "audit",
+        "--run",
+        audit["run_id"][:12],
+        "--db",
+        str(db),
+        "--json",
+        "--boot",
+        "500",
+        "--flag",
+        "accurate<=5",
+        "--out",
+        str(tmp_path / "again"),
+    )
+    assert result.exit_code == 0, result.stderr
+    again = json.loads(result.stdout)
+    assert scalar(db, "SELECT count(*) FROM calls") == calls
+    assert again["summaries"] == audit["summaries"]
+    assert again["comparisons"] == audit["comparisons"]
+    assert len(again["flagged"]) == 23  # every item satisfies accurate<=5
+    assert (tmp_path / "again" / "report.html").is_file()
+
+
+def test_audit_dry_run_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "dry.duckdb"
+    result = invoke("audit", *_data_flags(), "--model", "mock/judge", "--dry-run", "--db", str(db))
+    assert result.exit_code == 0, result.stderr
+    assert "Dry run" in result.stderr and not db.exists() and result.stdout == ""
+
+
+def test_audit_one_file_with_vendor_field(tmp_path: Path) -> None:
+    records = []
+    for path in VENDORS[:2]:
+        for line in path.read_text().splitlines()[:3]:
+            records.append({**json.loads(line), "vendor": path.stem.upper()})
+    combined = tmp_path / "combined.jsonl"
+    combined.write_text("".join(json.dumps(r) + "\n" for r in records))
+    db = tmp_path / "one.duckdb"
+    result = invoke(
+        "audit", "--data", str(combined), "--model", "mock/judge", "--db", str(db), "--no-progress"
+    )
+    assert result.exit_code == 0, result.stderr
+    run_id = result.stdout.strip()
+    assert scalar(db, "SELECT count(DISTINCT vendor) FROM items WHERE run_id = ?", [run_id]) == 2
+    assert "VENDOR_A" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--flag", "accurate<2"], "expected attribute<=value"),
+        (["--flag", "prm<0.3"], "reserved"),
+        (["--flag", "nope>=1"], "unknown attribute"),
+    ],
+)
+def test_audit_bad_flag_rule_fails_before_anything_is_written(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    db = tmp_path / "bad.duckdb"
+    result = invoke("audit", *_data_flags(), "--model", "mock/judge", "--db", str(db), *args)
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.split())
+    assert not db.exists()
+
+
+def test_audit_of_a_plain_run_is_refused(tmp_path: Path, items_file: Path) -> None:
+    db = tmp_path / "plain.duckdb"
+    run = invoke(
+        "run", "--data", str(items_file), "--model", "mock/judge", "--db", str(db), "--no-progress"
+    )
+    assert run.exit_code == 0, run.stderr
+    result = invoke("audit", "--run", run.stdout.strip(), "--db", str(db))
+    assert result.exit_code == 2 and "not a vendor audit" in result.stderr
