@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.throughput import _start_server as start_fake_server  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
 from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run  # noqa: E402
 from clinjudge.rubrics import Item  # noqa: E402
@@ -29,15 +30,7 @@ from clinjudge.runs import RunStore  # noqa: E402
 
 
 def _start_server(latency: float, rpm_limit: int) -> tuple[subprocess.Popen[str], str]:
-    command = [sys.executable, "-m", "tests.fake_openai", "--port", "0", "--latency"]
-    command += [str(latency), "--rpm-limit", str(rpm_limit)]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("READY "):
-        process.kill()
-        raise RuntimeError(f"fake server did not start: {line!r}")
-    return process, line.split(" ", 1)[1]
+    return start_fake_server(latency, "--rpm-limit", str(rpm_limit))
 
 
 def _stop_server(process: subprocess.Popen[str]) -> dict[str, int]:

@@ -27,13 +27,10 @@ from clinjudge.rubrics import Item, render_messages  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
 
 
-def _start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_openai", "--port", "0", "--latency", str(latency)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+def _start_server(latency: float, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start the fake server in its own process; ``extra`` are more command-line flags."""
+    command = [sys.executable, "-m", "tests.fake_openai", "--port", "0", "--latency", str(latency)]
+    process = subprocess.Popen([*command, *extra], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     if not line.startswith("READY "):
