@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from clinjudge._datafile import parse_data_mapping, read_data_text
 from clinjudge.personas._schema import Persona, PersonaSet
 
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -62,15 +61,12 @@ def parse_persona_text(text: str, source: str) -> PersonaSet:
         text: File contents.
         source: Name used in error messages (a path or a built-in file name).
     """
-    try:
-        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise PersonaError(f"{source}: cannot parse: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PersonaError(
-            f"{source}: a persona file must hold a mapping at the top level "
-            "(a persona set with a `personas` list, or a single persona)"
-        )
+    data = parse_data_mapping(
+        text,
+        source,
+        PersonaError,
+        "a persona file (a persona set with a `personas` list, or a single persona)",
+    )
     if "personas" in data:
         try:
             return PersonaSet.model_validate(data)
@@ -89,12 +85,7 @@ def load_persona_file(path: str | Path) -> PersonaSet:
     Args:
         path: The file to read.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PersonaError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return parse_persona_text(text, str(path))
+    return parse_persona_text(read_data_text(path, PersonaError), str(path))
 
 
 def _load_builtin(name: str) -> PersonaSet:

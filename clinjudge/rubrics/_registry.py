@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
+from clinjudge._datafile import parse_data_mapping, read_data_text
 from clinjudge.rubrics._schema import Rubric
 
 
@@ -44,12 +43,7 @@ def parse_rubric_text(text: str, source: str) -> Rubric:
         text: File contents.
         source: Name used in error messages (a path or a built-in name).
     """
-    try:
-        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise RubricError(f"{source}: cannot parse: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RubricError(f"{source}: a rubric file must hold a mapping at the top level")
+    data = parse_data_mapping(text, source, RubricError, "a rubric file")
     try:
         return Rubric.model_validate(data)
     except ValidationError as exc:
@@ -62,12 +56,7 @@ def load_rubric_file(path: str | Path) -> Rubric:
     Args:
         path: The file to read.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RubricError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return parse_rubric_text(text, str(path))
+    return parse_rubric_text(read_data_text(path, RubricError), str(path))
 
 
 def load_rubric(name_or_path: str) -> Rubric:
