@@ -12,11 +12,24 @@ import typer
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store
+from clinjudge.cli._options import (
+    BaseUrlOption,
+    ConcurrencyOption,
+    ConfigOption,
+    DbOption,
+    MaxCostOption,
+    ModelOption,
+    ModeOption,
+    NameOption,
+    PersonasOption,
+    ProgressOption,
+    RubricOption,
+    SamplesOption,
+)
 from clinjudge.cli._run import _finish, _merge, _print_estimate
 from clinjudge.judges import ModelConfigError, draw_shots
 from clinjudge.orchestration import (
     ConfigError,
-    Mode,
     PreparedRun,
     RunConfig,
     build_config,
@@ -137,24 +150,16 @@ def audit_command(
         str | None,
         typer.Option(help="Recompute statistics and report of an existing audit run (no judging)."),
     ] = None,
-    rubric: Annotated[str | None, typer.Option(help="Built-in rubric name or rubric file.")] = None,
-    mode: Annotated[Mode | None, typer.Option(help="Judge mode.")] = None,
-    model: Annotated[
-        str | None, typer.Option(help="provider/model (default: $CLINJUDGE_MODEL, else mock).")
-    ] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with any `judge run` settings.")
-    ] = None,
-    samples: Annotated[int | None, typer.Option(help="Samples per item (median is final).")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Model calls in flight.")] = None,
-    personas: Annotated[
-        str | None, typer.Option(help="panel/magentic: persona set, file or comma list.")
-    ] = None,
-    max_cost: Annotated[
-        float | None, typer.Option(help="Dollar budget; no new work starts beyond it.")
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="Label for the run.")] = None,
+    rubric: RubricOption = None,
+    mode: ModeOption = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    config: ConfigOption = None,
+    samples: SamplesOption = None,
+    concurrency: ConcurrencyOption = None,
+    personas: PersonasOption = None,
+    max_cost: MaxCostOption = None,
+    name: NameOption = None,
     flag: Annotated[
         list[str] | None,
         typer.Option(
@@ -171,10 +176,8 @@ def audit_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Estimate tokens and cost; call nothing.")
     ] = False,
-    db: Annotated[
-        str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    db: DbOption = None,
+    progress: ProgressOption = True,
 ) -> None:
     """Audit several vendors on the same encounters: one run, then per-vendor statistics,
     paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id."""

@@ -11,11 +11,24 @@ import typer
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, console, fail, open_store
+from clinjudge.cli._options import (
+    BaseUrlOption,
+    ConcurrencyOption,
+    ConfigOption,
+    DbOption,
+    MaxCostOption,
+    ModelOption,
+    ModeOption,
+    NameOption,
+    PersonasOption,
+    ProgressOption,
+    RubricOption,
+    SamplesOption,
+)
 from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ReasoningEffort
 from clinjudge.orchestration import (
     ConfigError,
     DryRunEstimate,
-    Mode,
     PreparedRun,
     build_config,
     create_run,
@@ -111,36 +124,21 @@ def _finish(store_path: str, run_id: str, prepared: PreparedRun, show_progress: 
 
 
 def run_command(
-    rubric: Annotated[str | None, typer.Option(help="Built-in rubric name or rubric file.")] = None,
-    mode: Annotated[Mode | None, typer.Option(help="Judge mode.")] = None,
+    rubric: RubricOption = None,
+    mode: ModeOption = None,
     data: Annotated[
         Path | None, typer.Option(help="Items to judge: JSONL, CSV or Parquet.")
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="provider/model, e.g. openai/gpt-4o-mini, azure/DEPLOYMENT, anthropic/..., "
-            "mock/judge. Default: $CLINJUDGE_MODEL, else the simulated mock/judge."
-        ),
-    ] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option(
-            help="OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp) or Azure endpoint."
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML file with any of these settings.")
-    ] = None,
-    samples: Annotated[int | None, typer.Option(help="Samples per item (median is final).")] = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    config: ConfigOption = None,
+    samples: SamplesOption = None,
     shots: Annotated[int | None, typer.Option(help="Few-shot examples per prompt.")] = None,
     shot_pool: Annotated[Path | None, typer.Option(help="Examples with human scores.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for drawing examples.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Model calls in flight.")] = None,
-    db: Annotated[
-        str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")
-    ] = None,
-    name: Annotated[str | None, typer.Option(help="Label for the run.")] = None,
+    concurrency: ConcurrencyOption = None,
+    db: DbOption = None,
+    name: NameOption = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Cap on generated tokens.")] = None,
@@ -153,10 +151,7 @@ def run_command(
         bool | None,
         typer.Option("--explanations/--no-explanations", help="Ask for an explanation per score."),
     ] = None,
-    personas: Annotated[
-        str | None,
-        typer.Option(help="panel/magentic: persona set, persona file or comma list of names."),
-    ] = None,
+    personas: PersonasOption = None,
     rounds: Annotated[int | None, typer.Option(help="magentic: discussion rounds.")] = None,
     max_turns: Annotated[int | None, typer.Option(help="magentic: cap on agent turns.")] = None,
     max_stalls: Annotated[int | None, typer.Option(help="magentic: stalls before replan.")] = None,
@@ -181,9 +176,7 @@ def run_command(
             "e.g. orchestrator=openai/o3-mini."
         ),
     ] = None,
-    max_cost: Annotated[
-        float | None, typer.Option(help="Dollar budget; no new work starts beyond it.")
-    ] = None,
+    max_cost: MaxCostOption = None,
     shard: Annotated[
         str | None, typer.Option(help="i/n: judge only shard i of n (stable hash of item id).")
     ] = None,
@@ -201,7 +194,7 @@ def run_command(
         str | None,
         typer.Option(help="Finish the missing work of an earlier run (id or unique prefix)."),
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    progress: ProgressOption = True,
 ) -> None:
     """Judge a batch of items; prints the run id."""
     try:
