@@ -170,12 +170,15 @@ class WorkflowResult:
         verdict: The sample-level decision.
         members: Each member's own verdict (panels and discussions).
         transcript: Every turn as (agent, turn), in order; empty means the verdict's transcript.
+        extra_rows: Rows for other tables (e.g. DocLens ``claims``, ``prm_steps``), written in the
+            same transaction as the sample.
     """
 
     agent: str
     verdict: SampleVerdict
     members: dict[str, SampleVerdict] = field(default_factory=dict)
     transcript: list[tuple[str, ChatTurn]] = field(default_factory=list)
+    extra_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class SampleContext:

@@ -191,6 +191,8 @@ class BatchRunner:
         rows = workflow_rows(
             key, self.rubric, result.verdict, result.members, result.transcript, ctx.calls
         )
+        for table, extra in result.extra_rows.items():
+            rows.setdefault(table, []).extend(extra)
         self._accept(rows, result.verdict, ctx.calls)
 
     def _accept(

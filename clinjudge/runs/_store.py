@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS items (
     reference VARCHAR,
     vendor VARCHAR,
     meta JSON,
+    flags JSON,
     PRIMARY KEY (run_id, item_id)
 );
 CREATE TABLE IF NOT EXISTS samples (
@@ -122,6 +123,36 @@ CREATE TABLE IF NOT EXISTS human_ratings (
     source VARCHAR,
     imported_at TIMESTAMPTZ,
     PRIMARY KEY (item_id, rater_id, attribute)
+);
+CREATE TABLE IF NOT EXISTS claims (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    sample INTEGER,
+    agent VARCHAR,
+    kind VARCHAR,
+    idx INTEGER,
+    section VARCHAR,
+    text VARCHAR,
+    verdict VARCHAR,
+    score DOUBLE,
+    explanation VARCHAR,
+    citations JSON,
+    status VARCHAR,
+    error VARCHAR,
+    PRIMARY KEY (run_id, item_id, sample, agent, kind, idx)
+);
+CREATE TABLE IF NOT EXISTS prm_steps (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    candidate VARCHAR,
+    step INTEGER,
+    kind VARCHAR,
+    text VARCHAR,
+    score DOUBLE,
+    flagged BOOLEAN,
+    label INTEGER,
+    model VARCHAR,
+    PRIMARY KEY (run_id, item_id, candidate, step)
 );
 """
 

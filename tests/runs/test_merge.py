@@ -239,16 +239,16 @@ def test_human_ratings_and_unknown_tables_are_copied(tmp_path: Path) -> None:
                     {"item_id": str(path.stem), "rater_id": "r1", "attribute": "a", "score": 1.0},
                 ],
             )
-            store.con.execute("CREATE TABLE claims (run_id VARCHAR, claim VARCHAR)")
-            store.con.execute("INSERT INTO claims VALUES ('r', ?)", [path.stem])
+            store.con.execute("CREATE TABLE notes_extra (run_id VARCHAR, claim VARCHAR)")
+            store.con.execute("INSERT INTO notes_extra VALUES ('r', ?)", [path.stem])
     merged = tmp_path / "all.duckdb"
     summary = merge_databases([a, b], merged)
     assert summary.tables["human_ratings"].conflicts == 1
     assert _rows(merged, "SELECT score FROM human_ratings WHERE item_id = 'x'") == [(4.0,)]
     assert _rows(merged, "SELECT count(*) FROM human_ratings") == [(3,)]
-    assert _rows(merged, "SELECT claim FROM claims ORDER BY claim") == [("a",), ("b",)]
+    assert _rows(merged, "SELECT claim FROM notes_extra ORDER BY claim") == [("a",), ("b",)]
     merge_databases([a, b], merged)  # no key: rows already present are not copied again
-    assert _rows(merged, "SELECT count(*) FROM claims") == [(2,)]
+    assert _rows(merged, "SELECT count(*) FROM notes_extra") == [(2,)]
 
 
 def test_merge_errors(tmp_path: Path, shards: tuple[str, list[Path]]) -> None:
