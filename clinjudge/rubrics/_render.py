@@ -144,6 +144,7 @@ def render_system(rubric: Rubric, *, explanations: bool = False) -> str:
 
 
 def _fenced_item(item: Item, rubric: Rubric) -> str:
+    labels = rubric.labels
     parts: list[str] = []
     if "specialty" in rubric.inputs:
         specialty = neutralise(item.specialty or "not stated", rubric)
@@ -159,15 +160,15 @@ def _fenced_item(item: Item, rubric: Rubric) -> str:
                 label += f' source_id="{safe_id}"'
             notes.append(f"<SOURCE_NOTE {label}>\n{neutralise(note.text, rubric)}\n</SOURCE_NOTE>")
         parts.append(
-            "CLINICAL NOTES (numbered; citations such as [Note 2] refer to these numbers)\n"
+            f"{labels.notes} (numbered; citations such as [Note 2] refer to these numbers)\n"
             "<CLINICAL_NOTES>\n" + "\n".join(notes) + "\n</CLINICAL_NOTES>"
         )
     if "reference" in rubric.inputs:
         reference = neutralise(item.reference or "", rubric)
-        parts.append(f"REFERENCE\n<REFERENCE>\n{reference}\n</REFERENCE>")
+        parts.append(f"{labels.reference}\n<REFERENCE>\n{reference}\n</REFERENCE>")
     summary = neutralise(item.summary, rubric)
     parts.append(
-        f"CLINICAL SUMMARY TO EVALUATE\n<CLINICAL_SUMMARY>\n{summary}\n</CLINICAL_SUMMARY>"
+        f"{labels.summary} TO EVALUATE\n<CLINICAL_SUMMARY>\n{summary}\n</CLINICAL_SUMMARY>"
     )
     return "\n\n".join(parts)
 
@@ -201,8 +202,8 @@ def render_user(item: Item, rubric: Rubric, shots: list[Shot] | None = None) -> 
         sections.append(_examples_block(shots, rubric))
     sections.append("DOCUMENT TO GRADE\n\n" + _fenced_item(item, rubric))
     sections.append(
-        f"Grade the CLINICAL SUMMARY above on all {len(rubric.keys)} keys and answer with the "
-        "JSON object only."
+        f"Grade the {rubric.labels.summary} above on all {len(rubric.keys)} keys and answer "
+        "with the JSON object only."
     )
     return "\n\n".join(sections)
 

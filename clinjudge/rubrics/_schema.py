@@ -17,6 +17,7 @@ class ScaleKind(str, Enum):
 
     likert = "likert"
     binary = "binary"
+    proportion = "proportion"  # a share from 0 to 1 (DocLens metrics), computed, never asked
 
 
 class Polarity(str, Enum):
@@ -90,6 +91,8 @@ class Attribute(BaseModel):
             raise ValueError(f"attribute {self.key!r}: min must be below max")
         if self.scale is ScaleKind.binary and (self.min, self.max) != (0, 1):
             raise ValueError(f"attribute {self.key!r}: a binary scale runs from 0 to 1")
+        if self.scale is ScaleKind.proportion and (self.min, self.max) != (0, 1):
+            raise ValueError(f"attribute {self.key!r}: a proportion runs from 0 to 1")
         expected = set(range(self.min, self.max + 1))
         if set(self.anchors) != expected:
             raise ValueError(
@@ -108,6 +111,22 @@ class Attribute(BaseModel):
         return range(self.min, self.max + 1)
 
 
+class InputLabels(BaseModel):
+    """Headings the judge sees above each input block; the fence tags themselves never change.
+
+    Args:
+        notes: Heading of the numbered source notes.
+        summary: Name of the text under evaluation.
+        reference: Heading of the gold/reference text.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    notes: str = Field(default="CLINICAL NOTES", pattern=r"^[A-Z0-9][A-Z0-9 ()/&,'-]*$")
+    summary: str = Field(default="CLINICAL SUMMARY", pattern=r"^[A-Z0-9][A-Z0-9 ()/&,'-]*$")
+    reference: str = Field(default="REFERENCE", pattern=r"^[A-Z0-9][A-Z0-9 ()/&,'-]*$")
+
+
 class Rubric(BaseModel):
     """A scoring instrument: inputs the judge needs and the attributes it must score.
 
@@ -119,6 +138,9 @@ class Rubric(BaseModel):
         inputs: Item fields the rubric needs.
         task: What the judge is asked to do, in plain words.
         attributes: Scored attributes, in output order.
+        labels: Uppercase headings of the input blocks (defaults suit note summaries).
+        method: ``scores`` (the judge fills in the attributes) or ``claims`` (DocLens: the
+            attributes are proportions computed from claim-level entailment judgments).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -130,6 +152,8 @@ class Rubric(BaseModel):
     inputs: list[InputField]
     task: str
     attributes: list[Attribute]
+    labels: InputLabels = Field(default_factory=InputLabels)
+    method: Literal["scores", "claims"] = "scores"
 
     @field_validator("attributes")
     @classmethod
