@@ -25,6 +25,7 @@ from clinjudge.cli._options import (
     ProgressOption,
     RubricOption,
     SamplesOption,
+    ShardOption,
 )
 from clinjudge.cli._run import _finish, _merge, _print_estimate
 from clinjudge.judges import ModelConfigError, draw_shots
@@ -32,6 +33,7 @@ from clinjudge.orchestration import (
     ConfigError,
     PreparedRun,
     RunConfig,
+    apply_shard,
     build_config,
     create_run,
     estimate_run,
@@ -76,7 +78,9 @@ def prepare_audit(
     if config.shots:
         for item in audit_items.items:
             draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
-    return PreparedRun(config, rubric, audit_items.items, shots), audit_items
+    prepared = PreparedRun(config, rubric, audit_items.items, shots)
+    # All vendors of one encounter land in the same shard, so each shard holds whole pairs.
+    return apply_shard(prepared, lambda item: item.meta["encounter_id"]), audit_items
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -160,6 +164,7 @@ def audit_command(
     personas: PersonasOption = None,
     max_cost: MaxCostOption = None,
     name: NameOption = None,
+    shard: ShardOption = None,
     flag: Annotated[
         list[str] | None,
         typer.Option(
@@ -205,6 +210,7 @@ def audit_command(
             "name": name,
             "personas": personas,
             "max_cost": max_cost,
+            "shard": shard,
         }
         merged = _merge(file_settings, top, {"model": model, "base_url": base_url})
         run_config = build_config(str(config or "flags"), merged)
@@ -222,6 +228,12 @@ def audit_command(
         (sys.stderr if as_json else sys.stdout).write(run_id + "\n")
         sys.stdout.flush()
         _finish(run_config.db, run_id, prepared, progress)
+        if run_config.shard:
+            console.print(
+                f"[yellow]shard {run_config.shard}: the statistics below cover this shard only.[/] "
+                f"Merge the shards with `judge db merge ... --into ALL.duckdb`, then run "
+                f"`judge audit --run {run_id} --db ALL.duckdb` for the whole audit."
+            )
         _analyse(run_config.db, run_id, rules, boot, run_config.seed, out, as_json)
     except (
         ConfigError,

@@ -35,3 +35,11 @@ MaxCostOption = Annotated[
 NameOption = Annotated[str | None, typer.Option(help="Label for the run.")]
 DbOption = Annotated[str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")]
 ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
+
+ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        help="i/n: judge only shard i of n (stable hash of the item id; audits hash the "
+        "encounter id so vendors stay paired). Merge shards with `judge db merge`."
+    ),
+]

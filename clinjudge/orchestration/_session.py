@@ -9,6 +9,7 @@ import json
 import platform
 import secrets
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -189,21 +190,36 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     rubric = load_rubric(config.rubric)
     if config.mode != "single":
         load_personas(config.personas)  # a bad --personas fails before anything is written
-    shard = parse_shard(config.shard) if config.shard else None
+    if config.shard:
+        parse_shard(config.shard)  # a bad --shard fails before the data is read
     items = load_items(config.data, rubric)
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
         for item in items:
             draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
-    if shard is None:
-        return PreparedRun(config, rubric, items, shots)
-    keep = [p for p, item in enumerate(items) if shard_of(item.id, shard[1]) == shard[0]]
+    return apply_shard(PreparedRun(config, rubric, items, shots))
+
+
+def apply_shard(
+    prepared: PreparedRun, shard_key: Callable[[Item], str] = lambda item: item.id
+) -> PreparedRun:
+    """Keep only the items of the configured shard (``config.shard``), if any.
+
+    Args:
+        prepared: A validated run over the whole dataset.
+        shard_key: What decides an item's shard (audits keep an encounter's vendors together).
+    """
+    if not prepared.config.shard:
+        return prepared
+    index, count = parse_shard(prepared.config.shard)
+    items = prepared.items
+    keep = [p for p, item in enumerate(items) if shard_of(shard_key(item), count) == index]
     return PreparedRun(
-        config,
-        rubric,
+        prepared.config,
+        prepared.rubric,
         [items[p] for p in keep],
-        shots,
-        run_id=sharded_run_id(config, items),
+        prepared.shots,
+        run_id=sharded_run_id(prepared.config, items),
         positions=keep,
     )
 

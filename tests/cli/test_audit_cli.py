@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli._helpers import invoke, scalar
+from tests.cli._helpers import invoke, query, scalar
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "audit"
 VENDORS = [EXAMPLES / f"vendor_{v}.jsonl" for v in "abc"]
@@ -180,3 +180,42 @@ def test_audit_of_a_plain_run_is_refused(tmp_path: Path, items_file: Path) -> No
     assert run.exit_code == 0, run.stderr
     result = invoke("audit", "--run", run.stdout.strip(), "--db", str(db))
     assert result.exit_code == 2 and "not a vendor audit" in result.stderr
+
+
+def test_sharded_audit_merges_into_the_unsharded_audit(tmp_path: Path) -> None:
+    common = ["--rubric", "pdsqi9", "--model", "mock/judge", "--samples", "2", "--boot", "300",
+              "--seed", "5", "--name", "nightly", "--json", "--no-progress"]  # fmt: skip
+    shard_dbs = [tmp_path / f"shard_{i}.duckdb" for i in (1, 2)]
+    run_ids = set()
+    for i, db in enumerate(shard_dbs, 1):
+        result = invoke("audit", *_data_flags(), *common, "--shard", f"{i}/2", "--db", str(db))
+        assert result.exit_code == 0, result.stderr
+        assert "this shard only" in result.stderr
+        shard = json.loads(result.stdout)
+        run_ids.add(shard["run_id"])
+        # Every vendor of an encounter is in the same shard: pairs are never split.
+        sql = "SELECT DISTINCT json_extract_string(meta, '$.encounter_id') FROM items"
+        encounters = [row[0] for row in query(db, sql)]
+        for encounter in encounters:
+            vendors = scalar(
+                db,
+                "SELECT count(*) FROM items WHERE json_extract_string(meta, '$.encounter_id') = ?",
+                [encounter],
+            )
+            assert vendors == (2 if encounter == "demo-005" else 3)
+    assert len(run_ids) == 1
+    run_id = run_ids.pop()
+    assert 0 < scalar(shard_dbs[0], "SELECT count(*) FROM items") < 23
+
+    merged = tmp_path / "all.duckdb"
+    assert invoke("db", "merge", *map(str, shard_dbs), "--into", str(merged)).exit_code == 0
+    whole = invoke("audit", "--run", run_id, "--db", str(merged), "--json", "--boot", "300",
+                   "--seed", "5")  # fmt: skip
+    assert whole.exit_code == 0, whole.stderr
+    full_db = tmp_path / "full.duckdb"
+    full = invoke("audit", *_data_flags(), *common, "--db", str(full_db))
+    assert full.exit_code == 0, full.stderr
+    merged_audit, full_audit = json.loads(whole.stdout), json.loads(full.stdout)
+    assert merged_audit["summaries"] == full_audit["summaries"]
+    assert merged_audit["comparisons"] == full_audit["comparisons"]
+    assert merged_audit["flagged"] == full_audit["flagged"]
