@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
-from autogen_core import CancellationToken
+from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import (
     AssistantMessage,
     ChatCompletionClient,
@@ -49,6 +49,22 @@ def to_openai_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
             converted.append({"role": "system", "content": message.content})
         elif isinstance(message, UserMessage):
             converted.append({"role": "user", "content": message_text(message)})
+        elif isinstance(message, AssistantMessage) and _is_tool_request(message.content):
+            # The tool results that follow must answer a real tool_calls message.
+            converted.append(
+                {
+                    "role": "assistant",
+                    "content": message.thought,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                        for call in message.content
+                    ],
+                }
+            )
         elif isinstance(message, AssistantMessage):
             converted.append({"role": "assistant", "content": message_text(message)})
         elif isinstance(message, FunctionExecutionResultMessage):
@@ -57,6 +73,74 @@ def to_openai_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
                 for r in message.content
             )
     return converted
+
+
+def _is_tool_request(content: Any) -> bool:
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(part, FunctionCall) for part in content)
+    )
+
+
+def tool_schema(tool: Tool | ToolSchema) -> dict[str, Any]:
+    """An AutoGen tool as an OpenAI ``tools`` entry."""
+    schema = tool.schema if isinstance(tool, Tool) else tool
+    return {
+        "type": "function",
+        "function": {
+            "name": schema["name"],
+            "description": schema.get("description", ""),
+            "parameters": schema.get("parameters", {"type": "object", "properties": {}}),
+        },
+    }
+
+
+_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "function_calls",
+    "function_call": "function_calls",
+    "content_filter": "content_filter",
+}
+
+
+def openai_result(data: Any) -> CreateResult:
+    """A chat-completions response body (dict) as an AutoGen ``CreateResult``.
+
+    Args:
+        data: The decoded response.
+
+    Raises:
+        ValueError: The body has no usable choice.
+    """
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        raise ValueError("malformed response: no choices")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    usage = data.get("usage") or {}
+    tool_calls = message.get("tool_calls")
+    content: Any = message.get("content") or ""
+    if tool_calls:
+        content = [
+            FunctionCall(
+                id=c.get("id") or "",
+                name=c["function"]["name"],
+                arguments=c["function"].get("arguments") or "{}",
+            )
+            for c in tool_calls
+        ]
+    return CreateResult(
+        finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", "unknown"),
+        content=content,
+        usage=RequestUsage(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        ),
+        cached=False,
+        thought=message.get("content") if tool_calls else None,
+    )
 
 
 class SimpleChatCompletionClient(ChatCompletionClient):

@@ -15,32 +15,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
-from autogen_core import FunctionCall
-from autogen_core.models import CreateResult, LLMMessage, ModelInfo, RequestUsage
+from autogen_core.models import CreateResult, LLMMessage, ModelInfo
 from autogen_core.tools import Tool, ToolSchema
 
-from clinjudge.judges._base_client import SimpleChatCompletionClient, to_openai_messages
+from clinjudge.judges._base_client import (
+    SimpleChatCompletionClient,
+    openai_result,
+    to_openai_messages,
+    tool_schema,
+)
 from clinjudge.judges._faults import ProviderFault, status_fault
-
-_FINISH = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "function_calls",
-    "function_call": "function_calls",
-    "content_filter": "content_filter",
-}
-
-
-def _tool_schema(tool: Tool | ToolSchema) -> dict[str, Any]:
-    schema = tool.schema if isinstance(tool, Tool) else tool
-    return {
-        "type": "function",
-        "function": {
-            "name": schema["name"],
-            "description": schema.get("description", ""),
-            "parameters": schema.get("parameters", {"type": "object", "properties": {}}),
-        },
-    }
 
 
 class DirectChatCompletionClient(SimpleChatCompletionClient):
@@ -100,7 +84,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         if json_output is True:
             body["response_format"] = {"type": "json_object"}
         if tools:
-            body["tools"] = [_tool_schema(t) for t in tools]
+            body["tools"] = [tool_schema(t) for t in tools]
         return body
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -138,32 +122,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
 
 
 def _to_result(data: Any) -> CreateResult:
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not choices or not isinstance(choices[0], dict):
-        raise ProviderFault("malformed response: no choices", retryable=True)
-    choice = choices[0]
-    message = choice.get("message") or {}
-    usage = data.get("usage") or {}
-    tool_calls = message.get("tool_calls")
-    content: Any
-    if tool_calls:
-        content = [
-            FunctionCall(
-                id=c.get("id", ""),
-                name=c["function"]["name"],
-                arguments=c["function"].get("arguments", "{}"),
-            )
-            for c in tool_calls
-        ]
-    else:
-        content = message.get("content") or ""
-    return CreateResult(
-        finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", "unknown"),
-        content=content,
-        usage=RequestUsage(
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-        ),
-        cached=False,
-        thought=message.get("content") if tool_calls else None,
-    )
+    try:
+        return openai_result(data)
+    except ValueError as exc:
+        raise ProviderFault(str(exc), retryable=True) from None

@@ -1,7 +1,7 @@
 """AutoGen ``ChatCompletionClient`` over ``litellm.acompletion``, for every non-OpenAI provider.
 
-autogen-ext 0.7.5 ships no litellm client. This adapter covers plain chat completion (what the
-judges need); litellm is imported lazily because its import costs seconds.
+autogen-ext 0.7.5 ships no litellm client. This adapter covers chat completion with tools (what
+the judges and the PRM tool need); litellm is imported lazily because its import costs seconds.
 """
 
 from __future__ import annotations
@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autogen_core.models import CreateResult, LLMMessage, ModelInfo, RequestUsage
+from autogen_core.models import CreateResult, LLMMessage, ModelInfo
 
-from clinjudge.judges._base_client import SimpleChatCompletionClient, to_openai_messages
-
-_FINISH_REASONS = {"stop", "length", "function_calls", "content_filter", "unknown"}
+from clinjudge.judges._base_client import (
+    SimpleChatCompletionClient,
+    openai_result,
+    to_openai_messages,
+    tool_schema,
+)
 
 
 class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
@@ -47,19 +50,10 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         kwargs = {**self._kwargs, **extra}
         if json_output is True:
             kwargs["response_format"] = {"type": "json_object"}
+        if tools:
+            kwargs["tools"] = [tool_schema(t) for t in tools]
         response = await litellm.acompletion(
             model=self._model, messages=to_openai_messages(messages), num_retries=0, **kwargs
         )
-        choice = response.choices[0]
-        content = choice.message.content or ""
-        usage = getattr(response, "usage", None)
-        # Zero usage tells the caller to estimate tokens and mark them as estimated.
-        prompt_tokens = getattr(usage, "prompt_tokens", None) or 0
-        completion_tokens = getattr(usage, "completion_tokens", None) or 0
-        finish = choice.finish_reason if choice.finish_reason in _FINISH_REASONS else "unknown"
-        return CreateResult(
-            finish_reason=finish,
-            content=content,
-            usage=RequestUsage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
-            cached=False,
-        )
+        # Zero usage in the result tells the caller to estimate tokens and mark them estimated.
+        return openai_result(response.model_dump())
