@@ -43,7 +43,6 @@ from clinjudge.orchestration import (
 from clinjudge.personas import PersonaError, load_personas
 from clinjudge.rubrics import RubricError, load_rubric
 from clinjudge.runs import (
-    DEFAULT_FLAG_RULES,
     AuditError,
     AuditItems,
     InputError,
@@ -56,7 +55,7 @@ from clinjudge.runs import (
 
 
 def prepare_audit(
-    config: RunConfig, paths: Sequence[str | Path], rules: Sequence[str] = DEFAULT_FLAG_RULES
+    config: RunConfig, paths: Sequence[str | Path], rules: Sequence[str] | None = None
 ) -> tuple[PreparedRun, AuditItems]:
     """Validate an audit like a run (rubric, personas, every vendor file, shots, flag rules)
     and combine the vendors' items into one run; writes nothing.
@@ -64,12 +63,13 @@ def prepare_audit(
     Args:
         config: The run configuration (its ``data`` names the vendor files, for the record).
         paths: Vendor files.
-        rules: Flag rules, checked against the rubric before anything is judged.
+        rules: Flag rules, checked against the rubric before anything is judged (default: the
+            defaults that apply to the rubric).
     """
     if config.judge is None:
         raise ConfigError("no judge model: pass --model or set judge.model in the config file")
     rubric = load_rubric(config.rubric)
-    for rule in rules:
+    for rule in rules or ():
         parse_flag_rule(rule, rubric)
     if config.mode != "single":
         load_personas(config.personas)
@@ -127,7 +127,7 @@ def _print_audit(audit: dict[str, Any], out: Path | None) -> None:
 def _analyse(
     db: str,
     run_id: str,
-    rules: Sequence[str],
+    rules: Sequence[str] | None,
     n_boot: int,
     seed: int,
     out: Path | None,
@@ -168,8 +168,9 @@ def audit_command(
     flag: Annotated[
         list[str] | None,
         typer.Option(
-            help="Flag rule attribute<=V, attribute>=V or attribute==V (repeatable) "
-            "[default: accurate<=2, voice_summ>=1]. PRM step rules are reserved for later."
+            help="Flag rule attribute<=V, >=V, ==V, <V or >V (repeatable); prm<P flags items whose "
+            "lowest PRM step score is below P [default: accurate<=2, voice_summ>=1, prm<0.5, "
+            "those the rubric has]."
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write report.html + report.md here.")] = None,
@@ -186,7 +187,7 @@ def audit_command(
 ) -> None:
     """Audit several vendors on the same encounters: one run, then per-vendor statistics,
     paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id."""
-    rules = list(flag or DEFAULT_FLAG_RULES)
+    rules = list(flag) if flag else None
     try:
         if run:
             if data:

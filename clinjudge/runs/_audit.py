@@ -48,18 +48,19 @@ from clinjudge.runs._stats import wilcoxon_paired
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore, now
 
 ID_SEPARATOR = "::"
-DEFAULT_FLAG_RULES = ("accurate<=2", "voice_summ>=1")
-PRM_RULE_NOTE = (
-    "PRM step rules (a process reward below a threshold) are reserved for the PRM bridge and "
-    "not available yet."
-)
+PRM_ATTRIBUTE = "prm"
+"""Pseudo-attribute of flag rules: an item's lowest PRM step score (from ``prm_steps``)."""
+DEFAULT_FLAG_RULES = ("accurate<=2", "voice_summ>=1", "prm<0.5")
+NO_PRM_NOTE = "No PRM step scores are stored for this run, so PRM rules (prm<...) flag nothing."
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     ">=": operator.ge,
     "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
 }
-_RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|>=|==)\s*(-?\d+(?:\.\d+)?)\s*$")
+_RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 
 # Scores: vendor -> encounter id -> attribute -> value (None when null or failed).
 Scores = dict[str, dict[str, dict[str, float | None]]]
@@ -190,27 +191,38 @@ class FlagRule:
 
 
 def parse_flag_rule(text: str, rubric: Rubric | None = None) -> FlagRule:
-    """Parse ``attribute<=value``, ``attribute>=value`` or ``attribute==value``.
+    """Parse ``attribute<op>value`` with op one of ``<= >= == < >``; ``prm<0.5`` flags items
+    whose lowest PRM step score is below 0.5.
 
     Args:
         text: The rule.
-        rubric: When given, the attribute must be one of its keys.
+        rubric: When given, the attribute must be one of its keys (or ``prm``).
     """
-    if text.strip().lower().startswith("prm"):
-        raise AuditError(f"flag rule {text!r}: {PRM_RULE_NOTE}")
     match = _RULE.match(text)
     if not match:
         raise AuditError(
-            f"flag rule {text!r}: expected attribute<=value, attribute>=value or "
-            "attribute==value (e.g. accurate<=2)"
+            f"flag rule {text!r}: expected attribute<=value, attribute>=value, attribute==value, "
+            "attribute<value or attribute>value (e.g. accurate<=2, prm<0.5)"
         )
     attribute, op, value = match.group(1), match.group(2), float(match.group(3))
-    if rubric is not None and attribute not in rubric.keys:
+    if attribute == PRM_ATTRIBUTE:
+        if not 0.0 <= value <= 1.0:
+            raise AuditError(f"flag rule {text!r}: a PRM threshold is a probability in [0, 1]")
+    elif rubric is not None and attribute not in rubric.keys:
         raise AuditError(
             f"flag rule {text!r}: unknown attribute {attribute!r}; rubric {rubric.name} has "
-            f"{', '.join(rubric.keys)}"
+            f"{', '.join(rubric.keys)} (and {PRM_ATTRIBUTE} for PRM step scores)"
         )
     return FlagRule(attribute, op, value)
+
+
+def default_flag_rules(rubric: Rubric) -> list[str]:
+    """The default rules that apply to a rubric (an attribute it lacks is skipped)."""
+    return [
+        rule
+        for rule in DEFAULT_FLAG_RULES
+        if parse_flag_rule(rule).attribute in (*rubric.keys, PRM_ATTRIBUTE)
+    ]
 
 
 def flag_items(
@@ -428,7 +440,7 @@ def audit_for_run(
     store: RunStore,
     run_id: str,
     *,
-    rules: Sequence[str] = DEFAULT_FLAG_RULES,
+    rules: Sequence[str] | None = None,
     n_boot: int = 2000,
     seed: int = 0,
     alpha: float = 0.05,
@@ -438,7 +450,8 @@ def audit_for_run(
     Args:
         store: The run store.
         run_id: Run id or unique prefix.
-        rules: Flag rules (``attribute<=value`` and friends).
+        rules: Flag rules (``attribute<=value`` and friends); default: those of
+            ``DEFAULT_FLAG_RULES`` that apply to the run's rubric.
         n_boot: Bootstrap resamples for the CIs of the means.
         seed: Bootstrap seed.
         alpha: Significance level applied to Holm-corrected p values.
@@ -446,6 +459,7 @@ def audit_for_run(
     run = store.get_run(run_id)
     rid = run["run_id"]
     rubric = run_rubric(run)
+    rules = default_flag_rules(rubric) if rules is None else rules
     parsed = [parse_flag_rule(r, rubric) for r in rules]
     rows = _audit_rows(store, rid)
     if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):
@@ -471,6 +485,9 @@ def audit_for_run(
             continue
         scores.setdefault(vendor, {}).setdefault(encounter, {})[r["attribute"]] = r["value"]
     scores = {v: scores.get(v, {}) for v in vendors}
+    prm_lows = _lowest_prm_steps(store, rid, rows)
+    for (vendor, encounter), low in prm_lows.items():
+        scores[vendor].setdefault(encounter, {})[PRM_ATTRIBUTE] = low
     attributes = list(rubric.keys)
     compared = [a.key for a in rubric.attributes if a.agreement]
     notes = []
@@ -484,7 +501,8 @@ def audit_for_run(
             f"{len(unmatched)} encounter(s) are missing for some vendor(s); they are judged and "
             "summarised but left out of the paired tests for the vendors that lack them."
         )
-    notes.append(PRM_RULE_NOTE)
+    if not prm_lows and any(r.attribute == PRM_ATTRIBUTE for r in parsed):
+        notes.append(NO_PRM_NOTE)
     left_out = [a for a in attributes if a not in compared]
     if left_out:
         notes.append(
@@ -513,6 +531,21 @@ def audit_for_run(
         "settings": {"n_boot": n_boot, "seed": seed, "alpha": alpha, "zero_method": "wilcox"},
         "notes": notes,
     }
+
+
+def _lowest_prm_steps(
+    store: RunStore, run_id: str, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], float]:
+    """(vendor, encounter) -> lowest PRM step score of that item's output, where scored."""
+    if not store.has_table("prm_steps"):
+        return {}
+    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
+    lows = store.query(
+        "SELECT item_id, min(score) AS low FROM prm_steps WHERE run_id = ? AND score IS NOT NULL "
+        "GROUP BY item_id",
+        [run_id],
+    )
+    return {where[r["item_id"]]: r["low"] for r in lows if r["item_id"] in where}
 
 
 # ---------------------------------------------------------------------------------------------

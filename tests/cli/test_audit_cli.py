@@ -81,7 +81,7 @@ def test_audit_judges_every_vendor_in_one_run(audited: tuple[Path, Path, dict, s
     assert audit["summaries"]["vendor_c"]["accurate"]["n"] == 7
     assert len(audit["comparisons"]) == 3 * 10  # 3 pairs x the 10 non-gate attributes
     assert all(c["p_holm"] is None or c["p_holm"] >= c["p"] for c in audit["comparisons"])
-    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1"]
+    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1", "prm<0.5"]
     for flagged in audit["flagged"]:
         assert flagged["reasons"]
     assert set(audit["cost"]) == set(audit["vendors"])
@@ -157,8 +157,8 @@ def test_audit_one_file_with_vendor_field(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--flag", "accurate<2"], "expected attribute<=value"),
-        (["--flag", "prm<0.3"], "reserved"),
+        (["--flag", "accurate=<2"], "expected attribute<=value"),
+        (["--flag", "prm<3"], "probability in [0, 1]"),
         (["--flag", "nope>=1"], "unknown attribute"),
     ],
 )

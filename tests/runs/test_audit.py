@@ -152,10 +152,11 @@ def test_flag_rules_fire_on_the_right_items(pdsqi9: Rubric) -> None:
 @pytest.mark.parametrize(
     ("rule", "message"),
     [
-        ("accurate<2", "expected attribute<=value"),
+        ("accurate=<2", "expected attribute<=value"),
         ("accurate<=x", "expected attribute<=value"),
         ("nonsense<=2", "unknown attribute"),
-        ("prm_step<0.3", "reserved"),
+        ("prm_step<0.3", "unknown attribute"),
+        ("prm<1.5", "probability"),
     ],
 )
 def test_bad_flag_rules(pdsqi9: Rubric, rule: str, message: str) -> None:
@@ -265,6 +266,8 @@ def test_audit_run_end_to_end(
     assert flagged[("beta", "enc-000")] == ["accurate=2 (accurate<=2)"]
     assert flagged[("gamma", "enc-000")] == ["voice_summ=1 (voice_summ>=1)"]
     assert not any(v == "alpha" for v, _ in flagged)
+    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1", "prm<0.5"]
+    assert any("No PRM step scores" in note for note in audit["notes"])
     assert audit["unmatched"] == [
         {"encounter_id": "enc-005", "present": ["alpha", "beta"], "missing": ["gamma"]}
     ]
@@ -277,6 +280,46 @@ def test_audit_run_end_to_end(
     assert "enc-005" in md_text and "alpha vs beta" in md_text
     files = write_audit_report(audit, tmp_path / "report")
     assert files.html.read_text() == html_text
+
+
+def test_prm_rule_flags_items_with_a_low_step(
+    tmp_path: Path, db_path: Path, pdsqi9: Rubric
+) -> None:
+    paths = [
+        write_jsonl(tmp_path / "alpha.jsonl", _encounters(3, "alpha")),
+        write_jsonl(tmp_path / "beta.jsonl", _encounters(3, "beta")),
+    ]
+    config = RunConfig(
+        data=",".join(map(str, paths)), judge=ModelSettings(model="mock/judge"), db=str(db_path)
+    )
+    prepared, _ = prepare_audit(config, [str(p) for p in paths])
+    with RunStore(db_path) as store:
+        run_id = create_run(store, prepared)
+        execute_run(store, run_id, prepared, show_progress=False)
+        steps = [("alpha::enc-001", 0, 0.9), ("alpha::enc-001", 1, 0.31), ("beta::enc-002", 0, 0.7)]
+        store.insert_rows(
+            "prm_steps",
+            [
+                {"run_id": run_id, "item_id": i, "candidate": "summary", "step": n, "score": p}
+                for i, n, p in steps
+            ],
+        )
+        audit = audit_for_run(store, run_id, rules=["prm<0.5"], n_boot=100)
+        lenient = audit_for_run(store, run_id, rules=["prm<0.75"], n_boot=100)
+    assert [(f["item_id"], f["reasons"]) for f in audit["flagged"]] == [
+        ("alpha::enc-001", ["prm=0.31 (prm<0.5)"])
+    ]
+    assert {f["item_id"] for f in lenient["flagged"]} == {"alpha::enc-001", "beta::enc-002"}
+    assert "prm" not in audit["attributes"]
+    assert not any("No PRM step scores" in note for note in audit["notes"])
+
+
+def test_default_rules_follow_the_rubric(pdsqi9: Rubric) -> None:
+    from clinjudge.rubrics import load_rubric
+    from clinjudge.runs import default_flag_rules
+
+    assert default_flag_rules(pdsqi9) == ["accurate<=2", "voice_summ>=1", "prm<0.5"]
+    assert default_flag_rules(load_rubric("probsum")) == ["prm<0.5"]
 
 
 def test_a_plain_run_is_not_an_audit(items_file: Path, db_path: Path) -> None:
