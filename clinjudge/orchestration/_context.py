@@ -8,6 +8,7 @@ tokens and latency come out the same way whatever the workflow.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,6 +56,7 @@ class ModelPool:
         self._models: dict[str, JudgeModel] = {}
         self._clock = clock
         self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         if default is not None:
             self._models[default.settings.model_dump_json()] = default
 
@@ -80,6 +82,14 @@ class ModelPool:
                 completion_guess=settings.max_tokens or 400,
             )
         return limiter if limiter.limited else None
+
+    def call_slots(self) -> asyncio.Semaphore:
+        """Run-wide bound on model calls in flight (``concurrency``), whatever the mode: a panel
+        sample's members share the slots with every other sample's calls."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self._config.concurrency))
+        return self._slots[1]
 
     @property
     def limiters(self) -> list[RateLimiter]:
@@ -259,9 +269,15 @@ class SampleContext:
             prompt: The text of each message sent (for the token estimate).
         """
         record = self._record(agent, role, model)
+        slots = self.models.call_slots()
+
+        async def bounded() -> CallOutcome:
+            async with slots:
+                return await attempt()
+
         limiter = self.models.limiter_for(model.settings)
         if limiter is None:
-            return await retry_send(attempt, self.config.retry, record)
+            return await retry_send(bounded, self.config.retry, record)
         prompt_tokens = 0
         if limiter.counts_tokens and prompt is not None:
             prompt_tokens = count_message_tokens(prompt())
@@ -269,7 +285,7 @@ class SampleContext:
         async def limited() -> CallOutcome:
             ticket = await limiter.acquire(limiter.estimate(prompt_tokens))
             try:
-                outcome = await attempt()
+                outcome = await bounded()
             except ProviderFault as fault:
                 if fault.retry_after is not None:
                     limiter.hold(min(fault.retry_after, self.config.retry.max_wait))

@@ -288,3 +288,27 @@ def test_aggregate_members_gate_and_even_count(pdsqi9) -> None:
     assert values["accurate"] == pytest.approx(7 / 3)
     with pytest.raises(ValueError, match="aggregate"):
         aggregate_members(pdsqi9, [low], "mode")
+
+
+def test_panel_calls_in_flight_never_exceed_concurrency(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, most seen
+
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+        time.sleep(0.05)
+        with lock:
+            in_flight[0] -= 1
+        return responder(body)
+
+    with FakeOpenAIServer(slow) as server:
+        store, _run_id, info = run_panel(tmp_path, server, concurrency=2, samples=2)
+    store.close()
+    assert info["tally"].ok == N_ITEMS * 2
+    # 3 members x 2 samples in flight would be 6 without the run-wide bound.
+    assert in_flight[1] == 2
