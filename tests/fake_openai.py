@@ -17,6 +17,9 @@ As a separate process::
 prints ``READY http://127.0.0.1:PORT/v1`` and serves until SIGTERM/SIGINT, then prints
 ``STATS requests=... rate_limited=... max_in_60s=...``.
 
+The Files and Batches endpoints (``/v1/files``, ``/v1/batches``, and Azure's ``/openai/...``
+forms) run each uploaded request line through the same chat logic; see :class:`FakeBatchAPI`.
+
 With ``rpm_limit`` the server enforces a requests-per-minute limit like a provider: a request
 arriving when ``rpm_limit`` requests were accepted in the last 60 s is answered 429 at once with
 Retry-After (until the oldest leaves the window) and counted in ``rate_limited``.
@@ -48,6 +51,7 @@ __all__ = [
     "Fault",
     "FaultKind",
     "FakeOpenAIServer",
+    "FakeBatchAPI",
     "pdsqi9_scores",
     "random_faults",
     "make_fake_openai_fixture",
@@ -313,12 +317,14 @@ class _Handler(BaseHTTPRequestHandler):
                     ],
                 },
             )
-        else:
+        elif not self.server.fake.batch_api.handle(self, "GET", path, b""):
             self._send_error(404, f"Unknown path {self.path}")
 
     def do_POST(self) -> None:  # noqa: N802
         raw = self._read_body()
         path = self.path.split("?", 1)[0].rstrip("/")
+        if self.server.fake.batch_api.handle(self, "POST", path, raw):  # Files and Batches
+            return
         if path not in ("/v1/chat/completions", "/chat/completions"):
             self._send_error(404, f"Unknown path {self.path}")
             return
@@ -373,6 +379,7 @@ class FakeOpenAIServer:
         self._stopping = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.batch_api = FakeBatchAPI(self)  # Files and Batches endpoints
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -629,6 +636,289 @@ class FakeOpenAIServer:
                 pass
             return True
         return False
+
+
+# ==== Files and Batches endpoints (provider batch APIs) ====================================
+# Owned by the batch-API work (issue #7, part 4). Every uploaded request line goes through the
+# same chat logic as a live request (responder, script, fault plan, rpm limit), so a fault that
+# would fail a live call becomes an error-file line instead.
+
+
+class _NoSocket:
+    """What a batch line has instead of a connection: transport faults cannot reset it."""
+
+    def setsockopt(self, *args: Any) -> None:
+        raise OSError("no connection in a batch")
+
+
+class _CapturedReply:
+    """Stands in for a request handler so one batch line can reuse the chat-completion logic."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.body = b""
+        self.close_connection = False
+        self.connection = _NoSocket()
+
+    def _send(self, status: int, body: bytes, *args: Any, **kwargs: Any) -> None:
+        self.status, self.body = status, body
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        self._send(status, json.dumps(payload).encode())
+
+    def _send_error(self, status: int, message: str, err_type: str = "invalid_request_error"):
+        self._send(status, _error_body(message, err_type, None))
+
+
+class FakeBatchAPI:
+    """Files and Batches endpoints of a :class:`FakeOpenAIServer` (``/v1/...`` and Azure's
+    ``/openai/...``).
+
+    A batch reads ``validating`` when created, ``in_progress`` on the next polls, and runs all
+    its lines and reads ``completed`` on poll number ``polls_to_complete``. With
+    ``expire_after`` set, only that many lines run; the rest end in the error file as
+    ``batch_expired`` and the batch reads ``expired``.
+    """
+
+    def __init__(self, fake: FakeOpenAIServer) -> None:
+        self.fake = fake
+        self.polls_to_complete = 2
+        self.expire_after: int | None = None
+        self.files: dict[str, dict[str, Any]] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.uploads: list[str] = []
+        self.polls: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    # -- public helpers for tests ------------------------------------------------------------
+
+    def uploaded_lines(self) -> list[dict[str, Any]]:
+        """Every request line of every uploaded batch input file, in upload order."""
+        lines = []
+        for file_id in self.uploads:
+            text = self.files[file_id]["data"].decode("utf-8")
+            lines.extend(json.loads(raw) for raw in text.splitlines() if raw.strip())
+        return lines
+
+    # -- routing --------------------------------------------------------------------------
+
+    def handle(self, handler: _Handler, method: str, path: str, raw: bytes) -> bool:
+        """Answer a Files or Batches request; False when the path is not one of ours."""
+        for prefix in ("/openai", "/v1"):
+            if path.startswith(prefix + "/"):
+                path = path[len(prefix) :]
+                break
+        parts = path.strip("/").split("/")
+        if not parts or parts[0] not in ("files", "batches"):
+            return False
+        route = (method, parts[0], len(parts))
+        if route == ("POST", "files", 1):
+            self._upload(handler, raw)
+        elif route == ("GET", "files", 2):
+            self._answer_file(handler, parts[1], content=False)
+        elif route == ("GET", "files", 3) and parts[2] == "content":
+            self._answer_file(handler, parts[1], content=True)
+        elif route == ("POST", "batches", 1):
+            self._create(handler, raw)
+        elif route == ("GET", "batches", 1):
+            with self._lock:
+                data = list(reversed(self.batches.values()))
+            handler._send_json(200, {"object": "list", "data": data, "has_more": False})
+        elif route == ("GET", "batches", 2):
+            self._retrieve(handler, parts[1])
+        elif route == ("POST", "batches", 3) and parts[2] == "cancel":
+            self._cancel(handler, parts[1])
+        else:
+            handler._send_error(404, f"Unknown path {handler.path}")
+        return True
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _new_id(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}-fake-{self._counter}"
+
+    def _store_file(self, data: bytes, purpose: str, filename: str) -> dict[str, Any]:
+        with self._lock:
+            file_id = self._new_id("file")
+            record = {
+                "id": file_id,
+                "object": "file",
+                "bytes": len(data),
+                "created_at": int(time.time()),
+                "filename": filename,
+                "purpose": purpose,
+                "status": "processed",
+                "data": data,
+            }
+            self.files[file_id] = record
+        return record
+
+    @staticmethod
+    def _public(record: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in record.items() if k != "data"}
+
+    def _upload(self, handler: _Handler, raw: bytes) -> None:
+        from email.parser import BytesParser
+        from email.policy import HTTP
+
+        head = f"Content-Type: {handler.headers.get('Content-Type', '')}\r\n\r\n".encode()
+        message = BytesParser(policy=HTTP).parsebytes(head + raw)
+        fields: dict[str, Any] = {}
+        filename = "upload.jsonl"
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if part.get_filename():
+                filename = part.get_filename()
+            fields[str(name)] = part.get_payload(decode=True)
+        if "file" not in fields or "purpose" not in fields:
+            handler._send_error(400, "multipart upload needs 'file' and 'purpose' fields")
+            return
+        purpose = fields["purpose"].decode()
+        record = self._store_file(fields["file"], purpose, filename)
+        if purpose == "batch":
+            with self._lock:
+                self.uploads.append(record["id"])
+        handler._send_json(200, self._public(record))
+
+    def _answer_file(self, handler: _Handler, file_id: str, *, content: bool) -> None:
+        with self._lock:
+            record = self.files.get(file_id)
+        if record is None:
+            handler._send_error(404, f"No such File object: {file_id}")
+        elif content:
+            handler._send(200, record["data"], content_type="application/octet-stream")
+        else:
+            handler._send_json(200, self._public(record))
+
+    # -- batches --------------------------------------------------------------------------
+
+    def _create(self, handler: _Handler, raw: bytes) -> None:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            handler._send_error(400, "Request body is not valid JSON.")
+            return
+        with self._lock:
+            source = self.files.get(str(body.get("input_file_id")))
+            if source is None:
+                handler._send_error(404, f"No such File object: {body.get('input_file_id')}")
+                return
+            total = sum(1 for raw_line in source["data"].splitlines() if raw_line.strip())
+            batch_id = self._new_id("batch")
+            batch = {
+                "id": batch_id,
+                "object": "batch",
+                "endpoint": body.get("endpoint"),
+                "errors": None,
+                "input_file_id": source["id"],
+                "completion_window": body.get("completion_window"),
+                "status": "validating",
+                "output_file_id": None,
+                "error_file_id": None,
+                "created_at": int(time.time()),
+                "request_counts": {"total": total, "completed": 0, "failed": 0},
+                "metadata": body.get("metadata"),
+            }
+            self.batches[batch_id] = batch
+            self.polls[batch_id] = 0
+        handler._send_json(200, batch)
+
+    def _retrieve(self, handler: _Handler, batch_id: str) -> None:
+        with self._lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                handler._send_error(404, f"No such Batch object: {batch_id}")
+                return
+            self.polls[batch_id] += 1
+            due = self.polls[batch_id] >= self.polls_to_complete
+            if batch["status"] in ("validating", "in_progress") and not due:
+                batch["status"] = "in_progress"
+                batch["in_progress_at"] = batch.get("in_progress_at") or int(time.time())
+            run = batch["status"] in ("validating", "in_progress") and due
+            if run:
+                batch["status"] = "finalizing"
+        if run:
+            self._run(batch)
+        with self._lock:
+            handler._send_json(200, dict(batch))
+
+    def _cancel(self, handler: _Handler, batch_id: str) -> None:
+        with self._lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                handler._send_error(404, f"No such Batch object: {batch_id}")
+                return
+            if batch["status"] in ("validating", "in_progress"):
+                batch["status"] = "cancelled"
+                batch["cancelled_at"] = int(time.time())
+        handler._send_json(200, dict(batch))
+
+    def _run_line(self, line: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """Send one request line through the chat logic; (answered with 200, result record)."""
+        capture = _CapturedReply()
+        self.fake._handle_chat(capture, line.get("body") or {})  # type: ignore[arg-type]
+        record: dict[str, Any] = {
+            "id": f"batch_req_{self._new_id('r')}",
+            "custom_id": line.get("custom_id"),
+            "response": None,
+            "error": None,
+        }
+        try:
+            payload = json.loads(capture.body) if capture.body else None
+        except ValueError:
+            payload = None
+        if capture.status is None:
+            record["error"] = {"code": "server_error", "message": "connection lost (fake)"}
+            return False, record
+        if payload is None:
+            payload = {"error": {"message": "unreadable upstream reply (fake)", "type": "server"}}
+            record["response"] = {"status_code": 500, "request_id": "fake", "body": payload}
+            return False, record
+        record["response"] = {"status_code": capture.status, "request_id": "fake", "body": payload}
+        return capture.status == 200, record
+
+    def _run(self, batch: dict[str, Any]) -> None:
+        source = self.files[batch["input_file_id"]]["data"].decode("utf-8")
+        lines = [json.loads(raw) for raw in source.splitlines() if raw.strip()]
+        answered, failed = [], []
+        for number, line in enumerate(lines):
+            if self.expire_after is not None and number >= self.expire_after:
+                message = "This request could not be executed before the window expired."
+                failed.append(
+                    {
+                        "id": f"batch_req_{self._new_id('r')}",
+                        "custom_id": line.get("custom_id"),
+                        "response": None,
+                        "error": {"code": "batch_expired", "message": message},
+                    }
+                )
+                continue
+            ok, record = self._run_line(line)
+            (answered if ok else failed).append(record)
+        status = "expired" if self.expire_after is not None else "completed"
+        out = self._write_results(answered, "output") if answered else None
+        err = self._write_results(failed, "error") if failed else None
+        with self._lock:
+            batch.update(
+                status=status,
+                output_file_id=out,
+                error_file_id=err,
+                request_counts={
+                    "total": len(lines),
+                    "completed": len(answered),
+                    "failed": len(failed),
+                },
+            )
+            batch[f"{status}_at"] = int(time.time())
+
+    def _write_results(self, records: list[dict[str, Any]], kind: str) -> str:
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        return self._store_file(data, "batch_output", f"batch_{kind}.jsonl")["id"]
+
+
+# ==== end of Files and Batches endpoints ===================================================
 
 
 def make_fake_openai_fixture(

@@ -9,6 +9,7 @@ from clinjudge.cli._agree import agree_command, compare_command, report_command
 from clinjudge.cli._audit import audit_command
 from clinjudge.cli._db import db_app
 from clinjudge.cli._persona import persona_app
+from clinjudge.cli._prm import prm_app
 from clinjudge.cli._ratings import ratings_app
 from clinjudge.cli._rubric import rubric_app
 from clinjudge.cli._run import run_command
@@ -31,6 +32,7 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(ratings_app, name="ratings")
 app.add_typer(rubric_app, name="rubric")
 app.add_typer(persona_app, name="persona")
+app.add_typer(prm_app, name="prm")
 app.add_typer(db_app, name="db")
 
 

@@ -20,7 +20,8 @@ stdout = Console()
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     """Print an error to stderr and exit with ``code``."""
-    console.print(f"[bold red]error:[/] {escape(message)}")
+    # soft_wrap: one line per problem, whatever the terminal width (easy to grep in logs).
+    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 

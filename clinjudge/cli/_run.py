@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, console, fail, open_store
@@ -24,16 +25,22 @@ from clinjudge.cli._options import (
     ProgressOption,
     RubricOption,
     SamplesOption,
+    ShardOption,
 )
 from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ReasoningEffort
 from clinjudge.orchestration import (
     ConfigError,
     DryRunEstimate,
     PreparedRun,
+    RunTally,
     build_config,
+    check_batch_config,
     create_run,
+    estimate_batch_run,
     estimate_run,
+    execute_batch_run,
     execute_run,
+    is_batch_run,
     load_config_file,
     load_stored_run,
     prepare_run,
@@ -43,6 +50,7 @@ from clinjudge.rubrics import RubricError
 from clinjudge.runs import InputError, StoreError
 
 DEFAULT_MODEL_ENV = "CLINJUDGE_MODEL"
+BATCH_POLL_SECONDS = 10.0
 FALLBACK_MODEL = "mock/judge"
 
 
@@ -59,6 +67,23 @@ def _merge(config: dict[str, Any], top: dict[str, Any], judge: dict[str, Any]) -
                 f"the simulated {FALLBACK_MODEL} provider.[/]"
             )
     merged["judge"] = judge_settings
+    return merged
+
+
+def _doclens_settings(
+    settings: dict[str, Any], nli: str | None, flags: list[str]
+) -> dict[str, Any]:
+    """The config's ``doclens`` section with ``--nli`` and ``--doclens KEY=VALUE`` on top
+    (values are validated with the settings model)."""
+    merged = dict(settings)
+    for flag in flags:
+        key, sep, value = flag.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--doclens {flag!r}: expected KEY=VALUE, e.g. citation_base=1")
+        # YAML scalars, as in the config file: 1 is a number, false a boolean, zero a string.
+        merged[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else None
+    if nli is not None:
+        merged["nli_model"] = nli
     return merged
 
 
@@ -98,14 +123,34 @@ def _print_estimate(estimate: DryRunEstimate, prepared: PreparedRun) -> None:
         console.print(f"[yellow]note:[/] {estimate.note}")
 
 
-def _finish(store_path: str, run_id: str, prepared: PreparedRun, show_progress: bool) -> None:
+def _execute(
+    store: Any, run_id: str, prepared: PreparedRun, show_progress: bool, batch: float | None
+) -> RunTally:
+    """Run the missing work directly, or through the provider's batch API when ``batch`` holds
+    its first poll interval in seconds (a run begun with --batch stays a batch run)."""
+    if batch is None and is_batch_run(store, run_id):
+        batch = BATCH_POLL_SECONDS
+    if batch is None:
+        return execute_run(store, run_id, prepared, show_progress=show_progress)
+    return execute_batch_run(
+        store, run_id, prepared, show_progress=show_progress, poll_interval=batch
+    )
+
+
+def _finish(
+    store_path: str,
+    run_id: str,
+    prepared: PreparedRun,
+    show_progress: bool,
+    batch: float | None = None,
+) -> None:
     assert prepared.config.judge is not None
     simulated = prepared.config.judge.is_mock
     if simulated:
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
     with open_store(store_path) as store:
         try:
-            tally = execute_run(store, run_id, prepared, show_progress=show_progress)
+            tally = _execute(store, run_id, prepared, show_progress, batch)
         except KeyboardInterrupt:
             console.print(
                 f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
@@ -177,8 +222,20 @@ def run_command(
         ),
     ] = None,
     max_cost: MaxCostOption = None,
-    shard: Annotated[
-        str | None, typer.Option(help="i/n: judge only shard i of n (stable hash of item id).")
+    shard: ShardOption = None,
+    nli: Annotated[
+        str | None,
+        typer.Option(
+            help="doclens: judge entailment with this Hugging Face NLI checkpoint (path or hub "
+            "id) instead of the LLM; needs the prm extra (torch, transformers)."
+        ),
+    ] = None,
+    doclens: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="doclens setting KEY=VALUE (repeatable), e.g. citation_base=1, uncited=zero, "
+            "max_citations=3, min_claims=2, nli_truncate_words=500; see docs/doclens.md."
+        ),
     ] = None,
     rpm: Annotated[
         int | None, typer.Option(help="Requests per minute for the judge model.")
@@ -195,11 +252,24 @@ def run_command(
         typer.Option(help="Finish the missing work of an earlier run (id or unique prefix)."),
     ] = None,
     progress: ProgressOption = True,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            "--batch",
+            help="single mode, openai/ or azure/ models: send the work through the provider's "
+            "batch API (half price, results within 24 h); --resume picks up a waiting batch.",
+        ),
+    ] = False,
+    poll_interval: Annotated[
+        float,
+        typer.Option(help="--batch: first wait between polls in seconds (doubles to 300).", min=0),
+    ] = BATCH_POLL_SECONDS,
 ) -> None:
     """Judge a batch of items; prints the run id."""
+    batch_poll = poll_interval if batch else None
     try:
         if resume:
-            _resume(resume, db, progress, max_cost)
+            _resume(resume, db, progress, max_cost, batch_poll)
             return
         file_settings = load_config_file(config) if config else {}
         top = {
@@ -237,17 +307,23 @@ def run_command(
             "tpm": tpm,
         }
         merged = _merge(file_settings, top, judge)
+        merged["doclens"] = _doclens_settings(merged.get("doclens") or {}, nli, doclens or [])
         merged["roles"] = _role_models(merged.get("roles") or {}, role_model or [], merged["judge"])
         run_config = build_config(str(config or "flags"), merged)
+        if batch:
+            check_batch_config(run_config, credentials=not dry_run)
         prepared = prepare_run(run_config)
+        if batch:
+            check_batch_config(prepared.config, prepared.rubric, credentials=False)
         if dry_run:
-            _print_estimate(estimate_run(prepared), prepared)
+            estimate = estimate_batch_run(prepared) if batch else estimate_run(prepared)
+            _print_estimate(estimate, prepared)
             return
         with open_store(run_config.db) as store:
             run_id = create_run(store, prepared)
         sys.stdout.write(run_id + "\n")
         sys.stdout.flush()
-        _finish(run_config.db, run_id, prepared, progress)
+        _finish(run_config.db, run_id, prepared, progress, batch_poll)
     except (
         ConfigError,
         RubricError,
@@ -261,13 +337,21 @@ def run_command(
         fail(str(exc), EXIT_USAGE)
 
 
-def _resume(run_id: str, db: str | None, progress: bool, max_cost: float | None) -> None:
+def _resume(
+    run_id: str,
+    db: str | None,
+    progress: bool,
+    max_cost: float | None,
+    batch: float | None = None,
+) -> None:
     path = db or "runs/clinjudge.duckdb"
     with open_store(path, read_only=True) as store:  # a typo'd --db must not create a file
         full_id, prepared = load_stored_run(store, run_id)
     if max_cost is not None:
         # A budget given with --resume replaces the stored one for this invocation.
         prepared.config = prepared.config.model_copy(update={"max_cost": max_cost})
+    if batch is not None:
+        check_batch_config(prepared.config, prepared.rubric)
     sys.stdout.write(full_id + "\n")
     sys.stdout.flush()
-    _finish(path, full_id, prepared, progress)
+    _finish(path, full_id, prepared, progress, batch)

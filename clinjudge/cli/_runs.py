@@ -7,14 +7,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+from clinjudge.cli._doclens_view import doclens_table
 from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_FORMATS,
+    EXPORT_TABLES,
     StoreError,
+    doclens_report,
     export_run,
     list_runs,
     run_summary,
@@ -104,22 +108,33 @@ def show_command(
     with open_store(db, read_only=True) as store:
         try:
             summary = run_summary(store, run_id)
+            doclens = doclens_report(store, run_id)
         except StoreError as exc:
             fail(str(exc), EXIT_USAGE)
     if summary["simulated"]:
         summary["notice"] = SIMULATED_NOTICE
+    if doclens is not None:
+        summary["doclens"] = doclens
     if as_json:
         typer.echo(json.dumps(summary, default=str, indent=2))
         return
     table = Table(title=f"run {summary['run_id']}", show_header=False)
     for key, value in summary.items():
-        if key not in ("top_errors", "by_agent"):
+        if key not in ("top_errors", "by_agent", "flagged_items", "doclens"):
             table.add_row(key, _fmt(value))
     stdout.print(table)
     if summary.get("by_agent"):
         stdout.print(_by_agent_table(summary["by_agent"]))
+    if doclens is not None:
+        stdout.print(doclens_table(doclens))
     for error in summary["top_errors"]:
         stdout.print(f"  {error['n']} x {error['error']}")
+    flagged = summary.get("flagged_items") or []
+    if flagged:
+        stdout.print(f"{len(flagged)} item(s) with text addressing the judge (items.flags):")
+    for entry in flagged[:20]:
+        kinds = ", ".join(sorted({f"{f['name']} in {f['field']}" for f in entry["flags"]}))
+        stdout.print(f"  {escape(entry['item_id'])}: {escape(kinds)}")
 
 
 def export_command(
@@ -127,13 +142,22 @@ def export_command(
     out: Annotated[Path, typer.Option(help="Output file.")],
     fmt: Annotated[str, typer.Option("--format", help="jsonl, csv or parquet.")] = "jsonl",
     db: DbOption = str(DEFAULT_DB),
+    table: Annotated[
+        str,
+        typer.Option(
+            help="judgments; DocLens runs also: claims (every claim and verdict) or doclens "
+            "(pooled scores per section)."
+        ),
+    ] = "judgments",
 ) -> None:
     """Export judgments: one row per (item_id, sample, agent, attribute)."""
     if fmt not in EXPORT_FORMATS:
         fail(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}", EXIT_USAGE)
+    if table not in EXPORT_TABLES:
+        fail(f"unknown table {table!r}; choose one of {', '.join(EXPORT_TABLES)}", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
         try:
-            count = export_run(store, run_id, out, fmt)
+            count = export_run(store, run_id, out, fmt, table)
             simulated = bool(store.get_run(run_id)["simulated"])
         except StoreError as exc:
             fail(str(exc), EXIT_USAGE)

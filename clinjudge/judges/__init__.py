@@ -7,6 +7,14 @@ from clinjudge.judges._accounting import (
     price_per_token,
 )
 from clinjudge.judges._base_client import GENERIC_MODEL_INFO, SimpleChatCompletionClient
+from clinjudge.judges._batch_api import (
+    BatchClient,
+    BatchLine,
+    BatchState,
+    batch_call_cost,
+    batch_price_per_token,
+)
+from clinjudge.judges._doclens_settings import DocLensSettings
 from clinjudge.judges._faults import ProviderFault, classify_fault
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges._mock_client import (
@@ -21,17 +29,24 @@ from clinjudge.judges._model import (
     build_client,
     to_autogen_messages,
 )
+from clinjudge.judges._nli import NLIError, NLIModel, load_nli
 from clinjudge.judges._settings import ModelSettings, Price, ReasoningEffort
 from clinjudge.judges._single import CallFn, SampleVerdict, draw_shots, judge_single_sample
 
 __all__ = [
     "GENERIC_MODEL_INFO",
     "SIMULATED_NOTICE",
+    "BatchClient",
+    "BatchLine",
+    "BatchState",
     "CallFn",
     "CallOutcome",
+    "DocLensSettings",
     "JudgeModel",
     "LiteLLMChatCompletionClient",
     "MockChatCompletionClient",
+    "NLIError",
+    "NLIModel",
     "ModelConfigError",
     "ModelSettings",
     "Price",
@@ -39,6 +54,8 @@ __all__ = [
     "ReasoningEffort",
     "SampleVerdict",
     "SimpleChatCompletionClient",
+    "batch_call_cost",
+    "batch_price_per_token",
     "build_client",
     "call_cost",
     "classify_fault",
@@ -46,6 +63,7 @@ __all__ = [
     "count_tokens",
     "draw_shots",
     "judge_single_sample",
+    "load_nli",
     "price_per_token",
     "simulated_scores",
     "to_autogen_messages",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import os
+import re
 import time
 from typing import Any
 
@@ -18,16 +20,48 @@ import openai
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
 
+_KNOWN_SECRETS: set[str] = set()
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_SECRET_SHAPE = re.compile(
+    r"\bBearer\s+[A-Za-z0-9._~+/=-]{8,}|\b(?:sk|rk|pk|sess)-[A-Za-z0-9_-]{8,}", re.IGNORECASE
+)
+REDACTED = "[redacted]"
+
+
+def remember_secret(value: str | None) -> None:
+    """Register a credential in use, so that no fault reason can carry it."""
+    if value and len(value) >= 8:
+        _KNOWN_SECRETS.add(value)
+
+
+def redact_secrets(text: str) -> str:
+    """Remove credentials from text that may be stored or printed (a provider's error message
+    can quote the key it was sent): keys in use, secret-looking environment variables, and
+    anything shaped like a bearer token or an ``sk-`` key.
+
+    Args:
+        text: Text to clean.
+    """
+    secrets = set(_KNOWN_SECRETS)
+    secrets.update(
+        v for k, v in os.environ.items() if len(v) >= 8 and _SECRET_NAME.search(k) and v in text
+    )
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return _SECRET_SHAPE.sub(REDACTED, text)
+
+
 class ProviderFault(Exception):
     """A model call failed.
 
     Args:
-        reason: Short description for the calls table.
+        reason: Short description for the calls table (credentials are redacted from it).
         retryable: Whether trying again may succeed.
         retry_after: Seconds the provider asked us to wait, if it said.
     """
 
     def __init__(self, reason: str, *, retryable: bool, retry_after: float | None = None):
+        reason = redact_secrets(reason)
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable

@@ -22,7 +22,7 @@ from autogen_core.models import (
 from clinjudge.judges._accounting import call_cost, count_message_tokens, count_tokens
 from clinjudge.judges._base_client import GENERIC_MODEL_INFO, message_text
 from clinjudge.judges._direct_client import DirectChatCompletionClient
-from clinjudge.judges._faults import ProviderFault, classify_fault
+from clinjudge.judges._faults import ProviderFault, classify_fault, remember_secret
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges._mock_client import MockChatCompletionClient
 from clinjudge.judges._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
@@ -78,6 +78,7 @@ def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
 def _api_key(settings: ModelSettings, required: bool) -> str | None:
     env_name = settings.api_key_env or _DEFAULT_KEY_ENV.get(settings.provider)
     key = os.environ.get(env_name) if env_name else None
+    remember_secret(key)
     if key is None and required:
         raise ModelConfigError(
             f"model {settings.model}: no API key; set {env_name} or pick another variable with "

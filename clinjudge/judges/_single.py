@@ -68,9 +68,42 @@ def draw_shots(pool: Sequence[Shot], k: int, *, seed: int, item_id: str, sample:
 
 
 def _failure_reason(problem: str, outcome: CallOutcome) -> str:
-    if outcome.finish_reason == "length":
+    return reply_problem(problem, outcome.finish_reason)
+
+
+def reply_problem(problem: str, finish_reason: str | None) -> str:
+    """Why a reply was rejected, noting truncation at the token limit.
+
+    Args:
+        problem: What the parser found wrong.
+        finish_reason: The provider's finish reason for the reply.
+    """
+    if finish_reason == "length":
         return f"reply truncated at the token limit (finish_reason=length); {problem}"
     return problem
+
+
+def first_turns(
+    item: Item,
+    rubric: Rubric,
+    shots: list[Shot] | None = None,
+    *,
+    explanations: bool = False,
+    system_prefix: str | None = None,
+) -> list[ChatTurn]:
+    """The opening conversation of a single judge (shared by direct calls and batch requests).
+
+    Args:
+        item: The item to judge.
+        rubric: The rubric to apply.
+        shots: Few-shot examples.
+        explanations: Ask for an explanation with every score.
+        system_prefix: Text placed before the rubric's system prompt (a persona's instructions).
+    """
+    turns = render_messages(item, rubric, shots, explanations=explanations)
+    if system_prefix:
+        turns[0] = ChatTurn(turns[0].role, f"{system_prefix.strip()}\n\n{turns[0].content}")
+    return turns
 
 
 async def judge_single_sample(
@@ -96,9 +129,7 @@ async def judge_single_sample(
         system_prefix: Text placed before the rubric's system prompt in the first system turn
             (a panel member's persona instructions).
     """
-    turns = render_messages(item, rubric, shots, explanations=explanations)
-    if system_prefix:
-        turns[0] = ChatTurn(turns[0].role, f"{system_prefix.strip()}\n\n{turns[0].content}")
+    turns = first_turns(item, rubric, shots, explanations=explanations, system_prefix=system_prefix)
     outcome: CallOutcome | None = None
     problem = ""
     for _ in range(max_repairs + 1):

@@ -1,8 +1,16 @@
 """Run orchestration: configuration, the batch runner, retries, and run lifecycle."""
 
 from clinjudge.orchestration import (
+    _doclens,  # noqa: F401  (registers the DocLens workflows of claim rubrics)
     _magentic,  # noqa: F401  (registers --mode magentic)
     _panel,  # noqa: F401  (registers --mode panel)
+)
+from clinjudge.orchestration._batch_run import (
+    BatchRun,
+    check_batch_config,
+    estimate_batch_run,
+    execute_batch_run,
+    is_batch_run,
 )
 from clinjudge.orchestration._config import (
     ConfigError,
@@ -17,6 +25,12 @@ from clinjudge.orchestration._context import (
     RecordingClient,
     SampleContext,
     WorkflowResult,
+)
+from clinjudge.orchestration._doclens import (
+    doclens_estimate_prompts,
+    doclens_magentic,
+    doclens_panel,
+    doclens_single,
 )
 from clinjudge.orchestration._limits import FakeClock, MonotonicClock, RateLimiter
 from clinjudge.orchestration._retry import call_with_retries, retry_send
@@ -37,13 +51,19 @@ from clinjudge.orchestration._session import (
 )
 from clinjudge.orchestration._workflows import (
     Workflow,
+    register_claims_workflow,
     register_workflow,
     single_workflow,
     workflow_for,
 )
 
 __all__ = [
+    "doclens_estimate_prompts",
+    "doclens_magentic",
+    "doclens_panel",
+    "doclens_single",
     "JUDGE_AGENT",
+    "BatchRun",
     "BatchRunner",
     "ConfigError",
     "DryRunEstimate",
@@ -57,9 +77,13 @@ __all__ = [
     "apply_shard",
     "build_config",
     "call_with_retries",
+    "check_batch_config",
     "create_run",
+    "estimate_batch_run",
     "estimate_run",
+    "execute_batch_run",
     "execute_run",
+    "is_batch_run",
     "load_config_file",
     "load_shot_pool",
     "load_stored_run",
@@ -75,6 +99,7 @@ __all__ = [
     "MonotonicClock",
     "RateLimiter",
     "Workflow",
+    "register_claims_workflow",
     "register_workflow",
     "single_workflow",
     "workflow_for",

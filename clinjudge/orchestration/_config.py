@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from clinjudge.judges import ModelSettings
+from clinjudge.judges import DocLensSettings, ModelSettings
 
 Mode = Literal["single", "panel", "magentic"]
 
@@ -64,6 +64,7 @@ class RunConfig(BaseModel):
         judge: Model settings of the single judge.
         roles: Model settings per role, for modes with several roles.
         retry: Retry policy for model calls.
+        doclens: DocLens settings (claims, citations, NLI model); used by claim rubrics.
         db: DuckDB file.
     """
 
@@ -92,6 +93,7 @@ class RunConfig(BaseModel):
     judge: ModelSettings | None = None
     roles: dict[str, ModelSettings] = Field(default_factory=dict)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    doclens: DocLensSettings = DocLensSettings()
     db: str = str(Path("runs") / "clinjudge.duckdb")
 
     @model_validator(mode="after")

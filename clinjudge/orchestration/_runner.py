@@ -113,7 +113,7 @@ class BatchRunner:
         self.rubric = rubric
         self.config = config
         self.models = model if isinstance(model, ModelPool) else ModelPool(config, rubric, model)
-        self.agent, self.workflow = workflow_for(config.mode)
+        self.agent, self.workflow = workflow_for(config.mode, rubric)
         self.shot_pool = shot_pool or []
         self.show_progress = show_progress
         self.console = console or Console(stderr=True)

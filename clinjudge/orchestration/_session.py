@@ -27,6 +27,7 @@ from clinjudge.judges import (
 )
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import ModelPool
+from clinjudge.orchestration._doclens import check_doclens_config
 from clinjudge.orchestration._runner import BatchRunner, RunTally, WorkUnit
 from clinjudge.orchestration._workflows import workflow_for
 from clinjudge.personas import load_personas
@@ -190,6 +191,8 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     rubric = load_rubric(config.rubric)
     if config.mode != "single":
         load_personas(config.personas)  # a bad --personas fails before anything is written
+    if rubric.method == "claims":
+        check_doclens_config(config)  # e.g. an NLI model that cannot load
     if config.shard:
         parse_shard(config.shard)  # a bad --shard fails before the data is read
     items = load_items(config.data, rubric)
@@ -297,7 +300,7 @@ def missing_work(store: RunStore, run_id: str, prepared: PreparedRun) -> list[Wo
         (r["item_id"], r["sample"])
         for r in store.query(
             "SELECT item_id, sample FROM samples WHERE run_id = ? AND agent = ?",
-            [run_id, workflow_for(prepared.config.mode)[0]],
+            [run_id, workflow_for(prepared.config.mode, prepared.rubric)[0]],
         )
     }
     return [
@@ -367,7 +370,8 @@ def execute_run(
             "may spend up to its budget: the stored one, or --max-cost given with --resume)"
         )
         return tally
-    finalize_run(store, run_id, prepared.rubric, config.samples, workflow_for(config.mode)[0])
+    agent = workflow_for(config.mode, prepared.rubric)[0]
+    finalize_run(store, run_id, prepared.rubric, config.samples, agent)
     store.set_run_status(run_id, "completed", finished=True)
     return tally
 

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from clinjudge.judges import judge_single_sample
 from clinjudge.orchestration._context import SampleContext, WorkflowResult
+from clinjudge.rubrics import Rubric
 
 Workflow = Callable[[SampleContext], Awaitable[WorkflowResult]]
 
@@ -26,6 +27,8 @@ async def single_workflow(ctx: SampleContext) -> WorkflowResult:
 
 
 _WORKFLOWS: dict[str, tuple[str, Workflow]] = {"single": (JUDGE_AGENT, single_workflow)}
+# Workflows of rubrics whose attributes are computed from claims (``method: claims``, DocLens).
+_CLAIM_WORKFLOWS: dict[str, tuple[str, Workflow]] = {}
 
 
 def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:
@@ -39,9 +42,28 @@ def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:
     _WORKFLOWS[mode] = (agent, workflow)
 
 
-def workflow_for(mode: str) -> tuple[str, Workflow]:
-    """The deciding agent's name and the workflow of a mode."""
+def register_claims_workflow(mode: str, agent: str, workflow: Workflow) -> None:
+    """Make a workflow available as a mode for claim rubrics (``method: claims``).
+
+    Args:
+        mode: The ``--mode`` name.
+        agent: Name under which the workflow's sample-level decision is stored.
+        workflow: The workflow.
+    """
+    _CLAIM_WORKFLOWS[mode] = (agent, workflow)
+
+
+def workflow_for(mode: str, rubric: Rubric | None = None) -> tuple[str, Workflow]:
+    """The deciding agent's name and the workflow of a mode (for the rubric's method).
+
+    Args:
+        mode: The ``--mode`` name.
+        rubric: The run's rubric; a claim rubric (DocLens) gets its claim workflows.
+    """
+    registry = _WORKFLOWS
+    if rubric is not None and rubric.method == "claims":
+        registry = _CLAIM_WORKFLOWS
     try:
-        return _WORKFLOWS[mode]
+        return registry[mode]
     except KeyError:
-        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(sorted(_WORKFLOWS))}") from None
+        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(sorted(registry))}") from None

@@ -1,3 +1,113 @@
-"""Process reward model bridge (SPEC §7); not built yet."""
+"""Process reward model bridge (SPEC §7): score each step of a note or reasoning chain.
 
-__all__: list[str] = []
+Segment text into steps, render them in a PRM family's format (``medprm``, ``prm-clinic``,
+``math-shepherd`` or ``custom``), read P(correct) at every step marker in one forward pass per
+candidate (transformers in-process, or a vLLM pooling server), aggregate, select best-of-n,
+evaluate against labels (PRMScore) and store the steps in DuckDB. torch and transformers are
+imported only when a model is loaded (``pip install 'clinjudge[prm]'``).
+"""
+
+from clinjudge.prm_bridge._aggregate import (
+    AGGREGATES,
+    DEFAULT_THRESHOLD,
+    aggregate,
+    all_aggregates,
+    best_candidate,
+)
+from clinjudge.prm_bridge._backend import (
+    ChainScore,
+    PRMModelError,
+    PRMScorer,
+    StepScore,
+    label_ids,
+    token_batches,
+)
+from clinjudge.prm_bridge._inputs import PRMRecord, StepInput, chain_from_text, load_chains
+from clinjudge.prm_bridge._metrics import EvalReport, StepMetrics, evaluate
+from clinjudge.prm_bridge._presets import (
+    PRESETS,
+    STEP_KINDS,
+    PRMFormat,
+    PRMFormatError,
+    load_format_file,
+    make_format,
+    parse_overrides,
+    preset_names,
+)
+from clinjudge.prm_bridge._render import Encoded, PRMInputError, encode, render
+from clinjudge.prm_bridge._scorer import INSTALL_HINT, PRMDependencyError, TransformersPRM
+from clinjudge.prm_bridge._segment import (
+    Chain,
+    Step,
+    split_chain,
+    split_lines,
+    split_note,
+    split_sentences,
+    steps_from_note_json,
+)
+from clinjudge.prm_bridge._store import prm_step_rows, write_prm_run
+from clinjudge.prm_bridge._tool import (
+    PRMEvidence,
+    PRMVerifierAgent,
+    evidence_text,
+    item_context,
+    make_prm_tool,
+    score_item,
+    score_text,
+    shared_scorer,
+)
+from clinjudge.prm_bridge._vllm import VLLMPRM
+
+__all__ = [
+    "AGGREGATES",
+    "DEFAULT_THRESHOLD",
+    "INSTALL_HINT",
+    "PRESETS",
+    "STEP_KINDS",
+    "Chain",
+    "ChainScore",
+    "Encoded",
+    "EvalReport",
+    "PRMDependencyError",
+    "PRMEvidence",
+    "PRMRecord",
+    "PRMVerifierAgent",
+    "StepInput",
+    "VLLMPRM",
+    "chain_from_text",
+    "evidence_text",
+    "item_context",
+    "load_chains",
+    "make_prm_tool",
+    "prm_step_rows",
+    "score_item",
+    "score_text",
+    "shared_scorer",
+    "write_prm_run",
+    "PRMFormat",
+    "PRMFormatError",
+    "PRMInputError",
+    "PRMModelError",
+    "PRMScorer",
+    "Step",
+    "StepMetrics",
+    "StepScore",
+    "TransformersPRM",
+    "aggregate",
+    "all_aggregates",
+    "best_candidate",
+    "encode",
+    "evaluate",
+    "label_ids",
+    "load_format_file",
+    "make_format",
+    "parse_overrides",
+    "preset_names",
+    "render",
+    "split_chain",
+    "split_lines",
+    "split_note",
+    "split_sentences",
+    "steps_from_note_json",
+    "token_batches",
+]

@@ -1,5 +1,6 @@
 """Rubrics: schema, built-in instruments, prompt rendering and reply parsing."""
 
+from clinjudge.rubrics._injection import InjectionFlag, detect_injection, scan_item
 from clinjudge.rubrics._item import Item, SourceNote
 from clinjudge.rubrics._parse import (
     JudgmentParseError,
@@ -40,6 +41,7 @@ __all__ = [
     "Attribute",
     "ChatTurn",
     "Gate",
+    "InjectionFlag",
     "Item",
     "JudgmentParseError",
     "ParsedJudgment",
@@ -52,6 +54,7 @@ __all__ = [
     "SourceNote",
     "alias_forms",
     "builtin_rubric_names",
+    "detect_injection",
     "json_objects",
     "load_rubric",
     "load_rubric_file",
@@ -63,4 +66,5 @@ __all__ = [
     "render_repair",
     "render_system",
     "render_user",
+    "scan_item",
 ]

@@ -36,7 +36,14 @@ from clinjudge.runs._audit import (
     write_audit_report,
 )
 from clinjudge.runs._compare import SORT_COLUMNS, Comparison, block_summary, compare_runs
-from clinjudge.runs._export import EXPORT_FORMATS, export_run
+from clinjudge.runs._doclens_metrics import (
+    Tally,
+    citation_tallies,
+    claim_tally,
+    counted_citations,
+)
+from clinjudge.runs._doclens_report import doclens_report, is_claims_run, pooled_scores
+from clinjudge.runs._export import EXPORT_FORMATS, EXPORT_TABLES, export_run
 from clinjudge.runs._html_report import ReportFiles, render_report, write_report
 from clinjudge.runs._inputs import (
     InputError,
@@ -79,6 +86,14 @@ from clinjudge.runs._stats import (
 from clinjudge.runs._store import DEFAULT_DB, FINAL_SAMPLE, RunStore, StoreError, now
 
 __all__ = [
+    "EXPORT_TABLES",
+    "Tally",
+    "citation_tallies",
+    "claim_tally",
+    "counted_citations",
+    "doclens_report",
+    "is_claims_run",
+    "pooled_scores",
     "AuditError",
     "AuditItems",
     "DEFAULT_FLAG_RULES",

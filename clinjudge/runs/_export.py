@@ -8,6 +8,7 @@ from pathlib import Path
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
+EXPORT_TABLES = ("judgments", "claims", "doclens")
 
 _COPY_OPTIONS = {
     "jsonl": "FORMAT json",
@@ -16,7 +17,9 @@ _COPY_OPTIONS = {
 }
 
 
-def export_run(store: RunStore, run_id: str, out: str | Path, fmt: str) -> int:
+def export_run(
+    store: RunStore, run_id: str, out: str | Path, fmt: str, table: str = "judgments"
+) -> int:
     """Write a run's judgments to a file; the file appears only once it is complete.
 
     Columns: run_id, item_id, sample (null on final rows), agent, attribute, value, final, status,
@@ -27,6 +30,8 @@ def export_run(store: RunStore, run_id: str, out: str | Path, fmt: str) -> int:
         run_id: Run id or unique prefix.
         out: Output path.
         fmt: ``jsonl``, ``csv`` or ``parquet``.
+        table: ``judgments``; ``claims`` (DocLens claims, statements and verdicts) or
+            ``doclens`` (pooled DocLens scores per section and total).
 
     Returns:
         Number of rows written.
@@ -35,6 +40,10 @@ def export_run(store: RunStore, run_id: str, out: str | Path, fmt: str) -> int:
         raise ValueError(
             f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}"
         )
+    if table != "judgments":
+        from clinjudge.runs._doclens_export import export_doclens
+
+        return export_doclens(store, run_id, out, fmt, table)
     run = store.get_run(run_id)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from clinjudge.rubrics import Item, Rubric
 
 MAX_REPORTED_ERRORS = 20
 _JSON_FIELDS = ("notes", "meta", "scores")
+_TABLES = {".csv", ".tsv", ".parquet"}
 
 
 class InputError(ValueError):
@@ -70,6 +71,26 @@ def _table_records(
     ]
 
 
+def _text_problem(path: Path, jsonl: bool) -> str | None:
+    """Where a text file stops being readable (DuckDB's own message is a page of CSV settings):
+    bytes that are not UTF-8, or in JSONL the control character the line reader splits on."""
+    try:
+        with path.open("rb") as handle:
+            for line, raw in enumerate(handle, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return (
+                        f"{path}:line {line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                        f"column {exc.start + 1}); save the file as UTF-8"
+                    )
+                if jsonl and b"\x01" in raw:
+                    return f"{path}:line {line}: not valid JSON (raw control character U+0001)"
+    except OSError:
+        return None
+    return None
+
+
 def read_records(path: str | Path) -> list[tuple[str, Any]]:
     """Raw records of a JSONL, CSV or Parquet file, each with a location for error messages.
 
@@ -90,7 +111,9 @@ def read_records(path: str | Path) -> list[tuple[str, Any]]:
         if suffix == ".parquet":
             return _table_records(con, path, f"read_parquet({_quote(path)})")
     except duckdb.Error as exc:
-        raise InputError([f"{path}: cannot read: {exc}"]) from exc
+        problem = None if suffix == ".parquet" else _text_problem(path, suffix not in _TABLES)
+        problem = problem or f"{path}: cannot read: {str(exc).strip().splitlines()[0]}"
+        raise InputError([problem]) from exc
     finally:
         con.close()
     raise InputError([f"{path}: unsupported format {suffix!r}; use .jsonl, .csv or .parquet"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from clinjudge.runs._store import RunStore
@@ -16,6 +17,27 @@ def list_runs(store: RunStore) -> list[dict[str, Any]]:
         FROM runs ORDER BY created_at DESC
         """
     )
+
+
+def flagged_items(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    """Items whose text addresses the judge, with the flags found (``items.flags``).
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+    """
+    has_flags = store.query(
+        "SELECT count(*) AS n FROM information_schema.columns "
+        "WHERE table_name = 'items' AND column_name = 'flags'"
+    )[0]["n"]
+    if not has_flags:  # a database written before flags existed
+        return []
+    rows = store.query(
+        "SELECT item_id, flags FROM items WHERE run_id = ? AND json_array_length(flags) > 0 "
+        "ORDER BY position",
+        [run_id],
+    )
+    return [{"item_id": r["item_id"], "flags": json.loads(r["flags"])} for r in rows]
 
 
 def _one(store: RunStore, sql: str, run_id: str) -> dict[str, Any]:
@@ -107,4 +129,5 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
         **per_item,
         "by_agent": by_agent,
         "top_errors": errors,
+        "flagged_items": flagged_items(store, rid),
     }

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from clinjudge.judges import CallOutcome, ProviderFault, SampleVerdict
-from clinjudge.rubrics import ChatTurn, Item, Rubric
+from clinjudge.rubrics import ChatTurn, Item, Rubric, scan_item
 from clinjudge.runs._store import now
 
 
@@ -51,6 +51,8 @@ def call_row(
         "started_at": started,
         "status": "ok" if outcome else "error",
         "error": fault.reason if fault else None,
+        # A failed attempt costs time too (a hang costs the whole timeout).
+        "latency_s": max((now() - started).total_seconds(), 0.0),
     }
     if outcome is not None:
         row.update(
@@ -157,8 +159,17 @@ def workflow_rows(
     return rows
 
 
-def item_row(run_id: str, position: int, item: Item) -> dict[str, Any]:
-    """One row of the items table."""
+def item_row(
+    run_id: str, position: int, item: Item, rubric: Rubric | None = None
+) -> dict[str, Any]:
+    """One row of the items table, with flags for text that addresses the judge.
+
+    Args:
+        run_id: The run.
+        position: The item's position in the dataset.
+        item: The item.
+        rubric: The run's rubric, when known (its keys are reserved words too).
+    """
     return {
         "run_id": run_id,
         "item_id": item.id,
@@ -169,6 +180,7 @@ def item_row(run_id: str, position: int, item: Item) -> dict[str, Any]:
         "reference": item.reference,
         "vendor": item.vendor,
         "meta": json.dumps(item.meta),
+        "flags": json.dumps([f.as_dict() for f in scan_item(item, rubric)]),
     }
 
 

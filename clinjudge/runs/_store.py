@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -137,10 +138,12 @@ CREATE TABLE IF NOT EXISTS claims (
     score DOUBLE,
     explanation VARCHAR,
     citations JSON,
+    supporting JSON,
     status VARCHAR,
     error VARCHAR,
     PRIMARY KEY (run_id, item_id, sample, agent, kind, idx)
 );
+ALTER TABLE claims ADD COLUMN IF NOT EXISTS supporting JSON;
 CREATE TABLE IF NOT EXISTS prm_steps (
     run_id VARCHAR,
     item_id VARCHAR,
@@ -180,6 +183,19 @@ def _owner_only_files() -> Iterator[None]:
         os.umask(old_umask)
 
 
+def _open_error(path: Path, exc: duckdb.Error) -> str:
+    """One line saying why the database cannot be opened."""
+    text = " ".join(str(exc).split())
+    if "Could not set lock" in text or "Conflicting lock" in text:
+        holder = re.search(r"\(PID (\d+)\)", text)
+        by = f" (PID {holder.group(1)})" if holder else ""
+        return (
+            f"{path}: database is in use by another process{by}; DuckDB allows one writer at a "
+            "time: wait for it to finish or use another --db"
+        )
+    return f"{path}: cannot open database: {text}"
+
+
 def now() -> datetime:
     """Current UTC time."""
     return datetime.now(UTC)
@@ -205,7 +221,7 @@ class RunStore:
             try:
                 self.con = duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.Error as exc:
-                raise StoreError(f"{self.path}: cannot open database: {exc}") from exc
+                raise StoreError(_open_error(self.path, exc)) from exc
             if not read_only:
                 self.con.execute(_DDL)
                 self.con.execute(

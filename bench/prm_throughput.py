@@ -1,0 +1,237 @@
+"""PRM scoring throughput (SPEC section 7).
+
+(a) CPU, tiny Llama-style PRM saved to disk and loaded like a checkpoint: scoring every step of
+    chains of 10 steps in one forward pass per chain, against re-encoding each step's prefix
+    (one forward pass per step, the naive way). Both go through the same scorer; the per-prefix
+    scores must equal the single-pass ones (causal attention). Target: >= 5x.
+(b) GPU only: a randomly initialised model with Llama-3.1-8B's shape in bf16 scores 64 notes of
+    ~4k tokens (Med-PRM format, full render/tokenize/batch path). Reports tokens/s and model FLOP
+    utilisation = 2 x params x tokens / time / peak. Target: >= 40% on an H100. Skipped, with a
+    message, when CUDA is absent (``--shape tiny --device cpu`` runs the same code as a check).
+
+Usage: python bench/prm_throughput.py [--part a|b|both] [--chains 16] [--notes 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from clinjudge.prm_bridge import Chain, Step, TransformersPRM, make_format  # noqa: E402
+from tests.prm_bridge._tiny import build_tokenizer  # noqa: E402
+
+# Dense bf16 peak (no sparsity), by device name fragment.
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.0}
+LLAMA_31_8B = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-5,
+}
+TINY_SHAPE = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 8192,
+}
+
+SENTENCE = "The patient reports chest pain on exertion relieved by rest, so angina is likely. "
+
+
+def _chain(n: int, steps: int, question_chars: int, step_chars: int) -> Chain:
+    question = (f"Case {n}: " + SENTENCE * (question_chars // len(SENTENCE) + 1))[:question_chars]
+    texts = [
+        (f"Reasoning {k} for case {n}: " + SENTENCE * (step_chars // len(SENTENCE) + 1))[
+            :step_chars
+        ]
+        for k in range(steps)
+    ]
+    return Chain(id=f"c{n}", steps=[Step(text=t) for t in texts], question=question)
+
+
+def _median_time(fn, repeats: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), out
+
+
+def part_a(args: argparse.Namespace) -> None:
+    """Single pass versus per-prefix re-encoding on CPU."""
+    hf_logging.disable_progress_bar()
+    tokenizer = build_tokenizer([" ки"], [" +", " -"])
+    torch.manual_seed(0)
+    config = LlamaConfig(**TINY_SHAPE, vocab_size=len(tokenizer), pad_token_id=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        LlamaForCausalLM(config).save_pretrained(tmp)
+        scorer = TransformersPRM(tmp, make_format("medprm"), device="cpu")
+    chains = [_chain(n, 10, args.question_chars, args.step_chars) for n in range(args.chains)]
+    prefixes = [
+        c.model_copy(update={"steps": c.steps[:k], "candidate": f"p{k}"})
+        for c in chains
+        for k in range(1, len(c.steps) + 1)
+    ]
+
+    def single():
+        return scorer.score(chains)
+
+    def per_prefix_naive():
+        return [scorer.score([p])[0] for p in prefixes]
+
+    def per_prefix_batched():
+        return scorer.score(prefixes)
+
+    single()  # warm-up
+    t_single, full = _median_time(single, args.repeats)
+    t_naive, naive = _median_time(per_prefix_naive, args.repeats)
+    t_batched, _ = _median_time(per_prefix_batched, args.repeats)
+    flat_full = [s.score for r in full for s in r.steps]
+    flat_prefix = [r.steps[-1].score for r in naive]
+    diff = max(abs(a - b) for a, b in zip(flat_full, flat_prefix, strict=True))
+    tokens = sum(r.n_tokens for r in full)
+    prefix_tokens = sum(r.n_tokens for r in naive)
+    print(f"## (a) CPU, {platform.processor() or platform.machine()}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")  # fmt: skip
+    print(
+        f"model: Llama {TINY_SHAPE['num_hidden_layers']} layers x {TINY_SHAPE['hidden_size']}, "
+        f"{sum(p.numel() for p in scorer.model.parameters()) / 1e6:.2f}M params, float32, SDPA"
+    )
+    print(
+        f"{args.chains} chains x 10 steps, {tokens / args.chains:.0f} tokens per chain; "
+        f"per-prefix inputs hold {prefix_tokens / tokens:.2f}x the tokens"
+    )
+    print(
+        f"| method | forward passes | seconds (median of {args.repeats}) | single pass speed-up |"
+    )
+    print("|---|---|---|---|")
+    print(f"| single pass per chain (batched) | {args.chains} | {t_single:.3f} | 1.00x |")
+    print(
+        f"| per-prefix, one pass per step | {len(prefixes)} | {t_naive:.3f} | "
+        f"{t_naive / t_single:.2f}x |"
+    )
+    print(
+        f"| per-prefix, batched | {len(prefixes)} rows | {t_batched:.3f} | "
+        f"{t_batched / t_single:.2f}x |"
+    )
+    print(f"max |single - per-prefix| step score difference: {diff:.2e}")
+
+
+def _peak(name: str, override: float | None) -> float | None:
+    if override:
+        return override
+    for fragment, tflops in PEAK_TFLOPS.items():  # the more specific fragment comes first
+        if fragment in name:
+            return tflops
+    return None
+
+
+def part_b(args: argparse.Namespace) -> None:
+    """A random Llama-3.1-8B-shaped PRM in bf16 on GPU: tokens/s and FLOP utilisation."""
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("## (b) skipped: CUDA is not available on this machine (needs a GPU; "
+              "`--shape tiny --device cpu` exercises the same code path).")  # fmt: skip
+        return
+    shape = LLAMA_31_8B if args.shape == "llama-3.1-8b" else TINY_SHAPE
+    tokenizer = build_tokenizer([" ки"], [" +", " -"])
+    config = LlamaConfig(**{"vocab_size": len(tokenizer), **shape}, pad_token_id=0)
+    cuda = args.device.startswith("cuda")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    attn = args.attn
+    if attn == "auto":
+        import importlib.util
+
+        attn = "flash_attention_2" if cuda and importlib.util.find_spec("flash_attn") else "sdpa"
+    config._attn_implementation = attn
+    torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(args.device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.eval()
+    params = sum(p.numel() for p in model.parameters())
+    embedding = model.model.embed_tokens.weight.numel() + model.lm_head.weight.numel()
+    device_name = torch.cuda.get_device_name() if cuda else platform.processor() or "cpu"
+    print(f"## (b) {device_name}, torch {torch.__version__}, {attn}, {dtype}")
+    print(f"model: random {args.shape} shape, {params / 1e9:.3f}B params "
+          f"({(params - embedding) / 1e9:.3f}B without embeddings and head)")  # fmt: skip
+    # ~4k tokens per note: the character tokenizer makes one token per character
+    chains = [
+        _chain(n, 20, args.note_tokens - 2260 + (n * 37) % 400 - 200, 90) for n in range(args.notes)
+    ]
+    peak = _peak(device_name, args.peak_tflops)
+    print("| batch tokens | notes | tokens | seconds | tokens/s | MFU (all params) | "
+          "MFU (no embeddings) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for batch_tokens in args.batch_tokens:
+        scorer = TransformersPRM.from_model(
+            model, tokenizer, make_format("medprm"), batch_tokens=batch_tokens
+        )
+        scorer.score(chains[: max(1, args.notes // 8)])  # warm-up (kernels, allocator)
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        results = scorer.score(chains)
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        tokens = sum(r.n_tokens for r in results)
+        rate = tokens / seconds
+        if peak:
+            mfu = f"{2 * params * rate / (peak * 1e12):.1%}"
+            mfu_core = f"{2 * (params - embedding) * rate / (peak * 1e12):.1%}"
+        else:
+            mfu = mfu_core = "n/a (pass --peak-tflops)"
+        print(f"| {batch_tokens} | {len(results)} | {tokens} | {seconds:.2f} | {rate:,.0f} | "
+              f"{mfu} | {mfu_core} |")  # fmt: skip
+    if peak:
+        print(f"peak used: {peak} TFLOPS (dense bf16)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["a", "b", "both"], default="both")
+    parser.add_argument("--chains", type=int, default=16)
+    parser.add_argument("--question-chars", type=int, default=400)
+    parser.add_argument("--step-chars", type=int, default=80)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--notes", type=int, default=64)
+    parser.add_argument("--note-tokens", type=int, default=4096)
+    parser.add_argument("--shape", choices=["llama-3.1-8b", "tiny"], default="llama-3.1-8b")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--attn", default="auto")
+    parser.add_argument("--batch-tokens", type=int, nargs="+", default=[16384, 32768, 65536])
+    parser.add_argument("--peak-tflops", type=float, default=None)
+    args = parser.parse_args()
+    if args.part in ("a", "both"):
+        part_a(args)
+    if args.part in ("b", "both"):
+        part_b(args)
+
+
+if __name__ == "__main__":
+    main()

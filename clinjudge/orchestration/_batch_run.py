@@ -1,0 +1,743 @@
+"""Single-judge runs through a provider batch API (OpenAI, Azure OpenAI): half price, 24 h.
+
+A run proceeds in rounds. Each round uploads the queued requests as one batch, records the batch
+in ``provider_batches`` before it waits, polls until the provider is done, then ingests every
+result in one transaction: a ``calls`` row per request, the sample's rows when it is decided, and
+follow-up requests for the rest (a repair re-ask after an invalid reply, or the same request
+again after a provider error, within the run's repair and retry limits). The queue itself lives
+in ``provider_batch_requests``, so a process killed at any point resumes where it stopped: an
+open batch is polled again (never submitted twice) and queued requests are sent once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import signal
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from clinjudge.judges import (
+    CallOutcome,
+    ModelConfigError,
+    ProviderFault,
+    SampleVerdict,
+    draw_shots,
+)
+from clinjudge.judges._accounting import count_message_tokens, count_tokens
+from clinjudge.judges._batch_api import (
+    BatchClient,
+    BatchLine,
+    BatchState,
+    batch_call_cost,
+    batch_price_per_token,
+    batch_supported,
+    check_batch_settings,
+    request_line,
+)
+from clinjudge.judges._single import first_turns, reply_problem
+from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.orchestration._runner import RunTally
+from clinjudge.orchestration._session import (
+    DryRunEstimate,
+    PreparedRun,
+    estimate_run,
+    missing_work,
+)
+from clinjudge.orchestration._workflows import JUDGE_AGENT
+from clinjudge.rubrics import (
+    ChatTurn,
+    JudgmentParseError,
+    Rubric,
+    parse_judgment,
+    render_repair,
+)
+from clinjudge.runs import RunStore, SampleKey, call_row, finalize_run, verdict_rows
+
+BATCH_DDL = """
+CREATE TABLE IF NOT EXISTS provider_batches (
+    run_id VARCHAR,
+    attempt INTEGER,
+    batch_id VARCHAR,
+    status VARCHAR,
+    provider VARCHAR,
+    model VARCHAR,
+    created_at TIMESTAMPTZ,
+    updated_at TIMESTAMPTZ,
+    request_count INTEGER,
+    completed INTEGER,
+    failed INTEGER,
+    input_file_id VARCHAR,
+    output_file_id VARCHAR,
+    error_file_id VARCHAR,
+    errors JSON,
+    ingested BOOLEAN,
+    PRIMARY KEY (run_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS provider_batch_requests (
+    run_id VARCHAR,
+    custom_id VARCHAR,
+    item_id VARCHAR,
+    sample INTEGER,
+    seq INTEGER,
+    tries INTEGER,
+    repairs INTEGER,
+    messages JSON,
+    attempt INTEGER,
+    state VARCHAR,
+    PRIMARY KEY (run_id, custom_id)
+);
+"""
+"""``provider_batches``: one row per batch (``attempt`` numbers a run's batches from 1);
+``provider_batch_requests``: one row per request line, ``queued``, ``submitted`` or ``done``."""
+
+
+MAX_REQUESTS_PER_BATCH = 50_000
+"""OpenAI's limit on requests in one batch; a longer queue goes out in several batches."""
+
+
+def ensure_batch_tables(store: RunStore) -> None:
+    """Create the batch tables if the database lacks them."""
+    store.con.execute(BATCH_DDL)
+
+
+def is_batch_run(store: RunStore, run_id: str) -> bool:
+    """Whether a run has been sent through a batch API (so ``--resume`` keeps doing that)."""
+    if not store.has_table("provider_batch_requests"):
+        return False
+    rows = store.query("SELECT 1 FROM provider_batch_requests WHERE run_id = ? LIMIT 1", [run_id])
+    return bool(rows)
+
+
+def check_batch_config(
+    config: RunConfig, rubric: Rubric | None = None, *, credentials: bool = True
+) -> None:
+    """Reject runs that cannot go through a batch API, before anything is written.
+
+    Args:
+        config: The run configuration.
+        rubric: The run's rubric, once loaded (claim rubrics need several calls per sample).
+        credentials: Also require the API key (and Azure endpoint); a dry run needs neither.
+
+    Raises:
+        ConfigError: A mode other than ``single``, or roles configured.
+        ModelConfigError: A provider without a batch API, a missing key or endpoint.
+    """
+    if config.mode != "single":
+        raise ConfigError(
+            f"--batch works with --mode single only (got --mode {config.mode}): panel and "
+            "magentic modes need each reply before the next request"
+        )
+    if rubric is not None and getattr(rubric, "method", None) == "claims":
+        raise ConfigError(
+            f"--batch cannot run rubric {rubric.name!r}: its scores come from claim-level "
+            "calls that depend on each other (use a direct run)"
+        )
+    if config.judge is None:
+        raise ConfigError("no judge model: pass --model or set judge.model in the config file")
+    if credentials:
+        check_batch_settings(config.judge)
+    elif not batch_supported(config.judge):
+        raise ModelConfigError(
+            f"model {config.judge.model}: --batch needs an openai/ or azure/ model "
+            "(the OpenAI and Azure OpenAI batch APIs)"
+        )
+
+
+def estimate_batch_run(prepared: PreparedRun) -> DryRunEstimate:
+    """Like :func:`estimate_run`, priced at the provider's batch prices."""
+    estimate = estimate_run(prepared)
+    settings = prepared.config.judge
+    assert settings is not None
+    per_token = batch_price_per_token(settings)
+    estimate.cost_usd = (
+        None
+        if per_token is None
+        else estimate.prompt_tokens * per_token[0] + estimate.max_completion_tokens * per_token[1]
+    )
+    note = "priced at batch prices (provider batch API, results within 24 h)"
+    estimate.note = f"{estimate.note}; {note}" if estimate.note else note
+    return estimate
+
+
+def custom_id(item_id: str, sample: int, seq: int) -> str:
+    """A request's id in a batch: sample, call number and a digest of the item id (item ids
+    may be long or hold any character; the requests table maps it back)."""
+    digest = hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:24]
+    return f"s{sample}-c{seq}-{digest}"
+
+
+@dataclass
+class _Request:
+    custom_id: str
+    item_id: str
+    sample: int
+    seq: int
+    tries: int
+    repairs: int
+    turns: list[ChatTurn]
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> _Request:
+        messages = row["messages"]
+        if isinstance(messages, str):
+            messages = json.loads(messages)
+        return cls(
+            row["custom_id"],
+            row["item_id"],
+            row["sample"],
+            row["seq"],
+            row["tries"],
+            row["repairs"],
+            [ChatTurn(m["role"], m["content"]) for m in messages],
+        )
+
+    def row(self, run_id: str) -> dict[str, Any]:
+        return {
+            "run_id": run_id,
+            "custom_id": self.custom_id,
+            "item_id": self.item_id,
+            "sample": self.sample,
+            "seq": self.seq,
+            "tries": self.tries,
+            "repairs": self.repairs,
+            "messages": json.dumps([{"role": t.role, "content": t.content} for t in self.turns]),
+            "attempt": None,
+            "state": "queued",
+        }
+
+    def follow_up(self, turns: list[ChatTurn], *, tries: int, repairs: int) -> _Request:
+        seq = self.seq + 1
+        return _Request(
+            custom_id(self.item_id, self.sample, seq),
+            self.item_id,
+            self.sample,
+            seq,
+            tries,
+            repairs,
+            turns,
+        )
+
+
+@dataclass
+class _Ingested:
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    queued: list[_Request] = field(default_factory=list)
+
+
+def _timestamp(unix: float | None) -> datetime:
+    return datetime.fromtimestamp(unix, UTC) if unix else datetime.now(UTC)
+
+
+class BatchRun:
+    """Executes the missing samples of a single-judge run through a provider batch API.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        prepared: The run's config, rubric, items and shots.
+        client: The batch client (built from the judge's settings when omitted).
+        poll_interval: First wait between polls, in seconds (doubling up to ``max_poll_interval``).
+        max_poll_interval: Longest wait between polls.
+        show_progress: Show the batch's state while waiting.
+        console: Console for progress and notices.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        prepared: PreparedRun,
+        client: BatchClient | None = None,
+        *,
+        poll_interval: float = 10.0,
+        max_poll_interval: float = 300.0,
+        show_progress: bool = True,
+        console: Console | None = None,
+    ):
+        settings = prepared.config.judge
+        if settings is None:
+            raise ConfigError("no judge model: pass --model or set judge.model in the config")
+        self.store = store
+        self.run_id = run_id
+        self.prepared = prepared
+        self.settings = settings
+        self.client = client or BatchClient(settings)
+        self.poll_interval = poll_interval
+        self.max_poll_interval = max_poll_interval
+        self.show_progress = show_progress
+        self.console = console or Console(stderr=True)
+        self.tally = RunTally()
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def _next_seqs(self) -> dict[tuple[str, int], int]:
+        rows = self.store.query(
+            """
+            SELECT item_id, sample, max(seq) AS seq FROM (
+                SELECT item_id, sample, seq FROM calls WHERE run_id = ? AND agent = ?
+                UNION ALL
+                SELECT item_id, sample, seq FROM provider_batch_requests WHERE run_id = ?)
+            GROUP BY ALL""",
+            [self.run_id, JUDGE_AGENT, self.run_id],
+        )
+        return {(r["item_id"], r["sample"]): r["seq"] + 1 for r in rows}
+
+    def seed_queue(self) -> int:
+        """Queue a first request for every missing sample that has no request open; returns
+        how many were queued."""
+        open_samples = {
+            (r["item_id"], r["sample"])
+            for r in self.store.query(
+                "SELECT item_id, sample FROM provider_batch_requests "
+                "WHERE run_id = ? AND state <> 'done'",
+                [self.run_id],
+            )
+        }
+        next_seq = self._next_seqs()
+        config = self.prepared.config
+        new = []
+        for unit in missing_work(self.store, self.run_id, self.prepared):
+            where = (unit.item.id, unit.sample)
+            if where in open_samples:
+                continue
+            shots = draw_shots(
+                self.prepared.shots,
+                config.shots,
+                seed=config.seed,
+                item_id=unit.item.id,
+                sample=unit.sample,
+            )
+            turns = first_turns(
+                unit.item, self.prepared.rubric, shots, explanations=config.explanations
+            )
+            seq = next_seq.get(where, 0)
+            new.append(
+                _Request(custom_id(unit.item.id, unit.sample, seq), *where, seq, 1, 0, turns)
+            )
+        self.store.write_batch({"provider_batch_requests": [r.row(self.run_id) for r in new]})
+        return len(new)
+
+    def _requests(self, where: str, params: list[Any]) -> list[_Request]:
+        rows = self.store.query(
+            f"SELECT * FROM provider_batch_requests WHERE run_id = ? AND {where} "
+            "ORDER BY sample, item_id, seq",
+            [self.run_id, *params],
+        )
+        return [_Request.from_row(r) for r in rows]
+
+    def _open_batch(self) -> dict[str, Any] | None:
+        rows = self.store.query(
+            "SELECT * FROM provider_batches WHERE run_id = ? AND NOT ingested "
+            "ORDER BY attempt LIMIT 1",
+            [self.run_id],
+        )
+        return rows[0] if rows else None
+
+    def _update_batch(self, attempt: int, state: BatchState) -> None:
+        self.store.con.execute(
+            """
+            UPDATE provider_batches SET batch_id = ?, status = ?, updated_at = ?, completed = ?,
+                failed = ?, output_file_id = ?, error_file_id = ?, errors = ?
+            WHERE run_id = ? AND attempt = ?""",
+            [
+                state.id,
+                state.status,
+                datetime.now(UTC),
+                state.completed,
+                state.failed,
+                state.output_file_id,
+                state.error_file_id,
+                json.dumps(state.errors),
+                self.run_id,
+                attempt,
+            ],
+        )
+
+    # -- one round ---------------------------------------------------------------------------
+
+    async def submit(self, queued: list[_Request]) -> dict[str, Any]:
+        """Upload queued requests and record the input file, then create the batch and record
+        its id; returns the stored batch row."""
+        rows = self.store.query(
+            "SELECT coalesce(max(attempt), 0) AS n FROM provider_batches WHERE run_id = ?",
+            [self.run_id],
+        )
+        attempt = rows[0]["n"] + 1
+        lines = [request_line(self.settings, r.custom_id, r.turns) for r in queued]
+        file_id = await self.client.upload(lines)
+        stamp = datetime.now(UTC)
+        batch_row = {
+            "run_id": self.run_id,
+            "attempt": attempt,
+            "batch_id": None,
+            "status": "uploaded",
+            "provider": self.settings.provider,
+            "model": self.settings.model,
+            "created_at": stamp,
+            "updated_at": stamp,
+            "request_count": len(queued),
+            "completed": 0,
+            "failed": 0,
+            "input_file_id": file_id,
+            "ingested": False,
+        }
+        self._transaction(
+            {"provider_batches": [batch_row]},
+            [
+                (
+                    "UPDATE provider_batch_requests SET state = 'submitted', attempt = ? "
+                    "WHERE run_id = ? AND state = 'queued' AND custom_id = ANY(?::VARCHAR[])",
+                    [attempt, self.run_id, [r.custom_id for r in queued]],
+                )
+            ],
+        )
+        await self._create(attempt, file_id)
+        open_batch = self._open_batch()
+        assert open_batch is not None
+        return open_batch
+
+    async def _create(self, attempt: int, file_id: str) -> BatchState:
+        state = await self.client.create(
+            file_id, {"clinjudge_run_id": self.run_id, "clinjudge_attempt": str(attempt)}
+        )
+        self._update_batch(attempt, state)
+        self.console.print(
+            f"batch {attempt}: {state.id} submitted ({state.total or '?'} requests); "
+            "results within the 24 h window"
+        )
+        return state
+
+    async def _batch_id(self, batch: dict[str, Any]) -> str:
+        """The provider's id of a stored batch; a batch whose creation was cut short is looked
+        up by its input file, and created only if the provider has none."""
+        if batch["batch_id"]:
+            return batch["batch_id"]
+        found = await self.client.find(batch["input_file_id"])
+        if found is not None:
+            self._update_batch(batch["attempt"], found)
+            return found.id
+        return (await self._create(batch["attempt"], batch["input_file_id"])).id
+
+    async def wait(self, batch: dict[str, Any]) -> BatchState:
+        """Poll a stored batch until the provider is done with it, showing its state."""
+        batch_id = await self._batch_id(batch)
+        attempt = batch["attempt"]
+        progress = self._progress() if self.show_progress else None
+        task = None
+        if progress is not None:
+            task = progress.add_task(
+                "batch", total=batch["request_count"], attempt=attempt, status="submitted", failed=0
+            )
+            progress.start()
+        last_status = batch["status"]
+
+        def on_update(state: BatchState) -> None:
+            nonlocal last_status
+            if state.status != last_status:
+                self._update_batch(attempt, state)
+                last_status = state.status
+            if progress is not None and task is not None:
+                progress.update(
+                    task,
+                    completed=state.completed + state.failed,
+                    status=state.status,
+                    failed=state.failed,
+                )
+
+        try:
+            state = await self.client.poll(
+                batch_id,
+                interval=self.poll_interval,
+                max_interval=self.max_poll_interval,
+                on_update=on_update,
+            )
+        finally:
+            if progress is not None:
+                progress.stop()
+        self._update_batch(attempt, state)
+        return state
+
+    def _progress(self) -> Progress:
+        return Progress(
+            TextColumn("[bold]batch {task.fields[attempt]}[/] {task.fields[status]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed [red]{task.fields[failed]}[/]"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+
+    # -- ingesting results -------------------------------------------------------------------
+
+    def _prior_calls(self, requests: list[_Request]) -> dict[tuple[str, int], list[dict]]:
+        wanted = {(r.item_id, r.sample) for r in requests}
+        calls: dict[tuple[str, int], list[dict]] = defaultdict(list)
+        for row in self.store.query(
+            "SELECT * FROM calls WHERE run_id = ? AND agent = ? ORDER BY seq",
+            [self.run_id, JUDGE_AGENT],
+        ):
+            where = (row["item_id"], row["sample"])
+            if where in wanted:
+                calls[where].append(row)
+        return calls
+
+    def _outcome(
+        self, request: _Request, body: dict[str, Any], latency: float | None
+    ) -> CallOutcome:
+        choice = body["choices"][0]
+        message = choice.get("message") or {}
+        text = message.get("content") or ""
+        usage = body.get("usage") or {}
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        estimated = not prompt
+        if estimated:
+            prompt = count_message_tokens([t.content for t in request.turns])
+            completion = count_tokens(text)
+        return CallOutcome(
+            text=text,
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            tokens_estimated=estimated,
+            cost_usd=batch_call_cost(self.settings, prompt, completion),
+            latency_s=latency or 0.0,
+        )
+
+    def _settle(
+        self, request: _Request, line: BatchLine, state: BatchState, out: _Ingested
+    ) -> tuple[dict[str, Any], SampleVerdict | None]:
+        """The call row of one result, and the sample's verdict when it is decided (else the
+        follow-up request is queued in ``out``)."""
+        config = self.prepared.config
+        rubric = self.prepared.rubric
+        key = SampleKey(self.run_id, request.item_id, request.sample, JUDGE_AGENT)
+        started = _timestamp(state.created_at)
+        # A batch request has no latency of its own: record the batch's turnaround.
+        ended, created = state.ended_at, state.created_at
+        latency = ended - created if ended and created else None
+
+        def record(outcome: CallOutcome | None, fault: ProviderFault | None) -> dict[str, Any]:
+            return call_row(
+                key,
+                request.seq,
+                role="judge",
+                model=self.settings.model,
+                started=started,
+                outcome=outcome,
+                fault=fault,
+            )
+
+        if line.body is None:
+            fault = line.fault or ProviderFault("no result", retryable=True)
+            row = record(None, fault)
+            if fault.retryable and request.tries < config.retry.max_attempts:
+                out.queued.append(
+                    request.follow_up(
+                        request.turns, tries=request.tries + 1, repairs=request.repairs
+                    )
+                )
+                return row, None
+            return row, SampleVerdict(
+                "failed", error=f"provider: {fault.reason}", transcript=list(request.turns)
+            )
+        outcome = self._outcome(request, line.body, latency)
+        row = record(outcome, None)
+        turns = [*request.turns, ChatTurn("assistant", outcome.text)]
+        try:
+            parsed = parse_judgment(outcome.text, rubric)
+        except JudgmentParseError as exc:
+            if request.repairs < config.max_repairs:
+                repair = ChatTurn("user", render_repair(str(exc), rubric))
+                out.queued.append(
+                    request.follow_up([*turns, repair], tries=1, repairs=request.repairs + 1)
+                )
+                return row, None
+            problem = reply_problem(str(exc), outcome.finish_reason)
+            return row, SampleVerdict(
+                "failed",
+                error=f"invalid reply after {request.repairs} repair(s): {problem}",
+                raw_text=outcome.text,
+                transcript=turns,
+            )
+        verdict = SampleVerdict(
+            "ok",
+            values=parsed.values,
+            rationales=parsed.rationales,
+            rationale=parsed.rationale,
+            transcript=turns,
+        )
+        return row, verdict
+
+    async def ingest(self, batch: dict[str, Any], state: BatchState) -> None:
+        """Store every result of a finished batch and queue the follow-ups, in one
+        transaction."""
+        attempt = batch["attempt"]
+        requests = self._requests("attempt = ? AND state = 'submitted'", [attempt])
+        results = await self.client.results(state)
+        if state.status == "failed" and not results:
+            reason = "; ".join(state.errors) or "no details"
+            failed = ProviderFault(f"batch failed: {reason}"[:500], retryable=True)
+        else:
+            failed = ProviderFault("no result in the batch's output or error file", retryable=True)
+        prior = self._prior_calls(requests)
+        out = _Ingested()
+        for request in requests:
+            line = results.get(request.custom_id) or BatchLine(request.custom_id, fault=failed)
+            row, verdict = self._settle(request, line, state, out)
+            out.rows["calls"].append(row)
+            self.tally.requests += 1
+            cost = row.get("cost_usd")
+            if cost is None and row["status"] == "ok":
+                self.tally.cost_known = False
+            self.tally.cost_usd += cost or 0.0
+            if verdict is None:
+                continue
+            where = (request.item_id, request.sample)
+            key = SampleKey(self.run_id, request.item_id, request.sample, JUDGE_AGENT)
+            calls = [*prior.get(where, []), row]
+            decided = verdict_rows(key, self.prepared.rubric, verdict, calls)
+            for table in ("samples", "judgments", "messages"):  # calls rows are added above
+                out.rows[table].extend(decided[table])
+            self._count(verdict)
+        out.rows["provider_batch_requests"] = [r.row(self.run_id) for r in out.queued]
+        self._transaction(
+            out.rows,
+            [
+                (
+                    "UPDATE provider_batch_requests SET state = 'done' "
+                    "WHERE run_id = ? AND attempt = ?",
+                    [self.run_id, attempt],
+                ),
+                (
+                    "UPDATE provider_batches SET ingested = true, updated_at = ? "
+                    "WHERE run_id = ? AND attempt = ?",
+                    [datetime.now(UTC), self.run_id, attempt],
+                ),
+            ],
+        )
+        if out.queued:
+            self.console.print(
+                f"batch {attempt}: {len(out.queued)} requests queued again (errors or repairs)"
+            )
+
+    def _count(self, verdict: SampleVerdict) -> None:
+        if verdict.status == "ok":
+            self.tally.ok += 1
+            return
+        self.tally.failed += 1
+        reason = (verdict.error or "unknown").split(":")[0]
+        self.tally.errors[reason] = self.tally.errors.get(reason, 0) + 1
+
+    def _transaction(
+        self, rows: dict[str, list[dict[str, Any]]], statements: list[tuple[str, list[Any]]]
+    ) -> None:
+        con = self.store.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, table_rows in rows.items():
+                self.store.insert_rows(table, table_rows)
+            for sql, params in statements:
+                con.execute(sql, params)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+    # -- the whole run -----------------------------------------------------------------------
+
+    async def run(self) -> RunTally:
+        """Submit, wait for and ingest batches until every sample is decided."""
+        ensure_batch_tables(self.store)
+        if self.prepared.config.max_cost is not None:
+            self.console.print(
+                "[yellow]--max-cost is not enforced with --batch: each batch is submitted "
+                "whole (see --dry-run --batch for the upper bound).[/]"
+            )
+        try:
+            while True:
+                batch = self._open_batch()
+                if batch is None:
+                    queued = self._requests("state = 'queued'", [])
+                    if not queued and self.seed_queue():
+                        queued = self._requests("state = 'queued'", [])
+                    if not queued:
+                        return self.tally
+                    batch = await self.submit(queued[:MAX_REQUESTS_PER_BATCH])
+                elif batch["batch_id"]:
+                    self.console.print(
+                        f"batch {batch['attempt']}: resuming the wait for {batch['batch_id']}"
+                    )
+                state = await self.wait(batch)
+                await self.ingest(batch, state)
+        finally:
+            await self.client.close()
+
+
+async def _with_sigterm(batch_run: BatchRun) -> RunTally:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    return await batch_run.run()
+
+
+def execute_batch_run(
+    store: RunStore,
+    run_id: str,
+    prepared: PreparedRun,
+    *,
+    show_progress: bool = True,
+    client: BatchClient | None = None,
+    poll_interval: float = 10.0,
+    max_poll_interval: float = 300.0,
+) -> RunTally:
+    """Produce every missing sample of a single-judge run through the provider's batch API,
+    then write the final per-item scores.
+
+    Ctrl-C, SIGTERM or a crash leave the submitted batch recorded: running the same run again
+    (``judge run --resume``) polls it instead of submitting it again.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        prepared: The run's config, rubric, items and shots.
+        show_progress: Show the batch's state while waiting.
+        client: A batch client (tests inject one); built from the judge's settings otherwise.
+        poll_interval: First wait between polls, in seconds.
+        max_poll_interval: Longest wait between polls.
+    """
+    config = prepared.config
+    check_batch_config(config, prepared.rubric, credentials=client is None)
+    ensure_batch_tables(store)
+    batch_run = BatchRun(
+        store,
+        run_id,
+        prepared,
+        client,
+        poll_interval=poll_interval,
+        max_poll_interval=max_poll_interval,
+        show_progress=show_progress,
+    )
+    store.set_run_status(run_id, "running")
+    try:
+        tally = asyncio.run(_with_sigterm(batch_run))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        store.set_run_status(run_id, "interrupted")
+        raise KeyboardInterrupt from None
+    except Exception:
+        store.set_run_status(run_id, "failed")
+        raise
+    finalize_run(store, run_id, prepared.rubric, config.samples, JUDGE_AGENT)
+    store.set_run_status(run_id, "completed", finished=True)
+    return tally

@@ -1,0 +1,67 @@
+"""Refuse items whose prompt cannot fit the judge model's context window, before any call.
+
+A note far beyond the context would fail at the provider on every sample (after paying for the
+attempt with some providers); checking up front turns it into an input error that names the file,
+the item and the field. The window comes from litellm's bundled model map (``max_input_tokens``);
+models it does not know (local servers) are not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from clinjudge.judges import ModelSettings, count_message_tokens
+from clinjudge.judges._accounting import _lookup_names, _price_map
+from clinjudge.rubrics import Item, Rubric, render_messages
+
+
+def context_window(settings: ModelSettings) -> int | None:
+    """Input tokens the model accepts, when the bundled model map knows it.
+
+    Args:
+        settings: The model's settings (``price_as`` names the model behind a deployment).
+    """
+    if settings.is_mock:
+        return None
+    models = _price_map()
+    for name in _lookup_names(settings):
+        entry = models.get(name) or {}
+        limit = entry.get("max_input_tokens") or entry.get("max_tokens")
+        if isinstance(limit, int) and limit > 0:
+            return limit
+    return None
+
+
+def oversized_items(
+    items: Sequence[Item], rubric: Rubric, settings: ModelSettings, source: str
+) -> list[str]:
+    """Problems for items whose rendered prompt exceeds the model's context window.
+
+    Args:
+        items: The run's items.
+        rubric: The rubric (the prompt is rendered with it).
+        settings: The judge model's settings.
+        source: The input file, for messages.
+    """
+    limit = context_window(settings)
+    if limit is None:
+        return []
+    problems = []
+    for item in items:
+        # Cheap bound first: a token is at least one character of text, almost always more.
+        size = len(item.summary) + sum(len(n.text) for n in item.notes)
+        if size < limit:
+            continue
+        tokens = count_message_tokens([t.content for t in render_messages(item, rubric)])
+        if tokens > limit:
+            longest = max(
+                range(len(item.notes)), key=lambda i: len(item.notes[i].text), default=None
+            )
+            field = "summary"
+            if longest is not None and len(item.notes[longest].text) > len(item.summary):
+                field = f"notes.{longest}.text"
+            problems.append(
+                f"{source}: item {item.id!r}: field {field}: the prompt is {tokens} tokens, "
+                f"beyond the {limit}-token context window of {settings.model}"
+            )
+    return problems

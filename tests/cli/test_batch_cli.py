@@ -1,0 +1,210 @@
+"""`judge run --batch`: provider batch API through the CLI, bad combinations, dry run, and a
+real process killed while it waits for its batch, then resumed."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli._helpers import JUDGE, invoke, query, scalar
+from tests.conftest import make_items, write_jsonl
+from tests.fake_openai import FakeOpenAIServer
+
+
+def _batch_run(data: Path, db: Path, server: FakeOpenAIServer, *extra: str):
+    return invoke(
+        "run",
+        "--data",
+        str(data),
+        "--model",
+        "openai/gpt-4o-mini",
+        "--base-url",
+        server.base_url,
+        "--db",
+        str(db),
+        "--batch",
+        "--poll-interval",
+        "0",
+        "--no-progress",
+        *extra,
+    )
+
+
+def test_batch_run_through_the_cli(
+    items_file: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a local endpoint needs no key
+    with FakeOpenAIServer() as server:
+        result = _batch_run(items_file, db_path, server, "--samples", "2")
+        assert result.exit_code == 0, result.stderr
+        run_id = result.stdout.strip()
+        assert "12 samples ok, 0 failed" in result.stderr
+        assert "submitted (12 requests)" in result.stderr
+        assert len(server.batch_api.uploads) == 1 and server.request_count == 12
+    assert scalar(db_path, "SELECT status FROM runs WHERE run_id = ?", [run_id]) == "completed"
+    assert query(db_path, "SELECT status, ingested FROM provider_batches") == [("completed", True)]
+    assert scalar(db_path, "SELECT count(*) FROM judgments WHERE final") == 6 * 11
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--mode", "magentic"), "--batch works with --mode single only"),
+        (("--mode", "panel"), "--batch works with --mode single only"),
+        (("--model", "anthropic/claude-sonnet-4-5"), "needs an openai/ or azure/ model"),
+        (("--model", "mock/judge"), "needs an openai/ or azure/ model"),
+    ],
+)
+def test_bad_batch_combinations_exit_nonzero_and_write_nothing(
+    items_file: Path, tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    db = tmp_path / "none" / "x.duckdb"
+    args = ["run", "--data", str(items_file), "--db", str(db), "--batch", *flags]
+    if "--model" not in flags:
+        args += ["--model", "openai/gpt-4o-mini", "--base-url", "http://127.0.0.1:9/v1"]
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not db.exists()
+
+
+def test_batch_needs_a_key_for_the_real_endpoint(
+    items_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = tmp_path / "k.duckdb"
+    result = invoke(
+        "run",
+        "--data",
+        str(items_file),
+        "--db",
+        str(db),
+        "--model",
+        "openai/gpt-4o-mini",
+        "--batch",
+    )
+    assert result.exit_code == 2 and "OPENAI_API_KEY" in result.stderr
+    assert not db.exists()
+
+
+def _estimated_cost(output: str) -> float:
+    match = re.search(r"estimated cost \(upper bound\)\s*│?\s*\$([0-9.,]+)", output)
+    assert match, output
+    return float(match.group(1).replace(",", ""))
+
+
+def test_dry_run_with_batch_estimates_at_batch_prices(
+    items_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a dry run needs no key
+    db = tmp_path / "dry.duckdb"
+    common = ["run", "--data", str(items_file), "--db", str(db), "--model", "openai/gpt-4o"]
+    direct = invoke(*common, "--dry-run")
+    batch = invoke(*common, "--dry-run", "--batch")
+    assert direct.exit_code == 0 and batch.exit_code == 0, batch.stderr
+    assert _estimated_cost(batch.stderr) == pytest.approx(
+        _estimated_cost(direct.stderr) / 2, abs=1e-4
+    )
+    assert "batch prices" in batch.stderr
+    assert not db.exists()
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"CLINJUDGE_MODEL", "OPENAI_API_KEY"}}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+@pytest.mark.skipif(not Path(JUDGE).exists(), reason="judge console script missing")
+def test_sigkill_while_polling_then_resume_polls_the_same_batch(tmp_path: Path) -> None:
+    n_items = 8
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(n_items))
+    db = tmp_path / "kill.duckdb"
+    with FakeOpenAIServer() as server:
+        server.batch_api.polls_to_complete = 10**9  # stays in progress until we say so
+        proc = subprocess.Popen(
+            [
+                JUDGE,
+                "run",
+                "--data",
+                str(data),
+                "--model",
+                "openai/gpt-4o-mini",
+                "--base-url",
+                server.base_url,
+                "--db",
+                str(db),
+                "--batch",
+                "--poll-interval",
+                "0.02",
+                "--no-progress",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=(tmp_path / "first.err").open("w"),
+            text=True,
+            env=_env(),
+            cwd=tmp_path,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            # A poll follows the stored batch id: once the server has seen two, it is stored.
+            while sum(server.batch_api.polls.values()) < 2:
+                assert proc.poll() is None, (tmp_path / "first.err").read_text()
+                assert time.monotonic() < deadline, "the judge never polled its batch"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.stdout is not None
+        run_id = proc.stdout.read().strip()
+        assert server.request_count == 0  # nothing answered before the kill
+
+        server.batch_api.polls_to_complete = 0  # the next poll finds it done
+        resumed = subprocess.run(
+            [JUDGE, "run", "--resume", run_id, "--db", str(db), "--no-progress"],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert "resuming the wait" in resumed.stderr
+        assert len(server.batch_api.uploads) == 1 and len(server.batch_api.batches) == 1
+        assert server.request_count == n_items
+    assert scalar(db, "SELECT status FROM runs WHERE run_id = ?", [run_id]) == "completed"
+    assert query(db, "SELECT count(*), count(DISTINCT item_id) FROM samples") == [
+        (n_items, n_items)
+    ]
+    assert scalar(db, "SELECT count(*) FROM calls") == n_items
+
+
+def test_claim_rubrics_are_refused_with_batch(tmp_path: Path) -> None:
+    items = [i.model_copy(update={"reference": "Reference summary."}) for i in make_items(2)]
+    data = write_jsonl(tmp_path / "ref.jsonl", items)
+    db = tmp_path / "claims.duckdb"
+    result = invoke(
+        "run",
+        "--data",
+        str(data),
+        "--rubric",
+        "doclens",
+        "--model",
+        "openai/gpt-4o-mini",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--db",
+        str(db),
+        "--batch",
+    )
+    assert result.exit_code == 2
+    assert "--batch cannot run rubric 'doclens'" in result.stderr
+    assert not db.exists()
