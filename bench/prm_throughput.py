@@ -191,14 +191,19 @@ def part_b(args: argparse.Namespace) -> None:
         scorer = TransformersPRM.from_model(
             model, tokenizer, make_format("medprm"), batch_tokens=batch_tokens
         )
-        scorer.score(chains[: max(1, args.notes // 8)])  # warm-up (kernels, allocator)
-        if cuda:
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        results = scorer.score(chains)
-        if cuda:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
+        try:
+            scorer.score(chains[: max(1, args.notes // 8)])  # warm-up (kernels, allocator)
+            if cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            results = scorer.score(chains)
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+        except torch.OutOfMemoryError:
+            print(f"| {batch_tokens} | out of memory | | | | | |")
+            torch.cuda.empty_cache()
+            continue
         tokens = sum(r.n_tokens for r in results)
         rate = tokens / seconds
         if peak:

@@ -18,14 +18,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from clinjudge.judges._doclens_prompts import (
+    BATCH_MARKER,
+    CITATION_MARKER,
+    DECISION_MARKER,
+    DISCUSSION_MARKER,
+    SINGLE_MARKER,
+)
+from clinjudge.judges._doclens_prompts import EXTRACTION_MARKER as EXTRACT_MARKER
 from clinjudge.rubrics import Item
-
-EXTRACT_MARKER = "as a list of atomic claims"
-BATCH_MARKER = "For every numbered claim"
-SINGLE_MARKER = "fully entails the claim in the CLAIMS block"
-CITATION_MARKER = "cites numbered units"
-DISCUSSION_MARKER = "You sit on a panel"
-DECISION_MARKER = "leading a panel of physician"
 
 
 def _block(text: str, tag: str) -> str:

@@ -22,12 +22,13 @@ from clinjudge.cli._options import (
     ModeOption,
     NameOption,
     PersonasOption,
+    PRMOption,
     ProgressOption,
     RubricOption,
     SamplesOption,
     ShardOption,
 )
-from clinjudge.cli._run import _finish, _merge, _print_estimate
+from clinjudge.cli._run import _finish, _merge, _print_estimate, prm_settings
 from clinjudge.judges import ModelConfigError, draw_shots
 from clinjudge.orchestration import (
     ConfigError,
@@ -165,6 +166,7 @@ def audit_command(
     max_cost: MaxCostOption = None,
     name: NameOption = None,
     shard: ShardOption = None,
+    prm: PRMOption = None,
     flag: Annotated[
         list[str] | None,
         typer.Option(
@@ -214,6 +216,7 @@ def audit_command(
             "shard": shard,
         }
         merged = _merge(file_settings, top, {"model": model, "base_url": base_url})
+        merged["prm"] = prm_settings(merged.get("prm"), {"model": prm})
         run_config = build_config(str(config or "flags"), merged)
         prepared, audit_items = prepare_audit(run_config, paths, rules)
         for u in audit_items.unmatched:

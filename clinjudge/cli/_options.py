@@ -43,3 +43,11 @@ ShardOption = Annotated[
         "encounter id so vendors stay paired). Merge shards with `judge db merge`."
     ),
 ]
+PRMOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Process reward model (checkpoint path or hub id) whose step scores the judges see: "
+        "in the prompt (single, panel) or as a verifier agent (magentic); steps are stored in "
+        "prm_steps. Needs the prm extra; more settings under `prm:` in the config file."
+    ),
+]

@@ -22,6 +22,7 @@ from clinjudge.cli._options import (
     ModeOption,
     NameOption,
     PersonasOption,
+    PRMOption,
     ProgressOption,
     RubricOption,
     SamplesOption,
@@ -85,6 +86,15 @@ def _doclens_settings(
     if nli is not None:
         merged["nli_model"] = nli
     return merged
+
+
+def prm_settings(settings: Any, flags: dict[str, Any]) -> dict[str, Any] | None:
+    """The config's ``prm`` section (a mapping, or just the model) with the --prm flags on top."""
+    merged = {"model": settings} if isinstance(settings, str) else dict(settings or {})
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    if merged and "model" not in merged:
+        raise ConfigError("--prm-preset/--prm-url/--prm-device need --prm MODEL (or prm.model)")
+    return merged or None
 
 
 def _role_models(roles: dict[str, Any], flags: list[str], judge: dict[str, Any]) -> dict[str, Any]:
@@ -230,6 +240,18 @@ def run_command(
             "id) instead of the LLM; needs the prm extra (torch, transformers)."
         ),
     ] = None,
+    prm: PRMOption = None,
+    prm_preset: Annotated[
+        str | None,
+        typer.Option(help="--prm format preset: medprm, prm-clinic, math-shepherd or custom."),
+    ] = None,
+    prm_url: Annotated[
+        str | None,
+        typer.Option(help="--prm via a vLLM pooling server at this URL (--prm: its tokenizer)."),
+    ] = None,
+    prm_device: Annotated[
+        str | None, typer.Option(help="--prm device: auto, cpu or cuda[:N].")
+    ] = None,
     doclens: Annotated[
         list[str] | None,
         typer.Option(
@@ -308,6 +330,10 @@ def run_command(
         }
         merged = _merge(file_settings, top, judge)
         merged["doclens"] = _doclens_settings(merged.get("doclens") or {}, nli, doclens or [])
+        merged["prm"] = prm_settings(
+            merged.get("prm"),
+            {"model": prm, "preset": prm_preset, "url": prm_url, "device": prm_device},
+        )
         merged["roles"] = _role_models(merged.get("roles") or {}, role_model or [], merged["judge"])
         run_config = build_config(str(config or "flags"), merged)
         if batch:

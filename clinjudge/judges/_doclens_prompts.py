@@ -16,6 +16,15 @@ from clinjudge.rubrics import ChatTurn
 
 DOCLENS_PROMPT_VERSION = "1"
 
+# Phrases that appear in exactly one kind of system prompt, so a responder (the ``mock/``
+# provider, test fakes) can tell the prompts apart without copying their wording.
+EXTRACTION_MARKER = "as a list of atomic claims"
+BATCH_MARKER = "For every numbered claim"
+SINGLE_MARKER = "fully entails the claim in the CLAIMS block"
+CITATION_MARKER = "cites numbered units"
+DISCUSSION_MARKER = "You sit on a panel"
+DECISION_MARKER = "leading a panel of physician"
+
 _TAGS = (
     "TEXT",
     "DOCUMENT",
@@ -71,8 +80,8 @@ def extraction_messages(
         stance: Optional persona instructions placed first.
     """
     system = (
-        f"{_ROLE}\n\nTASK\nRewrite the clinical text in the TEXT block as a list of atomic "
-        f"claims. An atomic claim states exactly one fact (a finding, a symptom, a value, a "
+        f"{_ROLE}\n\nTASK\nRewrite the clinical text in the TEXT block {EXTRACTION_MARKER}"
+        f". An atomic claim states exactly one fact (a finding, a symptom, a value, a "
         f"diagnosis, a plan step, a negation such as 'denies chest pain'). Each claim must stand "
         f"on its own: name the patient or the subject instead of using pronouns, and keep "
         f"qualifiers such as laterality, timing, dose and negation. Cover every fact in the text, "
@@ -106,7 +115,7 @@ def entailment_messages(
         stance: Optional persona instructions placed first.
     """
     system = (
-        f"{_ROLE}\n\nTASK\nFor every numbered claim in the CLAIMS block, decide whether the "
+        f"{_ROLE}\n\nTASK\n{BATCH_MARKER} in the CLAIMS block, decide whether the "
         f"{document_label} in the DOCUMENT block fully entails it. "
         f"{_entailment_rules(document_label)}\n\n{_SAFETY}\n\nOUTPUT FORMAT\nReply with one JSON "
         'list holding one object per claim, in order: {"id": <claim number>, "claim": "<the '
@@ -134,8 +143,8 @@ def claim_messages(
         stance: Optional persona instructions placed first.
     """
     system = (
-        f"{_ROLE}\n\nTASK\nDecide whether the {document_label} in the DOCUMENT block fully "
-        f"entails the claim in the CLAIMS block. {_entailment_rules(document_label)}\n\n"
+        f"{_ROLE}\n\nTASK\nDecide whether the {document_label} in the DOCUMENT block "
+        f"{SINGLE_MARKER}. {_entailment_rules(document_label)}\n\n"
         f'{_SAFETY}\n\nOUTPUT FORMAT\nReply with one JSON object: {{"explanation": "<one or two '
         f'sentences on the evidence>", "entailed": 1 or 0}}, explanation first. {_CHECK}'
     )
@@ -158,7 +167,7 @@ def citation_messages(
     """
     numbers = ", ".join(str(n) for n in units)
     system = (
-        f"{_ROLE}\n\nTASK\nA sentence of an AI-written clinical note cites numbered units of "
+        f"{_ROLE}\n\nTASK\nA sentence of an AI-written clinical note {CITATION_MARKER} of "
         "its source (dialogue turns or note sentences). Decide whether the cited units in the "
         "SOURCE_UNITS block, taken together, fully entail the sentence in the STATEMENT block: "
         "1 only if they state or directly imply everything the sentence says, 0 otherwise. Also "
@@ -200,7 +209,7 @@ def discussion_messages(
         stance: The member's persona instructions.
     """
     system = (
-        f"{_ROLE} You sit on a panel that disagrees about some entailment verdicts.\n\nTASK\n"
+        f"{_ROLE} {DISCUSSION_MARKER} that disagrees about some entailment verdicts.\n\nTASK\n"
         "Read the documents and the panel's votes on each disputed claim, weigh the other "
         "members' arguments against the evidence, and give your own verdict on each with a short "
         "argument. Change your vote only if the evidence convinces you.\n\n"
@@ -223,7 +232,7 @@ def decision_messages(context: str, disputes: Sequence[Mapping[str, object]]) ->
         disputes: One entry per disputed id with the votes and every argument made.
     """
     system = (
-        "You are a clinical documentation evaluation expert leading a panel of physician "
+        f"You are a clinical documentation evaluation expert {DECISION_MARKER} "
         "reviewers. The panel disagreed on the verdicts below and has argued them.\n\nTASK\n"
         "Decide each disputed verdict yourself after weighing the arguments against the "
         "documents. Reason critically: do not count votes or split the difference; a claim is "

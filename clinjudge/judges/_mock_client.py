@@ -17,6 +17,7 @@ from autogen_core.models import CreateResult, LLMMessage, RequestUsage
 
 from clinjudge.judges._accounting import count_message_tokens, count_tokens
 from clinjudge.judges._base_client import SimpleChatCompletionClient, message_text
+from clinjudge.judges._mock_doclens import simulated_doclens_reply
 from clinjudge.rubrics import Attribute, Rubric
 
 SIMULATED_NOTICE = "SIMULATED SCORES (mock provider): not judgments of any model or person."
@@ -71,11 +72,16 @@ class MockChatCompletionClient(SimpleChatCompletionClient):
     ) -> CreateResult:
         texts = [message_text(m) for m in messages]
         seed = extra.get("seed", "")
-        values = simulated_scores(self._rubric, f"{self._name}|{seed}|{texts[-1] if texts else ''}")
-        reply: dict[str, Any] = dict(values)
-        reply["rationale"] = f"{SIMULATED_NOTICE} No clinical reasoning was performed."
-        content = json.dumps(reply)
+        # DocLens prompts (claim rubrics) get their own simulated answers; the rest rubric JSON.
+        content = simulated_doclens_reply(texts, f"{self._name}|{seed}")
+        if content is None:
+            content = self._rubric_reply(f"{self._name}|{seed}|{texts[-1] if texts else ''}")
         usage = RequestUsage(
             prompt_tokens=count_message_tokens(texts), completion_tokens=count_tokens(content)
         )
         return CreateResult(finish_reason="stop", content=content, usage=usage, cached=False)
+
+    def _rubric_reply(self, seed_text: str) -> str:
+        reply: dict[str, Any] = dict(simulated_scores(self._rubric, seed_text))
+        reply["rationale"] = f"{SIMULATED_NOTICE} No clinical reasoning was performed."
+        return json.dumps(reply)

@@ -90,6 +90,7 @@ def first_turns(
     *,
     explanations: bool = False,
     system_prefix: str | None = None,
+    evidence: str | None = None,
 ) -> list[ChatTurn]:
     """The opening conversation of a single judge (shared by direct calls and batch requests).
 
@@ -99,8 +100,9 @@ def first_turns(
         shots: Few-shot examples.
         explanations: Ask for an explanation with every score.
         system_prefix: Text placed before the rubric's system prompt (a persona's instructions).
+        evidence: A process reward model's report on the item.
     """
-    turns = render_messages(item, rubric, shots, explanations=explanations)
+    turns = render_messages(item, rubric, shots, explanations=explanations, evidence=evidence)
     if system_prefix:
         turns[0] = ChatTurn(turns[0].role, f"{system_prefix.strip()}\n\n{turns[0].content}")
     return turns
@@ -115,6 +117,7 @@ async def judge_single_sample(
     explanations: bool = False,
     max_repairs: int = 1,
     system_prefix: str | None = None,
+    evidence: str | None = None,
 ) -> SampleVerdict:
     """Judge one item once, re-asking up to ``max_repairs`` times when the reply is invalid.
 
@@ -128,8 +131,16 @@ async def judge_single_sample(
         max_repairs: How many corrective re-asks after an invalid reply.
         system_prefix: Text placed before the rubric's system prompt in the first system turn
             (a panel member's persona instructions).
+        evidence: A process reward model's report on the item, shown after the document.
     """
-    turns = first_turns(item, rubric, shots, explanations=explanations, system_prefix=system_prefix)
+    turns = first_turns(
+        item,
+        rubric,
+        shots,
+        explanations=explanations,
+        system_prefix=system_prefix,
+        evidence=evidence,
+    )
     outcome: CallOutcome | None = None
     problem = ""
     for _ in range(max_repairs + 1):

@@ -135,6 +135,11 @@ def check_batch_config(
             f"--batch works with --mode single only (got --mode {config.mode}): panel and "
             "magentic modes need each reply before the next request"
         )
+    if config.prm is not None:
+        raise ConfigError(
+            "--batch does not combine with --prm: the PRM's evidence is computed locally per "
+            "item while the batch runs remotely (run directly, or score with `judge prm score`)"
+        )
     if rubric is not None and getattr(rubric, "method", None) == "claims":
         raise ConfigError(
             f"--batch cannot run rubric {rubric.name!r}: its scores come from claim-level "

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clinjudge.judges import DocLensSettings, ModelSettings
+from clinjudge.prm_bridge import PRMRunSettings
 
 Mode = Literal["single", "panel", "magentic"]
 
@@ -65,6 +66,7 @@ class RunConfig(BaseModel):
         roles: Model settings per role, for modes with several roles.
         retry: Retry policy for model calls.
         doclens: DocLens settings (claims, citations, NLI model); used by claim rubrics.
+        prm: A process reward model whose step scores the judges see (``--prm MODEL``).
         db: DuckDB file.
     """
 
@@ -94,6 +96,7 @@ class RunConfig(BaseModel):
     roles: dict[str, ModelSettings] = Field(default_factory=dict)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     doclens: DocLensSettings = DocLensSettings()
+    prm: PRMRunSettings | None = None
     db: str = str(Path("runs") / "clinjudge.duckdb")
 
     @model_validator(mode="after")

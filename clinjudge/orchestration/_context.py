@@ -57,6 +57,8 @@ class ModelPool:
         self._clock = clock
         self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self.shared_state: dict[str, Any] = {}
+        """Run-wide state of workflows, e.g. each item's PRM evidence (scored once per item)."""
         if default is not None:
             self._models[default.settings.model_dump_json()] = default
 
@@ -223,6 +225,8 @@ class SampleContext:
         self.shots = shots or []
         self.variation = f"{config.seed}|{sample}"
         self.calls: list[dict[str, Any]] = []
+        self.extra_rows: dict[str, list[dict[str, Any]]] = {}
+        """Rows for other tables (e.g. ``prm_steps``), written with the sample."""
         self._seq: dict[str, int] = {}
 
     def key(self, agent: str) -> SampleKey:

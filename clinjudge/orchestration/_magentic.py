@@ -59,8 +59,10 @@ from autogen_core.models import AssistantMessage, LLMMessage, SystemMessage, Use
 
 from clinjudge.judges import CallFn, CallOutcome, SampleVerdict, judge_single_sample
 from clinjudge.orchestration._context import SampleContext, WorkflowResult
+from clinjudge.orchestration._prm import item_evidence, prm_scorer
 from clinjudge.orchestration._workflows import register_workflow
 from clinjudge.personas import Persona, load_personas
+from clinjudge.prm_bridge import PRM_VERIFIER_NAME, PRMEvidence, PRMVerifierAgent, evidence_text
 from clinjudge.rubrics import (
     ChatTurn,
     JudgmentParseError,
@@ -356,6 +358,7 @@ class _Protocol:
     names: list[str]
     aliases: dict[str, str]
     system: str
+    verifier: str | None = None  # a PRM verifier that reports once, before round 1
     notes: list[str] = field(default_factory=list)
     seen: list[BaseChatMessage] = field(default_factory=list)  # every message, even on errors
 
@@ -369,6 +372,7 @@ class _PanelOrchestrator(MagenticOneOrchestrator):
         self.protocol = protocol
         self._turn_log: list[str] = []
         self._replans = 0
+        self._verifier_heard = protocol.verifier is None
         return self
 
     # prompts ---------------------------------------------------------------------------------
@@ -452,16 +456,31 @@ class _PanelOrchestrator(MagenticOneOrchestrator):
         self._task = " ".join(msg.to_model_text() for msg in message.messages)
         self._facts = _FIXED_FACTS
         names = ", ".join(self.protocol.names)
+        verifier = (
+            f"- First {self.protocol.verifier} reports the process reward model's step scores.\n"
+            if self.protocol.verifier
+            else ""
+        )
         self._plan = (
-            f"- {self.protocol.rounds} round(s); in each round the members speak in this order: "
-            f"{names}.\n- Then the chair decides the final grades and reports them as the rubric "
-            "JSON."
+            f"{verifier}- {self.protocol.rounds} round(s); in each round the members speak in "
+            f"this order: {names}.\n- Then the chair decides the final grades and reports them "
+            "as the rubric JSON."
         )
         self._n_stalls = 0
         await self._reenter_outer_loop(ctx.cancellation_token)
 
     async def _orchestrate_step(self, cancellation_token: CancellationToken) -> None:
         protocol = self.protocol
+        if not self._verifier_heard and protocol.verifier is not None:
+            # The PRM's evidence opens the discussion, so every member can weigh it; its turn
+            # is not a member turn and does not count against max_turns.
+            self._verifier_heard = True
+            instruction = (
+                f"{protocol.verifier}, report the process reward model's step scores for the "
+                "summary under review."
+            )
+            await self._request(protocol.verifier, instruction, cancellation_token, member=False)
+            return
         turns = len(self._turn_log)
         if turns >= protocol.max_turns:
             await self._prepare_final_answer(
@@ -528,7 +547,9 @@ class _PanelOrchestrator(MagenticOneOrchestrator):
         lines.append(f"ROUND {current} OF {self.protocol.rounds} BEGINS.")
         return "\n".join(lines) + "\n" + instruction
 
-    async def _request(self, speaker: str, instruction: str, token: CancellationToken) -> None:
+    async def _request(
+        self, speaker: str, instruction: str, token: CancellationToken, *, member: bool = True
+    ) -> None:
         message = TextMessage(content=instruction, source=self._name)
         await self.update_message_thread([message])
         await self.publish_message(
@@ -540,7 +561,8 @@ class _PanelOrchestrator(MagenticOneOrchestrator):
             topic_id=DefaultTopicId(type=self._group_topic_type),
             cancellation_token=token,
         )
-        self._turn_log.append(speaker)
+        if member:
+            self._turn_log.append(speaker)
         await self.publish_message(
             GroupChatRequestPublish(),
             topic_id=DefaultTopicId(type=self._participant_name_to_topic_type[speaker]),
@@ -622,7 +644,8 @@ class _PanelGroupChat(MagenticOneGroupChat):
 
 
 def _persona_system(persona: Persona, ctx: SampleContext) -> str:
-    rubric = render_system(ctx.rubric, explanations=ctx.config.explanations)
+    prm = ctx.config.prm is not None
+    rubric = render_system(ctx.rubric, explanations=ctx.config.explanations, prm=prm)
     return f"{persona.system_message}\n\n{rubric}\n\n{_PERSONA_PANEL_NOTE}"
 
 
@@ -639,9 +662,10 @@ def _with_persona(call: CallFn, persona: Persona) -> CallFn:
 
 
 async def _blind_round(
-    ctx: SampleContext, personas: list[Persona]
+    ctx: SampleContext, personas: list[Persona], evidence: PRMEvidence | None
 ) -> tuple[dict[str, SampleVerdict], list[tuple[str, ChatTurn]]]:
     """Each persona grades alone before the discussion (concurrently)."""
+    report = None if evidence is None else evidence_text(evidence)
     results = await asyncio.gather(
         *(
             judge_single_sample(
@@ -651,6 +675,7 @@ async def _blind_round(
                 shots=ctx.shots,
                 explanations=ctx.config.explanations,
                 max_repairs=ctx.config.max_repairs,
+                evidence=report,
             )
             for p in personas
         ),
@@ -674,11 +699,19 @@ async def _blind_round(
 
 
 def _task_text(
-    ctx: SampleContext, personas: list[Persona], rounds: int, blind: dict[str, SampleVerdict]
+    ctx: SampleContext,
+    personas: list[Persona],
+    rounds: int,
+    blind: dict[str, SampleVerdict],
+    evidence: PRMEvidence | None,
 ) -> str:
     names = ", ".join(p.name for p in personas)
+    # Without a verifier agent the PRM's report travels with the document instead.
+    report = None
+    if evidence is not None and not _seats_verifier(ctx):
+        report = evidence_text(evidence)
     parts = [
-        render_user(ctx.item, ctx.rubric, ctx.shots),
+        render_user(ctx.item, ctx.rubric, ctx.shots, evidence=report),
         "PANEL PROTOCOL\n"
         f"The panel ({names}) discusses the summary in {rounds} round(s). In each round every "
         "member speaks once, argues for their grades with evidence from the notes, answers the "
@@ -720,10 +753,18 @@ def _fault_reason(ctx: SampleContext, calls_before: int, exc: BaseException) -> 
     return f"discussion: {first_line}"[:500], False
 
 
+def _seats_verifier(ctx: SampleContext) -> bool:
+    return ctx.config.prm is not None and ctx.config.prm.verifier
+
+
 async def _discuss(
-    ctx: SampleContext, personas: list[Persona], task: str, protocol: _Protocol
+    ctx: SampleContext,
+    personas: list[Persona],
+    task: str,
+    protocol: _Protocol,
+    evidence: PRMEvidence | None,
 ) -> _Discussion:
-    agents = [
+    agents: list[Any] = [
         AssistantAgent(
             p.name,
             model_client=ctx.client(p.name, "persona"),
@@ -732,6 +773,13 @@ async def _discuss(
         )
         for p in personas
     ]
+    if evidence is not None and protocol.verifier is not None:
+        assert ctx.config.prm is not None
+        agents.append(
+            PRMVerifierAgent(
+                prm_scorer(ctx.config.prm), ctx.item, name=protocol.verifier, evidence=evidence
+            )
+        )
     team = _PanelGroupChat(
         agents,
         model_client=ctx.client(ORCHESTRATOR_AGENT, "orchestrator"),
@@ -892,11 +940,14 @@ async def _magentic_workflow(ctx: SampleContext) -> WorkflowResult:
 
     transcript: list[tuple[str, ChatTurn]] = []
     blind: dict[str, SampleVerdict] = {}
+    evidence = await item_evidence(ctx)
     if config.blind_first_round:
-        blind, blind_turns = await _blind_round(ctx, personas)
+        blind, blind_turns = await _blind_round(ctx, personas, evidence)
         transcript.extend(blind_turns)
-    task = _task_text(ctx, personas, rounds, blind)
-    rubric_text = render_system(ctx.rubric, explanations=config.explanations)
+    task = _task_text(ctx, personas, rounds, blind, evidence)
+    rubric_text = render_system(
+        ctx.rubric, explanations=config.explanations, prm=evidence is not None
+    )
     # The simulated provider answers every prompt with rubric JSON, never a progress ledger:
     # a simulated orchestrator follows the fixed agenda.
     planning = config.planning and not _simulated_orchestrator(ctx)
@@ -911,8 +962,9 @@ async def _magentic_workflow(ctx: SampleContext) -> WorkflowResult:
             names=names,
             aliases=aliases,
             system=f"{_ORCHESTRATOR_SYSTEM}\n\nTHE RUBRIC\n{rubric_text}",
+            verifier=PRM_VERIFIER_NAME if evidence is not None and _seats_verifier(ctx) else None,
         )
-        discussion = await _discuss(ctx, personas, task, protocol)
+        discussion = await _discuss(ctx, personas, task, protocol, evidence)
         discussion_turns = _transcript(discussion, names, attempt)
         if attempt == 1 and transcript:
             # The task message comes first, before the blind round's replies.

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from clinjudge.judges import SampleVerdict, judge_single_sample
 from clinjudge.orchestration._context import SampleContext, WorkflowResult
+from clinjudge.orchestration._prm import prompt_evidence
 from clinjudge.orchestration._workflows import register_workflow
 from clinjudge.personas import Persona, load_personas
 from clinjudge.rubrics import Rubric
@@ -88,6 +89,7 @@ def aggregate_members(
 async def panel_workflow(ctx: SampleContext) -> WorkflowResult:
     """Every persona scores once, independently; the panel takes the median (or mean)."""
     personas = panel_personas(ctx.config.personas)
+    evidence = await prompt_evidence(ctx)  # one PRM report, read by every member
 
     async def member(persona: Persona) -> SampleVerdict:
         return await judge_single_sample(
@@ -98,6 +100,7 @@ async def panel_workflow(ctx: SampleContext) -> WorkflowResult:
             explanations=ctx.config.explanations,
             max_repairs=ctx.config.max_repairs,
             system_prefix=persona.system_message,
+            evidence=evidence,
         )
 
     verdicts = await asyncio.gather(*(member(p) for p in personas))

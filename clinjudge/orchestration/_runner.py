@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from clinjudge.judges import (
     JudgeModel,
+    ModelConfigError,
     SampleVerdict,
     count_message_tokens,
     draw_shots,
@@ -78,6 +79,19 @@ def _progress(console: Console) -> Progress:
     )
 
 
+# Provider answers that hold for every later call too: wrong key, no access, unknown model or
+# path. Going on would only record the same failure for every remaining sample.
+_FATAL_STATUS = ("HTTP 401", "HTTP 403", "HTTP 404")
+
+
+def _fatal_fault(calls: list[dict[str, Any]]) -> str | None:
+    for call in calls:
+        error = call.get("error") or ""
+        if error.startswith(_FATAL_STATUS):
+            return f"model {call['model']}: {error}"
+    return None
+
+
 class BatchRunner:
     """Runs the samples of a run through its mode's workflow and stores them.
 
@@ -128,6 +142,8 @@ class BatchRunner:
         self._in_flight = 0
         self._started = time.monotonic()
         self._calls_per_sample = 1
+        self.fatal: str | None = None
+        """Why the run stopped early: a provider answer no retry can change (401, 403, 404)."""
 
     def _first_estimate(self, unit: WorkUnit) -> float | None:
         """Expected dollars of a sample before any has finished: its rendered prompt, priced."""
@@ -187,12 +203,18 @@ class BatchRunner:
             self.run_id, unit.item, unit.sample, self.config, self.rubric, self.models, shots
         )
         result = await self.workflow(ctx)
+        fatal = _fatal_fault(ctx.calls) if result.verdict.status != "ok" else None
+        if fatal is not None:
+            # Not stored: once the key, model or endpoint is fixed, --resume redoes the sample.
+            self.fatal = self.fatal or fatal
+            return
         key = SampleKey(self.run_id, unit.item.id, unit.sample, result.agent)
         rows = workflow_rows(
             key, self.rubric, result.verdict, result.members, result.transcript, ctx.calls
         )
-        for table, extra in result.extra_rows.items():
-            rows.setdefault(table, []).extend(extra)
+        for extra in (ctx.extra_rows, result.extra_rows):
+            for table, table_rows in extra.items():
+                rows.setdefault(table, []).extend(table_rows)
         self._accept(rows, result.verdict, ctx.calls)
 
     def _accept(
@@ -240,7 +262,7 @@ class BatchRunner:
             self.store.write_batch(self._take_buffer())
 
     async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
-        while not self.tally.budget_exhausted:
+        while not self.tally.budget_exhausted and self.fatal is None:
             try:
                 unit = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -304,6 +326,11 @@ class BatchRunner:
             await self._finish_writes()
             if progress is not None:
                 progress.stop()
+        if self.fatal is not None:
+            raise ModelConfigError(
+                f"{self.fatal}; the run stopped sending: fix the API key, model name or endpoint, "
+                f"then continue with: judge run --resume {self.run_id} --db {self.store.path}"
+            )
         return self.tally
 
     async def _finish_writes(self) -> None:

@@ -27,7 +27,9 @@ from clinjudge.judges import (
 )
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import ModelPool
-from clinjudge.orchestration._doclens import check_doclens_config
+from clinjudge.orchestration._doclens import check_doclens_config, doclens_estimate_prompts
+from clinjudge.orchestration._fit import oversized_items
+from clinjudge.orchestration._prm import check_prm_config
 from clinjudge.orchestration._runner import BatchRunner, RunTally, WorkUnit
 from clinjudge.orchestration._workflows import workflow_for
 from clinjudge.personas import load_personas
@@ -193,9 +195,14 @@ def prepare_run(config: RunConfig) -> PreparedRun:
         load_personas(config.personas)  # a bad --personas fails before anything is written
     if rubric.method == "claims":
         check_doclens_config(config)  # e.g. an NLI model that cannot load
+    check_prm_config(config, rubric)  # the PRM loads here, once per process
     if config.shard:
         parse_shard(config.shard)  # a bad --shard fails before the data is read
     items = load_items(config.data, rubric)
+    if rubric.method == "scores":
+        oversized = oversized_items(items, rubric, config.judge, config.data)
+        if oversized:
+            raise InputError(oversized)
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
         for item in items:
@@ -267,7 +274,10 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         "n_samples": config.samples,
     }
     positions = prepared.positions or range(len(prepared.items))
-    rows = [item_row(run_id, p, item) for p, item in zip(positions, prepared.items, strict=True)]
+    rows = [
+        item_row(run_id, p, item, prepared.rubric)
+        for p, item in zip(positions, prepared.items, strict=True)
+    ]
     store.write_batch({"runs": [run_row], "items": rows})
     return run_id
 
@@ -388,6 +398,28 @@ class DryRunEstimate:
     note: str = ""
 
 
+def _claims_estimate_note(config: RunConfig) -> str:
+    """What a DocLens estimate assumes (claims are unknown until they are extracted)."""
+    settings = config.doclens
+    note = "doclens: counts claim extraction of the output and the reference"
+    if settings.nli_model:
+        return note + " only; the NLI model judges entailment locally"
+    cited = "one call per cited statement" if settings.citations else "no citation calls"
+    each = "" if config.mode == "single" else ", each once per panel member"
+    note += (
+        f", one batch entailment call per direction and {cited}{each}. Claims are unknown "
+        "before extraction, so each text's sentences stand in for its claims (at most "
+        f"max_claims={settings.max_claims}); entailment prompt sizes grow with the number of "
+        "claims actually extracted, and single-claim fallbacks and repairs come on top"
+    )
+    if config.mode == "magentic":
+        note += (
+            f"; magentic: the discussion of disputed claims ({config.rounds} round(s) per member "
+            "plus one orchestrator decision, only for samples with disputes) is not counted"
+        )
+    return note
+
+
 def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
     """Render every prompt of a run and count tokens and cost; calls nothing, writes nothing.
 
@@ -404,20 +436,31 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
         prefixes = [count_tokens(p.system_message) for p in load_personas(config.personas)]
     for sample in range(1, config.samples + 1):
         for item in prepared.items:
-            shots = draw_shots(
-                prepared.shots, config.shots, seed=config.seed, item_id=item.id, sample=sample
-            )
-            turns = render_messages(item, prepared.rubric, shots, explanations=config.explanations)
-            tokens = count_message_tokens([t.content for t in turns])
-            for prefix in prefixes:
-                prompt_tokens += tokens + prefix
-                largest = max(largest, tokens + prefix)
+            if prepared.rubric.method == "claims":
+                sizes = [
+                    count_message_tokens([t.content for t in turns])
+                    for turns in doclens_estimate_prompts(item, config)
+                ]
+            else:
+                shots = draw_shots(
+                    prepared.shots, config.shots, seed=config.seed, item_id=item.id, sample=sample
+                )
+                turns = render_messages(
+                    item, prepared.rubric, shots, explanations=config.explanations
+                )
+                tokens = count_message_tokens([t.content for t in turns])
+                sizes = [tokens + prefix for prefix in prefixes]
+            for size in sizes:
+                prompt_tokens += size
+                largest = max(largest, size)
                 prompts += 1
     completion = prompts * (settings.max_tokens or 400)
     per_token = price_per_token(settings)
     cost = None if per_token is None else prompt_tokens * per_token[0] + completion * per_token[1]
     note = ""
-    if config.mode == "magentic":
+    if prepared.rubric.method == "claims":
+        note = _claims_estimate_note(config)
+    elif config.mode == "magentic":
         note = (
             "magentic: counts one graded turn per persona and sample only; the orchestrator's "
             "planning, ledger and final calls and the growing discussion context come on top "

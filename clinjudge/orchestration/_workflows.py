@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from clinjudge.judges import judge_single_sample
 from clinjudge.orchestration._context import SampleContext, WorkflowResult
+from clinjudge.orchestration._prm import prompt_evidence
 from clinjudge.rubrics import Rubric
 
 Workflow = Callable[[SampleContext], Awaitable[WorkflowResult]]
@@ -22,6 +23,7 @@ async def single_workflow(ctx: SampleContext) -> WorkflowResult:
         shots=ctx.shots,
         explanations=ctx.config.explanations,
         max_repairs=ctx.config.max_repairs,
+        evidence=await prompt_evidence(ctx),
     )
     return WorkflowResult(agent=JUDGE_AGENT, verdict=verdict)
 

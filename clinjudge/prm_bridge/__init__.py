@@ -45,10 +45,14 @@ from clinjudge.prm_bridge._segment import (
     split_sentences,
     steps_from_note_json,
 )
+from clinjudge.prm_bridge._settings import PRMRunSettings
 from clinjudge.prm_bridge._store import prm_step_rows, write_prm_run
 from clinjudge.prm_bridge._tool import (
+    PRM_TOOL_NAME,
+    PRM_VERIFIER_NAME,
     PRMEvidence,
     PRMVerifierAgent,
+    evidence_rows,
     evidence_text,
     item_context,
     make_prm_tool,
@@ -59,6 +63,8 @@ from clinjudge.prm_bridge._tool import (
 from clinjudge.prm_bridge._vllm import VLLMPRM
 
 __all__ = [
+    "PRM_TOOL_NAME",
+    "PRM_VERIFIER_NAME",
     "AGGREGATES",
     "DEFAULT_THRESHOLD",
     "INSTALL_HINT",
@@ -71,10 +77,12 @@ __all__ = [
     "PRMDependencyError",
     "PRMEvidence",
     "PRMRecord",
+    "PRMRunSettings",
     "PRMVerifierAgent",
     "StepInput",
     "VLLMPRM",
     "chain_from_text",
+    "evidence_rows",
     "evidence_text",
     "item_context",
     "load_chains",

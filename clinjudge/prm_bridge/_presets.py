@@ -17,6 +17,7 @@ the model out of distribution). See ``docs/prm.md`` and ``research/prm.md``.
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 from typing import Any, Literal
 
@@ -114,8 +115,8 @@ class PRMFormat(BaseModel):
     def _check(self) -> PRMFormat:
         if not self.step_tag and not self.kind_tokens and not self.placeholder:
             raise ValueError("a format needs a step_tag, kind_tokens or a placeholder")
-        if "{solution}" not in self.prompt:
-            raise ValueError("prompt must contain {solution}")
+        if self.prompt.count("{solution}") != 1:
+            raise ValueError("prompt must contain {solution} exactly once")
         for field in ("prompt", "step_format", "document_format"):
             _check_fields(field, getattr(self, field))
         return self
@@ -133,8 +134,6 @@ _ALLOWED_FIELDS = {
 
 
 def _check_fields(field: str, template: str) -> None:
-    import string
-
     try:
         names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
     except ValueError as exc:
@@ -234,7 +233,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "segmenter": "chain",
     },
     # Anything else: set step_tag, plus/minus, softmax and template yourself.
-    "custom": {"name": "custom", "step_tag": " ки"},
+    "custom": {
+        "name": "custom",
+        "step_tag": " ки",
+        "prompt": "{documents}{question}\n\n{solution}",
+    },
 }
 
 

@@ -84,7 +84,7 @@ def _solution(
         pieces.append(pre.replace("\n", " ") if fmt.newlines_to_spaces else pre)
         length = len(pieces[0])
     for n, step in enumerate(chain.steps, start=1):
-        text = sanitise(step.text, reserved, f"step {n}", warnings)
+        text = sanitise(step.text, reserved, f"step {n}", warnings).strip()
         if fmt.newlines_to_spaces:
             text = text.replace("\n", " ")
         body = fmt.step_format.format(n=n, text=text) if text or step.kind == "step" else ""

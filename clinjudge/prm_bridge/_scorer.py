@@ -176,6 +176,8 @@ class TransformersPRM(PRMScorer):
             self._decoder = self.model.get_decoder()
         except (AttributeError, NotImplementedError):
             self._decoder = None
+        if self._decoder is self.model:  # no separable body: fall back to full logits
+            self._decoder = None
 
     def _hidden(self, ids: Any, mask: Any) -> Any:
         out = self._decoder(input_ids=ids, attention_mask=mask, use_cache=False)

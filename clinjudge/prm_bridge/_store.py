@@ -119,7 +119,7 @@ def write_prm_run(
         "finished_at": stamp,
         "status": "completed_with_errors" if failed else "completed",
         "mode": PRM_MODE,
-        "models": json.dumps({"prm": model}),
+        "models": json.dumps({"judge": model, "prm": model}),  # `runs list` shows "judge"
         "config": json.dumps(config),
         "versions": json.dumps(
             {

@@ -99,6 +99,7 @@ class PRMEvidence(BaseModel):
         aggregates: Candidate-level aggregates.
         warnings: Truncation and sanitising notes.
         error: Why the text could not be scored.
+        n_tokens: Tokens in the model input.
     """
 
     item_id: str
@@ -110,6 +111,7 @@ class PRMEvidence(BaseModel):
     aggregates: dict[str, float | None] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     error: str | None = None
+    n_tokens: int = 0
 
 
 def item_context(item: Item) -> tuple[str, list[str]]:
@@ -164,6 +166,7 @@ def score_text(
     evidence.aggregates = result.aggregates
     evidence.warnings = result.warnings
     evidence.error = result.error
+    evidence.n_tokens = result.n_tokens
     return evidence
 
 
@@ -179,6 +182,31 @@ async def score_item(
     return await asyncio.to_thread(
         score_text, scorer, item, text, threshold=threshold, segmenter=segmenter
     )
+
+
+def evidence_rows(
+    run_id: str, evidence: PRMEvidence, candidate: str = "summary"
+) -> list[dict[str, Any]]:
+    """``prm_steps`` rows of an item's evidence (for a workflow's ``extra_rows``).
+
+    The PRM is deterministic, so every sample of an item yields the same rows; the table's key
+    (run, item, candidate, step) keeps one copy.
+    """
+    return [
+        {
+            "run_id": run_id,
+            "item_id": evidence.item_id,
+            "candidate": candidate,
+            "step": step.index,
+            "kind": step.kind,
+            "text": step.text,
+            "score": step.score,
+            "flagged": step.flagged,
+            "label": step.label,
+            "model": evidence.model,
+        }
+        for step in evidence.steps
+    ]
 
 
 def _short(text: str) -> str:
@@ -276,6 +304,7 @@ class PRMVerifierAgent(BaseChatAgent):
         threshold: Steps below it are flagged.
         segmenter: Default: the format's.
         description: How the chair sees this member.
+        evidence: The item's evidence when it was already scored (it is then not scored again).
     """
 
     def __init__(
@@ -287,6 +316,7 @@ class PRMVerifierAgent(BaseChatAgent):
         threshold: float = DEFAULT_THRESHOLD,
         segmenter: Segmenter | None = None,
         description: str | None = None,
+        evidence: PRMEvidence | None = None,
     ):
         super().__init__(
             name,
@@ -298,7 +328,7 @@ class PRMVerifierAgent(BaseChatAgent):
         self._item = item
         self._threshold = threshold
         self._segmenter = segmenter
-        self._evidence: PRMEvidence | None = None
+        self._evidence: PRMEvidence | None = evidence
 
     @property
     def produced_message_types(self) -> Sequence[type[BaseChatMessage]]:

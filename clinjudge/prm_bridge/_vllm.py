@@ -90,6 +90,7 @@ class VLLMPRM(PRMScorer):
             "model": self.model_name,
             "input": [enc.input_ids for enc in batch],
             "task": POOLING_TASK,
+            "use_activation": True,  # probabilities, not logits (the default for this task)
         }
         try:
             response = self._client.post(self.endpoint, json=payload)

@@ -48,18 +48,29 @@ class InjectionFlag:
         return asdict(self)
 
 
-_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    (
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    reason: str
+    pattern: re.Pattern[str]
+    needles: tuple[str, ...]
+    """Lowercase words one of which every match contains: most texts skip the regex."""
+    folded: bool = True
+    """Match on the lowercased, whitespace-collapsed text (faster than IGNORECASE)."""
+
+
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
         "override_instructions",
         "asks the judge to drop its instructions",
         re.compile(
             rf"\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:\w+\s+){{0,4}}?{_TARGET}\b"
             rf"|\bdo\s+not\s+(?:follow|apply|use)\s+(?:\w+\s+){{0,3}}?{_TARGET}\b"
-            r"|\bnew\s+instructions?\s*:",
-            re.IGNORECASE,
+            r"|\bnew\s+instructions?\s*:"
         ),
+        ("ignore", "disregard", "forget", "override", "bypass", "skip", "do not", "instruction"),
     ),
-    (
+    _Rule(
         "score_request",
         "tells the judge what score to give",
         re.compile(
@@ -77,21 +88,24 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             rf"(?:a\s+)?{_NUMBER}s?\b{_NOT_A_DOSE}"
             rf"|\b{_NUMBER}s?\s+(?:for|on|across|in)\s+(?:all|every|each)\s+(?:\w+\s+)?"
             rf"(?:keys?|attributes?|categor\w+|criteri\w+|dimensions?|scores?|items?)\b",
-            re.IGNORECASE,
+        ),
+        (
+            *("score", "rate", "rating", "grade", "mark", "give", "assign", "award", "output"),
+            *("return", "attribute", "key", "categor", "criteri", "dimension", "item"),
         ),
     ),
-    (
+    _Rule(
         "role_reassignment",
         "addresses the judge or gives it a new role",
         re.compile(
             r"\byou\s+are\s+now\b|\bfrom\s+now\s+on,?\s+you\b|\bpretend\s+(?:to\s+be|you\s+are)\b"
             r"|\bact\s+as\s+(?:an?\s+)?(?:different|new|unrestricted|helpful)\b"
             r"|\b(?:attention|note\s+to|dear|hey)\s*,?\s+(?:the\s+)?"
-            r"(?:ai|llm|model|judge|grader|evaluator|assistant|language\s+model)\b",
-            re.IGNORECASE,
+            r"(?:ai|llm|model|judge|grader|evaluator|assistant|language\s+model)\b"
         ),
+        ("you are now", "from now on", "pretend", "act as", "attention", "note to", "dear", "hey"),
     ),
-    (
+    _Rule(
         "role_marker",
         "contains a chat role marker or template token",
         re.compile(
@@ -100,8 +114,10 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"|^#{2,}\s*(?:instruction|system|response)\b",
             re.IGNORECASE | re.MULTILINE,
         ),
+        ("<|", "inst]", "<<sys>>", "<s>", "</s>", "system", "assistant", "developer", "user", "##"),
+        folded=False,
     ),
-    (
+    _Rule(
         "section_lookalike",
         "repeats a section heading of the judge's prompt",
         re.compile(
@@ -109,6 +125,8 @@ _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"CLINICAL SUMMARY TO EVALUATE|EXAMPLES)[ \t]*:?[ \t]*$",
             re.MULTILINE,
         ),
+        ("output format", "safety", "rubric", "task", "to grade", "to evaluate", "examples"),
+        folded=False,
     ),
 )
 
@@ -133,7 +151,7 @@ def _scores_pattern(rubric: Rubric) -> re.Pattern[str]:
     return re.compile(rf"""["']\s*(?:{keys})\s*["']\s*:\s*["']?\s*(?:-?\d|null)""", re.IGNORECASE)
 
 
-def _excerpt(text: str, match: re.Match[str]) -> str:
+def _excerpt(match: re.Match[str]) -> str:
     found = " ".join(match.group(0).split())
     return found if len(found) <= _EXCERPT else found[: _EXCERPT - 3] + "..."
 
@@ -151,15 +169,22 @@ def detect_injection(
     if not text:
         return []
     flags: list[InjectionFlag] = []
-    checks = [*_RULES, ("fence_lookalike", "imitates a prompt fence tag", _tag_pattern(rubric))]
+    folded = " ".join(text.split()).lower()
+    checks = [
+        *_RULES,
+        _Rule("fence_lookalike", "imitates a prompt fence tag", _tag_pattern(rubric), (), False),
+    ]
     if rubric is not None:
-        checks.append(
-            ("embedded_scores", "holds pre-filled rubric scores", _scores_pattern(rubric))
-        )
-    for name, reason, pattern in checks:
-        match = pattern.search(text)
+        reason = "holds pre-filled rubric scores"
+        checks.append(_Rule("embedded_scores", reason, _scores_pattern(rubric), (), False))
+    for rule in checks:
+        if rule.needles and not any(needle in folded for needle in rule.needles):
+            continue
+        target = folded if rule.folded else text
+        match = rule.pattern.search(target)
         if match:
-            flags.append(InjectionFlag(name, field, f"{reason}: {_excerpt(text, match)!r}"))
+            excerpt = _excerpt(match)
+            flags.append(InjectionFlag(rule.name, field, f"{rule.reason}: {excerpt!r}"))
     return flags
 
 

@@ -225,6 +225,12 @@ def default_flag_rules(rubric: Rubric) -> list[str]:
     ]
 
 
+def _reason(rule: FlagRule, score: float) -> str:
+    if rule.attribute == PRM_ATTRIBUTE:
+        return f"lowest PRM step {score:.3f} ({rule.text})"
+    return f"{rule.attribute}={_number(score)} ({rule.text})"
+
+
 def flag_items(
     scores: Scores, rules: Sequence[FlagRule], failed: Sequence[tuple[str, str]] = ()
 ) -> list[dict[str, Any]]:
@@ -242,9 +248,7 @@ def flag_items(
                 score = values.get(rule.attribute)
                 if rule.fires(score):
                     assert score is not None
-                    flagged.setdefault((vendor, encounter), []).append(
-                        f"{rule.attribute}={_number(score)} ({rule.text})"
-                    )
+                    flagged.setdefault((vendor, encounter), []).append(_reason(rule, score))
     for vendor, encounter in failed:
         flagged.setdefault((vendor, encounter), []).append("no valid judgment (all samples failed)")
     order = {v: i for i, v in enumerate(scores)}

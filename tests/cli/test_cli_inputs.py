@@ -300,3 +300,27 @@ def test_resume_of_finished_run_does_nothing_more(items_file: Path, db_path: Pat
     assert "0 samples ok" in again.stderr
     assert query(db_path, "SELECT * FROM judgments ORDER BY ALL") == before
     assert scalar(db_path, "SELECT status FROM runs") == "completed"
+
+
+def test_prompt_beyond_context_window_is_refused(tmp_path: Path) -> None:
+    note = "The patient reports chest pain radiating to the left arm with sweating. " * 9000
+    data = tmp_path / "big.jsonl"
+    rows = [
+        {"id": "ok-1", "notes": ["short note"], "summary": "Fine.", "specialty": "Primary Care"},
+        {
+            "id": "huge-1",
+            "notes": ["short", note],
+            "summary": "Summary.",
+            "specialty": "Primary Care",
+        },
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = tmp_path / "big.duckdb"
+    result = invoke("run", "--data", str(data), "--model", "openai/gpt-4o-mini",
+                    "--base-url", "http://127.0.0.1:9/v1", "--db", str(db))  # fmt: skip
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.split())
+    assert "item 'huge-1': field notes.1.text" in message
+    assert "128000-token context window of openai/gpt-4o-mini" in message
+    assert "ok-1" not in message
+    assert not db.exists()

@@ -77,6 +77,10 @@ def test_score_json_and_store(exact, tmp_path, db_path):
         ("q2", 1, "prm", "ok"),
     ]
     assert all(c[4] > 0 for c in calls)
+    listed = invoke("runs", "list", "--db", str(db_path))
+    assert listed.exit_code == 0 and run_id in listed.stdout
+    shown = invoke("runs", "show", run_id, "--db", str(db_path))
+    assert shown.exit_code == 0 and "prm" in shown.stdout
 
 
 def test_best_of_n_aggregates_and_ties(exact, tmp_path):

@@ -199,3 +199,25 @@ def test_forward_failure_reaches_every_waiting_caller(medprm_random):
     with pytest.raises(RuntimeError, match="out of memory"):
         scorer.score([_chain(["x"])])
     assert scorer._waiting == []
+
+
+def test_full_logits_fallback_matches_the_head_shortcut(medprm_random):
+    chain = _chain(["alpha step", "beta step", "gamma"], question="Why?")
+    for fmt in (make_format("medprm"), make_format("medprm", {"softmax": "vocab"})):
+        scorer = TransformersPRM(str(medprm_random), fmt, device="cpu")
+        shortcut = [s.score for s in scorer.score([chain])[0].steps]
+        scorer._decoder = None
+        full = [s.score for s in scorer.score([chain])[0].steps]
+        assert full == pytest.approx(shortcut, abs=1e-5)
+
+
+def test_already_tagged_medprm_solution_scores_like_clean_steps(medprm_random):
+    from clinjudge.prm_bridge import split_chain
+
+    scorer = TransformersPRM(str(medprm_random), make_format("medprm"), device="cpu")
+    preamble, texts = split_chain("Step 1: first claim ки Step 2: second claim ки")
+    tagged = Chain(id="t", steps=[Step(text=t) for t in texts], preamble=preamble, question="Q")
+    clean = _chain(["first claim", "second claim"], "t", question="Q")
+    [a], [b] = scorer.score([tagged]), scorer.score([clean])
+    assert [s.score for s in a.steps] == pytest.approx([s.score for s in b.steps], abs=1e-6)
+    assert any("removed 1 x ' ки' from step 1" in w for w in a.warnings)

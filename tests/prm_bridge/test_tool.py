@@ -12,11 +12,13 @@ from autogen_core import CancellationToken
 
 from clinjudge.prm_bridge._tool import (
     PRMVerifierAgent,
+    evidence_rows,
     evidence_text,
     make_prm_tool,
     shared_scorer,
 )
 from clinjudge.rubrics import Item
+from clinjudge.runs import RunStore
 from tests.prm_bridge._tiny import save_exact_medprm
 
 
@@ -74,7 +76,7 @@ def test_tool_returns_json_evidence_off_the_event_loop(exact):
     assert "text" not in tool.schema["parameters"].get("required", [])
 
 
-def test_verifier_agent_answers_with_step_evidence(exact):
+def test_verifier_agent_answers_with_step_evidence(exact, db_path):
     model, p = exact
     scorer = shared_scorer(model, "medprm", device="cpu")
     agent = PRMVerifierAgent(scorer, ITEM)
@@ -92,4 +94,24 @@ def test_verifier_agent_answers_with_step_evidence(exact):
     assert "2 of 2 steps flagged" in text
     assert f'- step 1 [step] {p:.3f}: "Asthma is present."' in text
     assert "{" not in text  # no JSON a rubric parser could mistake for grades
-    assert evidence_text(asyncio.run(agent.evidence())) == text
+    evidence = asyncio.run(agent.evidence())
+    assert evidence_text(evidence) == text
+    rows = evidence_rows("run-1", evidence)
+    assert [(r["item_id"], r["candidate"], r["step"], r["flagged"]) for r in rows] == [
+        ("item-1", "summary", 1, True),
+        ("item-1", "summary", 2, True),
+    ]
+    with RunStore(db_path) as store:
+        store.write_batch({"prm_steps": rows + rows})  # a second sample adds nothing
+        assert store.query("SELECT count(*) AS n FROM prm_steps")[0]["n"] == 2
+
+
+def test_verifier_is_a_valid_group_chat_participant(exact):
+    from autogen_agentchat.teams import RoundRobinGroupChat
+
+    model, _ = exact
+    agent = PRMVerifierAgent(shared_scorer(model, "medprm", device="cpu"), ITEM)
+    team = RoundRobinGroupChat([agent], max_turns=1)
+    result = asyncio.run(team.run(task="Panel: please report the step scores."))
+    [reply] = [m for m in result.messages if m.source == "prm_verifier"]
+    assert isinstance(reply, TextMessage) and "steps flagged" in reply.content

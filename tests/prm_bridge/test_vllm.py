@@ -95,6 +95,7 @@ def test_all_pooling_rows_gathered_at_score_positions(server, tokenizer_dir):
     [request] = handler.requests
     assert request["path"] == "/pooling"
     assert request["task"] == "token_classify" and request["model"] == "prm"
+    assert request["use_activation"] is True
     assert len(request["input"]) == 2 and all(isinstance(t, int) for t in request["input"][0])
     assert results[0].aggregates["min"] == min(_expected(scorer)[0])
 

@@ -307,7 +307,7 @@ def test_prm_rule_flags_items_with_a_low_step(
         audit = audit_for_run(store, run_id, rules=["prm<0.5"], n_boot=100)
         lenient = audit_for_run(store, run_id, rules=["prm<0.75"], n_boot=100)
     assert [(f["item_id"], f["reasons"]) for f in audit["flagged"]] == [
-        ("alpha::enc-001", ["prm=0.31 (prm<0.5)"])
+        ("alpha::enc-001", ["lowest PRM step 0.310 (prm<0.5)"])
     ]
     assert {f["item_id"] for f in lenient["flagged"]} == {"alpha::enc-001", "beta::enc-002"}
     assert "prm" not in audit["attributes"]

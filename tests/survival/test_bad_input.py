@@ -25,6 +25,7 @@ from clinjudge.orchestration._fit import context_window, oversized_items
 from clinjudge.rubrics import Item, Rubric
 from tests.cli._helpers import invoke
 from tests.conftest import make_items, write_jsonl
+from tests.fake_openai import FakeOpenAIServer
 
 TABLES = ("runs", "items", "samples", "judgments", "calls", "messages", "human_ratings")
 GOOD = {"id": "a", "notes": ["A note."], "summary": "S.", "specialty": "PC"}
@@ -346,3 +347,73 @@ def test_huge_note_beyond_the_context_is_named(pdsqi9: Rubric) -> None:
     assert problems[0].startswith("items.jsonl: item 'big': field notes.1.text: the prompt is ")
     assert "128000-token context window of openai/gpt-4o-mini" in problems[0]
     assert oversized_items([huge], pdsqi9, ModelSettings(model="openai/local"), "x") == []
+
+
+# -- names only the provider can check: unknown model, wrong key -----------------------------
+
+RIGHT_KEY = "right-key-0123456789"
+
+
+class GatedServer(FakeOpenAIServer):
+    """404 for model ``nope``, 401 unless the request carries ``RIGHT_KEY``, else normal."""
+
+    def _handle_chat(self, handler: Any, body: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(body)
+        if body.get("model") == "nope":
+            handler._send(404, b'{"error": {"message": "The model `nope` does not exist"}}')
+        elif handler.headers.get("Authorization") != f"Bearer {RIGHT_KEY}":
+            handler._send(401, b'{"error": {"message": "Incorrect API key provided."}}')
+        else:
+            super()._handle_chat(handler, body)
+
+
+def _gated_run(srv: FakeOpenAIServer, data: Path, db: Path, model: str, key: str) -> Any:
+    return invoke(
+        "run", "--data", str(data), "--model", model, "--base-url", srv.base_url,
+        "--db", str(db), "--concurrency", "2", "--no-progress",
+        env={"OPENAI_API_KEY": key},
+    )  # fmt: skip
+
+
+def _stored(db: Path) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(
+            "SELECT r.status, (SELECT count(*) FROM samples), (SELECT count(*) FROM judgments),"
+            " (SELECT count(*) FROM calls) FROM runs r"
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def test_unknown_model_stops_the_run_at_once(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(20))
+    db = tmp_path / "runs.duckdb"
+    with GatedServer() as srv:
+        result = _gated_run(srv, data, db, "openai/nope", RIGHT_KEY)
+        sent = srv.request_count
+    assert result.exit_code == 1
+    stderr = " ".join(result.stderr.split())
+    assert "error: model openai/nope: HTTP 404" in stderr and "does not exist" in stderr
+    assert sent <= 2  # the calls in flight, nothing after
+    # The run is recorded as failed, with no sample stored as if it had been judged.
+    assert _stored(db) == [("failed", 0, 0, 0)]
+
+
+def test_wrong_key_stops_the_run_and_resume_finishes_it(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(20))
+    db = tmp_path / "runs.duckdb"
+    with GatedServer() as srv:
+        result = _gated_run(srv, data, db, "openai/local-judge", "wrong-key-0000000000")
+        assert result.exit_code == 1
+        assert "HTTP 401" in result.stderr and "judge run --resume" in result.stderr
+        assert "wrong-key" not in result.stderr
+        assert _stored(db) == [("failed", 0, 0, 0)]
+        run_id = result.stdout.strip()
+        resumed = invoke(
+            "run", "--resume", run_id, "--db", str(db), "--no-progress",
+            env={"OPENAI_API_KEY": RIGHT_KEY},
+        )  # fmt: skip
+    assert resumed.exit_code == 0, resumed.stderr
+    assert _stored(db) == [("completed", 20, 20 * 11 + 20 * 11, 20)]

@@ -21,7 +21,7 @@ FORMATS = ("jsonl", "csv", "parquet")
 
 
 class KeyEchoServer(FakeOpenAIServer):
-    """Records the Authorization header; answers the first request 401 quoting it back, as a
+    """Records the Authorization header; answers the first request 400 quoting it back, as a
     careless provider might (the key then sits in an exception message)."""
 
     def __init__(self, **kwargs: Any):
@@ -35,7 +35,7 @@ class KeyEchoServer(FakeOpenAIServer):
             first = len(self.auth) == 1
         if first:
             message = f"Incorrect API key provided: {header}. Check your key."
-            handler._send(401, f'{{"error": {{"message": "{message}", "type": "auth"}}}}'.encode())
+            handler._send(400, f'{{"error": {{"message": "{message}", "type": "auth"}}}}'.encode())
             return
         super()._handle_chat(handler, body)
 
@@ -93,7 +93,7 @@ def test_canary_key_never_stored_logged_or_exported(tmp_path: Path) -> None:
 
     # ... but with the key scrubbed from the stored reason.
     errors = query(db, "SELECT error FROM calls WHERE status <> 'ok'")
-    assert errors and all("HTTP 401" in e and "[redacted]" in e for (e,) in errors)
+    assert errors and all("HTTP 400" in e and "[redacted]" in e for (e,) in errors)
 
     # PHI lives in this file: owner-only, and so is the folder created for it.
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
@@ -137,3 +137,21 @@ def test_the_guard_itself_refuses_other_hosts(network_guard: NetworkGuard) -> No
     with pytest.raises(OSError):
         socket.getaddrinfo("api.openai.com", 443)
     assert network_guard.blocked == ["127.0.0.1:9", "lookup api.openai.com"]
+
+
+def test_fault_reasons_never_carry_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clinjudge.judges import ProviderFault
+    from clinjudge.judges._faults import redact_secrets, remember_secret
+
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok_abcdefgh12345")
+    remember_secret("plainkeyvalue-0001")
+    text = (
+        "denied for tok_abcdefgh12345 / plainkeyvalue-0001 / Authorization: Bearer abc.def-123456"
+        " / sk-proj-ABCDEFGH12345678"
+    )
+    cleaned = redact_secrets(text)
+    for secret in ("tok_abcdefgh12345", "plainkeyvalue-0001", "abc.def-123456", "sk-proj-ABCD"):
+        assert secret not in cleaned
+    assert cleaned.count("[redacted]") == 4
+    assert ProviderFault(text, retryable=False).reason == cleaned
+    assert redact_secrets("HTTP 500: server error at 12:00") == "HTTP 500: server error at 12:00"

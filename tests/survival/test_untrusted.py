@@ -253,3 +253,13 @@ def test_flags_are_stored_and_shown_and_grading_is_unchanged(tmp_path: Path) -> 
     table = " ".join(invoke("runs", "show", run_id, "--db", str(db)).stdout.split())
     assert "2 item(s) with text addressing the judge" in table
     assert "item-0003: role_marker in notes[3], role_reassignment in notes[3]" in table
+
+
+def test_item_row_records_flags_as_json(pdsqi9: Rubric) -> None:
+    from clinjudge.runs import item_row
+
+    item = make_items(1)[0].model_copy(update={"summary": ATTACKS[8]})
+    with_rubric = json.loads(item_row("r", 0, item, pdsqi9)["flags"])
+    assert [f["name"] for f in with_rubric] == ["embedded_scores"]
+    assert with_rubric[0]["field"] == "summary" and '"citation": 5' in with_rubric[0]["reason"]
+    assert json.loads(item_row("r", 0, make_items(1)[0])["flags"]) == []

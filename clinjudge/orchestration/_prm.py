@@ -1,0 +1,137 @@
+"""The process reward model in judge runs (``--prm``): evidence for single judges, panels and
+discussions, scored once per item and recorded.
+
+The model loads once per process (``shared_scorer``) and is checked before a run starts. Each
+item's summary is scored once, whichever sample asks first (later samples and panel members
+reuse the result); that sample records the PRM call (role ``prm``) and the ``prm_steps`` rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.orchestration._context import SampleContext
+from clinjudge.prm_bridge import (
+    PRM_VERIFIER_NAME,
+    PRMEvidence,
+    PRMRunSettings,
+    PRMScorer,
+    evidence_rows,
+    evidence_text,
+    score_item,
+    shared_scorer,
+)
+from clinjudge.rubrics import Rubric
+from clinjudge.runs import now
+
+PRM_ROLE = "prm"
+
+
+def prm_scorer(settings: PRMRunSettings) -> PRMScorer:
+    """The process-wide PRM for these settings (loaded on first use)."""
+    return shared_scorer(
+        settings.model,
+        settings.preset,
+        overrides=settings.overrides or None,
+        device=settings.device,
+        dtype=settings.dtype,
+        batch_tokens=settings.batch_tokens,
+        prm_url=settings.url,
+        served_model=settings.served_model,
+    )
+
+
+def check_prm_config(config: RunConfig, rubric: Rubric) -> None:
+    """Load the PRM before anything is written, so a bad model is a configuration error.
+
+    Args:
+        config: The run configuration.
+        rubric: The run's rubric (claim rubrics have no place for PRM evidence).
+
+    Raises:
+        ConfigError: The PRM cannot be used.
+    """
+    if config.prm is None:
+        return
+    if rubric.method != "scores":
+        raise ConfigError(f"--prm: rubric {rubric.name} is judged by claims; PRM evidence needs a "
+                          "scoring rubric")  # fmt: skip
+    try:
+        prm_scorer(config.prm)
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"--prm {config.prm.model}: {exc}") from exc
+
+
+async def item_evidence(ctx: SampleContext) -> PRMEvidence | None:
+    """The PRM's evidence on the item's summary, or None without ``--prm``.
+
+    Args:
+        ctx: The sample's context; the sample that scores the item records the call and steps.
+    """
+    settings = ctx.config.prm
+    if settings is None:
+        return None
+    cache: dict[str, asyncio.Task[PRMEvidence]] = ctx.models.shared_state.setdefault("prm", {})
+    task = cache.get(ctx.item.id)
+    if task is not None:
+        return await asyncio.shield(task)
+    started, clock = now(), time.perf_counter()
+    # Shielded: a cancelled sample must not cancel the scoring other samples wait for.
+    task = cache[ctx.item.id] = asyncio.ensure_future(_score(ctx, settings))
+    evidence = await asyncio.shield(task)
+    ctx.calls.append(_call_row(ctx, settings, evidence, started, time.perf_counter() - clock))
+    ctx.extra_rows.setdefault("prm_steps", []).extend(evidence_rows(ctx.run_id, evidence))
+    return evidence
+
+
+async def prompt_evidence(ctx: SampleContext) -> str | None:
+    """The PRM's report on the item as prompt text (None without ``--prm``)."""
+    evidence = await item_evidence(ctx)
+    return None if evidence is None else evidence_text(evidence)
+
+
+async def _score(ctx: SampleContext, settings: PRMRunSettings) -> PRMEvidence:
+    try:
+        return await score_item(
+            prm_scorer(settings),
+            ctx.item,
+            threshold=settings.threshold,
+            segmenter=settings.segmenter,
+        )
+    except Exception as exc:  # noqa: BLE001 - a PRM failure must not cost the judgment
+        return PRMEvidence(
+            item_id=ctx.item.id,
+            model=settings.model,
+            format=settings.preset,
+            threshold=settings.threshold,
+            error=f"{type(exc).__name__}: {exc}"[:500],
+        )
+
+
+def _call_row(
+    ctx: SampleContext,
+    settings: PRMRunSettings,
+    evidence: PRMEvidence,
+    started: Any,
+    latency: float,
+) -> dict[str, Any]:
+    key = ctx.key(PRM_VERIFIER_NAME)
+    return {
+        "call_id": f"{key.run_id}/{key.item_id}/{key.sample}/{key.agent}/0",
+        **key.as_columns(),
+        "seq": 0,
+        "role": PRM_ROLE,
+        "model": settings.model,
+        "prompt_tokens": evidence.n_tokens,
+        "completion_tokens": 0,
+        "tokens_estimated": False,
+        "cost_usd": 0.0,  # self-hosted: no per-token price
+        "latency_s": latency,
+        "status": "error" if evidence.error else "ok",
+        "error": evidence.error,
+        "finish_reason": None,
+        "started_at": started,
+    }
