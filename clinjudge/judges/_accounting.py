@@ -63,7 +63,13 @@ def call_cost(settings: ModelSettings, prompt_tokens: int, completion_tokens: in
         prompt_tokens: Tokens sent.
         completion_tokens: Tokens generated.
     """
-    per_token = price_per_token(settings)
+    return cost_at(price_per_token(settings), prompt_tokens, completion_tokens)
+
+
+def cost_at(
+    per_token: tuple[float, float] | None, prompt_tokens: int, completion_tokens: int
+) -> float | None:
+    """Dollars for these tokens at (prompt, completion) prices per token; None if unknown."""
     if per_token is None:
         return None
     return prompt_tokens * per_token[0] + completion_tokens * per_token[1]

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from clinjudge.judges._accounting import _lookup_names, _price_map, price_per_token
+from clinjudge.judges._accounting import _lookup_names, _price_map, cost_at, price_per_token
 from clinjudge.judges._faults import ProviderFault, classify_fault, status_fault
 from clinjudge.judges._model import ModelConfigError, _api_key, _sampling_args
 from clinjudge.judges._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
@@ -70,10 +70,7 @@ def batch_call_cost(
         prompt_tokens: Tokens sent.
         completion_tokens: Tokens generated.
     """
-    per_token = batch_price_per_token(settings)
-    if per_token is None:
-        return None
-    return prompt_tokens * per_token[0] + completion_tokens * per_token[1]
+    return cost_at(batch_price_per_token(settings), prompt_tokens, completion_tokens)
 
 
 def request_line(settings: ModelSettings, custom_id: str, turns: Sequence[ChatTurn]) -> dict:

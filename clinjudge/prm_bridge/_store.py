@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from clinjudge.judges import CallOutcome, ProviderFault
-from clinjudge.prm_bridge._backend import ChainScore
+from clinjudge.prm_bridge._backend import ChainScore, StepScore
 from clinjudge.runs import RunStore, SampleKey, call_row, now
 
 PRM_AGENT = "prm"
@@ -32,11 +32,26 @@ def _version(name: str) -> str | None:
 
 def prm_step_rows(run_id: str, result: ChainScore, model: str) -> list[dict[str, Any]]:
     """One ``prm_steps`` row per step of a scored candidate."""
+    return step_rows(run_id, result.id, result.candidate, result.steps, model)
+
+
+def step_rows(
+    run_id: str, item_id: str, candidate: str, steps: Sequence[StepScore], model: str
+) -> list[dict[str, Any]]:
+    """``prm_steps`` rows of one candidate's step scores.
+
+    Args:
+        run_id: The run.
+        item_id: The input (or judged item).
+        candidate: The candidate's name.
+        steps: Its scored steps.
+        model: The PRM.
+    """
     return [
         {
             "run_id": run_id,
-            "item_id": result.id,
-            "candidate": result.candidate,
+            "item_id": item_id,
+            "candidate": candidate,
             "step": step.index,
             "kind": step.kind,
             "text": step.text,
@@ -45,7 +60,7 @@ def prm_step_rows(run_id: str, result: ChainScore, model: str) -> list[dict[str,
             "label": step.label,
             "model": model,
         }
-        for step in result.steps
+        for step in steps
     ]
 
 

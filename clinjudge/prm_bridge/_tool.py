@@ -26,6 +26,7 @@ from clinjudge.prm_bridge._aggregate import DEFAULT_THRESHOLD
 from clinjudge.prm_bridge._backend import DEFAULT_BATCH_TOKENS, PRMScorer, StepScore
 from clinjudge.prm_bridge._inputs import Segmenter, chain_from_text
 from clinjudge.prm_bridge._presets import make_format
+from clinjudge.prm_bridge._store import step_rows
 from clinjudge.rubrics import Item
 
 PRM_TOOL_NAME = "prm_step_scores"
@@ -192,21 +193,7 @@ def evidence_rows(
     The PRM is deterministic, so every sample of an item yields the same rows; the table's key
     (run, item, candidate, step) keeps one copy.
     """
-    return [
-        {
-            "run_id": run_id,
-            "item_id": evidence.item_id,
-            "candidate": candidate,
-            "step": step.index,
-            "kind": step.kind,
-            "text": step.text,
-            "score": step.score,
-            "flagged": step.flagged,
-            "label": step.label,
-            "model": evidence.model,
-        }
-        for step in evidence.steps
-    ]
+    return step_rows(run_id, evidence.item_id, candidate, evidence.steps, evidence.model)
 
 
 def _short(text: str) -> str:
