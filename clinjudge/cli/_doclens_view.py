@@ -6,19 +6,18 @@ from typing import Any
 
 from rich.table import Table
 
-_COLUMNS = (
-    ("section", "section"),
+_ROWS = (
     ("items", "items"),
     ("claim_recall", "claim recall"),
     ("claim_precision", "claim precision"),
     ("citation_recall", "citation recall"),
     ("citation_precision", "citation precision"),
-    ("reference_claims", "ref claims"),
-    ("output_claims", "out claims"),
-    ("statements", "statements"),
+    ("reference_claims", "reference claims"),
+    ("output_claims", "output claims"),
+    ("statements", "cited statements"),
     ("citations", "citations"),
     ("failed", "failed judgments"),
-    ("extraction_failed", "extraction failed"),
+    ("extraction_failed", "failed extractions"),
 )
 
 
@@ -31,18 +30,21 @@ def _cell(value: Any) -> str:
 
 
 def doclens_table(report: dict[str, Any]) -> Table:
-    """Pooled (micro) DocLens scores per section and total, then the per-instance mean.
+    """Pooled (micro) DocLens scores: one column per section and the total (metrics as rows,
+    so a few sections fit a terminal), then the per-instance mean.
 
     Args:
         report: What :func:`clinjudge.runs.doclens_report` returns.
     """
     table = Table(title=f"DocLens pooled (micro) scores, agent {report['agent'] or '-'}")
-    for _, header in _COLUMNS:
-        table.add_column(header, justify="left" if header == "section" else "right")
+    table.add_column("metric")
+    columns = []
     for row in report["pooled"]:
         failed = row["reference_failed"] + row["output_failed"] + row["statements_failed"]
-        values = {**row, "failed": failed}
-        table.add_row(*(_cell(values.get(key)) for key, _ in _COLUMNS))
+        columns.append({**row, "failed": failed})
+        table.add_column(str(row["section"]), justify="right")
+    for key, label in _ROWS:
+        table.add_row(label, *(_cell(column.get(key)) for column in columns))
     macro = report["macro"]
     table.caption = "mean of per-instance scores (not DocLens's pooling): " + ", ".join(
         f"{key} {_cell(value)}" for key, value in macro.items()

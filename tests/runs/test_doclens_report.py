@@ -61,8 +61,14 @@ def test_runs_show_prints_doclens_table(doclens_run: tuple[Path, str]) -> None:
     result = invoke("runs", "show", run_id, "--db", str(db))
     assert result.exit_code == 0, result.stderr
     assert "DocLens pooled (micro) scores" in result.stdout
-    total_line = next(line for line in result.stdout.splitlines() if "total" in line)
-    assert "0.800" in total_line and "0.429" in total_line
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if "metric" in line)
+    assert header.rstrip(" ┃│").endswith("total")  # sections as columns, the total last
+    recall = next(line for line in lines if "claim recall" in line)
+    citation_recall = next(line for line in lines if "citation recall" in line)
+    assert recall.rstrip(" │").endswith("0.800")
+    assert "0.429" in " ".join(lines)
+    assert citation_recall.split("│")[1].strip() == "citation recall"
     as_json = json.loads(invoke("runs", "show", run_id, "--db", str(db), "--json").stdout)
     assert as_json["doclens"]["pooled"][-1]["section"] == "total"
 
