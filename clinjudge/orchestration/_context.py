@@ -250,6 +250,50 @@ class SampleContext:
 
         return record
 
+    def record_local_call(
+        self,
+        agent: str,
+        role: str,
+        model: str,
+        *,
+        started: datetime,
+        latency_s: float,
+        prompt_tokens: int | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record a call of a model run here (a PRM or NLI forward pass): no provider, no price.
+
+        Args:
+            agent: Agent name the call is recorded under.
+            role: Role recorded with the call (``prm``, ``nli``).
+            model: The model's path or id.
+            started: When the call started.
+            latency_s: Seconds it took.
+            prompt_tokens: Tokens (or pairs) it read, when known.
+            error: Why it failed.
+        """
+        seq = self._seq.get(agent, 0)
+        self._seq[agent] = seq + 1
+        key = self.key(agent)
+        self.calls.append(
+            {
+                "call_id": f"{key.run_id}/{key.item_id}/{key.sample}/{agent}/{seq}",
+                **key.as_columns(),
+                "seq": seq,
+                "role": role,
+                "model": model,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": 0,
+                "tokens_estimated": False,
+                "cost_usd": 0.0,  # runs on the user's own hardware: no per-token price
+                "latency_s": latency_s,
+                "status": "error" if error else "ok",
+                "error": error,
+                "finish_reason": None,
+                "started_at": started,
+            }
+        )
+
     async def send(
         self,
         agent: str,

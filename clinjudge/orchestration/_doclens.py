@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -61,6 +62,7 @@ from clinjudge.orchestration._context import SampleContext, WorkflowResult
 from clinjudge.orchestration._workflows import JUDGE_AGENT, register_claims_workflow
 from clinjudge.personas import Persona
 from clinjudge.rubrics import ChatTurn, Item
+from clinjudge.runs import now
 from clinjudge.runs._doclens_metrics import (
     ENTAILED,
     FAILED,
@@ -76,6 +78,7 @@ EXTRACTOR_AGENT = "extractor"
 PANEL_AGENT = "panel"
 PANEL_MEMBER_ROLE = "panel_member"
 ORCHESTRATOR_AGENT = "orchestrator"
+NLI_AGENT = "nli"
 DEFAULT_SECTION = "all"
 _OUTPUT_LABEL = "generated note"
 _REFERENCE_LABEL = "reference note"
@@ -318,13 +321,16 @@ class NLIJudge:
 
     Args:
         settings: DocLens settings naming the model.
+        ctx: The sample whose ``calls`` record each forward pass (role ``nli``).
     """
 
     _lock = threading.Lock()
 
-    def __init__(self, settings: DocLensSettings):
+    def __init__(self, settings: DocLensSettings, ctx: SampleContext | None = None):
         from clinjudge.judges._nli import load_nli
 
+        self._ctx = ctx
+        self._name = settings.nli_model or ""
         self.threshold = settings.nli_threshold
         self.model = load_nli(
             settings.nli_model or "",
@@ -340,7 +346,19 @@ class NLIJudge:
             return self.model.entailment_probs(premises, hypotheses)
 
     async def _probs(self, premises: list[str], hypotheses: list[str]) -> list[float]:
-        return await asyncio.to_thread(self._probs_sync, premises, hypotheses)
+        started, clock = now(), time.perf_counter()
+        error = None
+        try:
+            return await asyncio.to_thread(self._probs_sync, premises, hypotheses)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            if self._ctx is not None:
+                self._ctx.record_local_call(
+                    NLI_AGENT, NLI_AGENT, self._name, started=started,
+                    latency_s=time.perf_counter() - clock, error=error,
+                )  # fmt: skip
 
     def _verdict(self, prob: float) -> UnitVerdict:
         verdict = ENTAILED if prob >= self.threshold else NOT_ENTAILED
@@ -603,7 +621,7 @@ async def doclens_single(ctx: SampleContext) -> WorkflowResult:
     transcript: Transcript = []
     judge = LLMJudge(ctx, JUDGE_AGENT, "judge", transcript)
     plan = await plan_sample(ctx, judge)
-    decider: Judge = NLIJudge(ctx.config.doclens) if ctx.config.doclens.nli_model else judge
+    decider: Judge = NLIJudge(ctx.config.doclens, ctx) if ctx.config.doclens.nli_model else judge
     verdicts = await judge_plan(decider, plan)
     return _result(ctx, JUDGE_AGENT, plan, verdicts, transcript)
 
@@ -662,7 +680,7 @@ async def doclens_panel(ctx: SampleContext) -> WorkflowResult:
     transcript: Transcript = []
     plan = await plan_sample(ctx, _extractor(ctx, transcript, EXTRACTOR_AGENT, "extractor"))
     if ctx.config.doclens.nli_model:
-        verdicts = await judge_plan(NLIJudge(ctx.config.doclens), plan)
+        verdicts = await judge_plan(NLIJudge(ctx.config.doclens, ctx), plan)
         return _result(ctx, PANEL_AGENT, plan, verdicts, transcript)
     members, _ = await _member_votes(ctx, plan, _panel_personas(ctx), transcript)
     decided = _decide_by_majority(plan, members)
@@ -769,7 +787,7 @@ async def doclens_magentic(ctx: SampleContext) -> WorkflowResult:
     transcript: Transcript = []
     plan = await plan_sample(ctx, _extractor(ctx, transcript, EXTRACTOR_AGENT, "extractor"))
     if ctx.config.doclens.nli_model:
-        verdicts = await judge_plan(NLIJudge(ctx.config.doclens), plan)
+        verdicts = await judge_plan(NLIJudge(ctx.config.doclens, ctx), plan)
         return _result(ctx, ORCHESTRATOR_AGENT, plan, verdicts, transcript)
     members, judges = await _member_votes(ctx, plan, _panel_personas(ctx), transcript)
     decided = _decide_by_majority(plan, members)

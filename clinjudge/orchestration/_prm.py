@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import SampleContext
@@ -82,7 +81,15 @@ async def item_evidence(ctx: SampleContext) -> PRMEvidence | None:
     # Shielded: a cancelled sample must not cancel the scoring other samples wait for.
     task = cache[ctx.item.id] = asyncio.ensure_future(_score(ctx, settings))
     evidence = await asyncio.shield(task)
-    ctx.calls.append(_call_row(ctx, settings, evidence, started, time.perf_counter() - clock))
+    ctx.record_local_call(
+        PRM_VERIFIER_NAME,
+        PRM_ROLE,
+        settings.model,
+        started=started,
+        latency_s=time.perf_counter() - clock,
+        prompt_tokens=evidence.n_tokens,
+        error=evidence.error,
+    )
     ctx.extra_rows.setdefault("prm_steps", []).extend(evidence_rows(ctx.run_id, evidence))
     return evidence
 
@@ -109,29 +116,3 @@ async def _score(ctx: SampleContext, settings: PRMRunSettings) -> PRMEvidence:
             threshold=settings.threshold,
             error=f"{type(exc).__name__}: {exc}"[:500],
         )
-
-
-def _call_row(
-    ctx: SampleContext,
-    settings: PRMRunSettings,
-    evidence: PRMEvidence,
-    started: Any,
-    latency: float,
-) -> dict[str, Any]:
-    key = ctx.key(PRM_VERIFIER_NAME)
-    return {
-        "call_id": f"{key.run_id}/{key.item_id}/{key.sample}/{key.agent}/0",
-        **key.as_columns(),
-        "seq": 0,
-        "role": PRM_ROLE,
-        "model": settings.model,
-        "prompt_tokens": evidence.n_tokens,
-        "completion_tokens": 0,
-        "tokens_estimated": False,
-        "cost_usd": 0.0,  # self-hosted: no per-token price
-        "latency_s": latency,
-        "status": "error" if evidence.error else "ok",
-        "error": evidence.error,
-        "finish_reason": None,
-        "started_at": started,
-    }

@@ -165,6 +165,15 @@ def test_doclens_run_with_nli_model(always_entails: Path, tmp_path: Path) -> Non
         "SELECT score, explanation FROM claims WHERE run_id = ? AND kind = 'recall'", [run_id]
     )
     assert all(r["score"] > 0.99 and r["explanation"].startswith("NLI P(") for r in rows)
+    nli_calls = store.query(
+        "SELECT item_id, model, status, cost_usd FROM calls WHERE run_id = ? AND role = 'nli'",
+        [run_id],
+    )
+    assert {r["item_id"] for r in nli_calls} == {"a", "b"}  # every forward pass is recorded
+    assert all(
+        r["model"] == str(always_entails) and r["status"] == "ok" and r["cost_usd"] == 0.0
+        for r in nli_calls
+    )
     store.close()
 
 
