@@ -68,6 +68,7 @@ from clinjudge.rubrics import (
     JudgmentParseError,
     json_objects,
     parse_judgment,
+    render_evidence,
     render_system,
     render_user,
 )
@@ -777,7 +778,12 @@ async def _discuss(
         assert ctx.config.prm is not None
         agents.append(
             PRMVerifierAgent(
-                prm_scorer(ctx.config.prm), ctx.item, name=protocol.verifier, evidence=evidence
+                prm_scorer(ctx.config.prm),
+                ctx.item,
+                name=protocol.verifier,
+                evidence=evidence,
+                # It quotes the summary: fenced like the document, never bare in the thread.
+                render=lambda e: render_evidence(evidence_text(e), ctx.rubric),
             )
         )
     team = _PanelGroupChat(
@@ -823,6 +829,8 @@ def _transcript(
             label = "final"
         elif agent == ORCHESTRATOR_AGENT and text.startswith(BRIEFING_MARKER):
             label = "briefing"
+        elif agent != ORCHESTRATOR_AGENT and agent not in names:
+            label = "evidence"  # the PRM verifier, heard before the members
         else:
             label = f"round {member_turns // n + 1}"
             if agent in names:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from autogen_agentchat.agents import BaseChatAgent
@@ -292,6 +292,7 @@ class PRMVerifierAgent(BaseChatAgent):
         segmenter: Default: the format's.
         description: How the chair sees this member.
         evidence: The item's evidence when it was already scored (it is then not scored again).
+        render: Turns the evidence into the message text (e.g. fenced for a judge prompt).
     """
 
     def __init__(
@@ -304,6 +305,7 @@ class PRMVerifierAgent(BaseChatAgent):
         segmenter: Segmenter | None = None,
         description: str | None = None,
         evidence: PRMEvidence | None = None,
+        render: Callable[[PRMEvidence], str] = evidence_text,
     ):
         super().__init__(
             name,
@@ -316,6 +318,7 @@ class PRMVerifierAgent(BaseChatAgent):
         self._threshold = threshold
         self._segmenter = segmenter
         self._evidence: PRMEvidence | None = evidence
+        self._render = render
 
     @property
     def produced_message_types(self) -> Sequence[type[BaseChatMessage]]:
@@ -333,7 +336,7 @@ class PRMVerifierAgent(BaseChatAgent):
         self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken
     ) -> Response:
         evidence = await self.evidence()
-        return Response(chat_message=TextMessage(content=evidence_text(evidence), source=self.name))
+        return Response(chat_message=TextMessage(content=self._render(evidence), source=self.name))
 
     async def on_reset(self, cancellation_token: CancellationToken) -> None:
         """Nothing to forget: the evidence belongs to the item, not to the conversation."""

@@ -204,6 +204,19 @@ def _examples_block(shots: list[Shot], rubric: Rubric) -> str:
     )
 
 
+def render_evidence(evidence: str, rubric: Rubric) -> str:
+    """A process reward model's report, fenced: it quotes the evaluated text.
+
+    Args:
+        evidence: The report.
+        rubric: The rubric (its look-alike tags are neutralised too).
+    """
+    return (
+        "PROCESS REWARD MODEL EVIDENCE\n<PRM_EVIDENCE>\n"
+        f"{neutralise(evidence, rubric)}\n</PRM_EVIDENCE>"
+    )
+
+
 def render_user(
     item: Item, rubric: Rubric, shots: list[Shot] | None = None, *, evidence: str | None = None
 ) -> str:
@@ -221,10 +234,7 @@ def render_user(
         sections.append(_examples_block(shots, rubric))
     sections.append("DOCUMENT TO GRADE\n\n" + _fenced_item(item, rubric))
     if evidence is not None:
-        sections.append(
-            "PROCESS REWARD MODEL EVIDENCE\n<PRM_EVIDENCE>\n"
-            f"{neutralise(evidence, rubric)}\n</PRM_EVIDENCE>"
-        )
+        sections.append(render_evidence(evidence, rubric))
     sections.append(
         f"Grade the {rubric.labels.summary} above on all {len(rubric.keys)} keys and answer "
         "with the JSON object only."

@@ -140,6 +140,7 @@ def test_magentic_verifier_reports_before_round_one(
     assert agents.index("prm_verifier") < agents.index(members[0])
     assert agents.count("prm_verifier") == 1
     assert f"{p:.3f}" in verifier_text
+    assert verifier_text.startswith("[evidence] PROCESS REWARD MODEL EVIDENCE\n<PRM_EVIDENCE>\n")
     assert final > 0
     persona_requests = [
         b for b in recorder.bodies if fake.members[0].system_message in b["messages"][0]["content"]
