@@ -146,11 +146,13 @@ def export_command(
         str,
         typer.Option(
             help="judgments; DocLens runs also: claims (every claim and verdict) or doclens "
-            "(pooled scores per section)."
+            "(pooled scores per section); prm_steps (PRM step scores of `judge prm` runs and "
+            "runs with --prm)."
         ),
     ] = "judgments",
 ) -> None:
-    """Export judgments: one row per (item_id, sample, agent, attribute)."""
+    """Export judgments (one row per item_id, sample, agent, attribute), DocLens claims or
+    scores, or PRM steps."""
     if fmt not in EXPORT_FORMATS:
         fail(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}", EXIT_USAGE)
     if table not in EXPORT_TABLES:

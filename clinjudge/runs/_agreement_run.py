@@ -19,7 +19,7 @@ from clinjudge.runs._agreement import (
     analyse_ratings,
     load_ratings_file,
 )
-from clinjudge.runs._store import RunStore
+from clinjudge.runs._store import RunStore, StoreError
 
 JUDGE_RATER = "judge"
 
@@ -29,8 +29,18 @@ class AgreementError(ValueError):
 
 
 def run_rubric(run: dict[str, Any]) -> Rubric:
-    """The rubric a stored run was judged with."""
+    """The rubric a stored run was judged with.
+
+    Raises:
+        StoreError: The run has no rubric (a ``judge prm`` scoring run).
+    """
     data = run["rubric_json"]
+    if data is None:
+        raise StoreError(
+            f"run {run['run_id']} has no rubric (mode {run.get('mode')}): a PRM scoring run has "
+            "step scores, not judgments; see `judge runs show` and "
+            "`judge export --table prm_steps`"
+        )
     return Rubric.model_validate(json.loads(data) if isinstance(data, str) else data)
 
 

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
 
 from clinjudge.runs._doclens_report import doclens_report
+from clinjudge.runs._export import copy_query
 from clinjudge.runs._store import RunStore, StoreError
 
-_COPY_OPTIONS = {
-    "jsonl": "FORMAT json",
-    "csv": "FORMAT csv, HEADER true",
-    "parquet": "FORMAT parquet",
-}
 _CLAIMS_QUERY = """
     SELECT c.run_id, c.item_id, c.sample, c.agent, c.section, c.kind, c.idx, c.text, c.verdict,
            c.score, c.explanation, c.citations, c.supporting, c.status, c.error, r.simulated
@@ -23,18 +18,6 @@ _CLAIMS_QUERY = """
     WHERE c.run_id = ?
     ORDER BY i.position, c.sample, c.agent, c.kind, c.idx
 """
-
-
-def _copy(store: RunStore, query: str, out: Path, fmt: str) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    target = str(partial).replace("'", "''")
-    try:
-        store.con.execute(f"COPY ({query}) TO '{target}' ({_COPY_OPTIONS[fmt]})")
-        os.replace(partial, out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
 
 
 def export_doclens(store: RunStore, run_id: str, out: str | Path, fmt: str, table: str) -> int:
@@ -57,7 +40,7 @@ def export_doclens(store: RunStore, run_id: str, out: str | Path, fmt: str, tabl
     out = Path(out)
     if table == "claims":
         query = _CLAIMS_QUERY.replace("?", f"'{rid}'")
-        _copy(store, query, out, fmt)
+        copy_query(store, query, out, fmt)
         count = store.con.execute("SELECT count(*) FROM claims WHERE run_id = ?", [rid]).fetchone()
         return int(count[0]) if count else 0
     if table != "doclens":
@@ -68,7 +51,7 @@ def export_doclens(store: RunStore, run_id: str, out: str | Path, fmt: str, tabl
     arrow = pa.Table.from_pylist(rows)
     store.con.register("_doclens_scores", arrow)
     try:
-        _copy(store, "SELECT * FROM _doclens_scores", out, fmt)
+        copy_query(store, "SELECT * FROM _doclens_scores", out, fmt)
     finally:
         store.con.unregister("_doclens_scores")
     return len(rows)

@@ -172,3 +172,27 @@ def test_bad_preset_and_missing_model(tmp_path):
     assert missing.exit_code == 1 and "cannot load the tokenizer" in " ".join(
         missing.stderr.split()
     )
+
+
+def test_prm_runs_export_steps_and_refuse_judgment_commands(exact, tmp_path, db_path):
+    model, p = exact
+    data = _write(tmp_path / "in.jsonl", ROWS)
+    result = invoke(
+        "prm", "score", "--model", model, "--input", str(data), "--device", "cpu",
+        "--db", str(db_path), "--json",
+    )  # fmt: skip
+    run_id = json.loads(result.stdout)["run_id"]
+    out = tmp_path / "steps.jsonl"
+    exported = invoke("export", run_id, "--out", str(out), "--table", "prm_steps",
+                      "--db", str(db_path))  # fmt: skip
+    assert exported.exit_code == 0, exported.stderr
+    steps = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(steps) == 3 + 1 + 1 + 2
+    assert steps[0]["score"] == pytest.approx(p, abs=1e-6)
+    judgments = invoke("export", run_id, "--out", str(tmp_path / "j.jsonl"), "--db", str(db_path))
+    assert judgments.exit_code == 2 and "--table prm_steps" in judgments.stderr
+    assert not (tmp_path / "j.jsonl").exists()
+    for command in (["report", run_id, "--out", str(tmp_path / "rep")], ["agree", run_id]):
+        refused = invoke(*command, "--db", str(db_path))
+        assert refused.exit_code == 2, command
+        assert "PRM scoring run" in " ".join(refused.stderr.split())
