@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from clinjudge import __version__
-from clinjudge.rubrics import Item, Rubric
+from clinjudge.rubrics import Item, Rubric, ScaleKind
 from clinjudge.runs._aggregate import FINAL_AGENT
 from clinjudge.runs._agreement_run import run_rubric
 from clinjudge.runs._html_report import (
@@ -493,7 +493,9 @@ def audit_for_run(
     for (vendor, encounter), low in prm_lows.items():
         scores[vendor].setdefault(encounter, {})[PRM_ATTRIBUTE] = low
     attributes = list(rubric.keys)
-    compared = [a.key for a in rubric.attributes if a.agreement]
+    # Gates such as abstraction are not qualities to compare; DocLens proportions are, though
+    # they stay out of agreement with physicians' Likert ratings.
+    compared = [a.key for a in rubric.attributes if a.agreement or a.scale is ScaleKind.proportion]
     notes = []
     if pending:
         notes.append(f"{len(pending)} item(s) have no final score yet (run unfinished).")
@@ -510,7 +512,7 @@ def audit_for_run(
     left_out = [a for a in attributes if a not in compared]
     if left_out:
         notes.append(
-            f"Not compared between vendors (the rubric marks them agreement: false): "
+            f"Not compared between vendors (the rubric marks them agreement: false, e.g. gates): "
             f"{', '.join(left_out)}."
         )
     return {

@@ -219,3 +219,24 @@ def test_sharded_audit_merges_into_the_unsharded_audit(tmp_path: Path) -> None:
     assert merged_audit["summaries"] == full_audit["summaries"]
     assert merged_audit["comparisons"] == full_audit["comparisons"]
     assert merged_audit["flagged"] == full_audit["flagged"]
+
+
+def test_doclens_audit_compares_proportions_between_vendors(tmp_path: Path) -> None:
+    demo = Path(__file__).resolve().parents[2] / "examples" / "doclens_demo.jsonl"
+    records = [{**json.loads(line), "vendor": "full"} for line in demo.read_text().splitlines()]
+    full, short = tmp_path / "full.jsonl", tmp_path / "short.jsonl"
+    full.write_text("".join(json.dumps(r) + "\n" for r in records))
+    # The second vendor keeps only the first sentence of each note: it must lose claim recall.
+    clipped = [
+        {**r, "vendor": "short", "summary": r["summary"].split(". ")[0] + "."} for r in records
+    ]
+    short.write_text("".join(json.dumps(r) + "\n" for r in clipped))
+    result = invoke("audit", "--data", str(full), "--data", str(short), "--rubric", "doclens",
+                    "--boot", "200", "--json", "--db", str(tmp_path / "a.duckdb"),
+                    "--no-progress")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    audit = json.loads(result.stdout)
+    compared = {c["attribute"] for c in audit["comparisons"]}
+    assert {"claim_recall", "claim_precision"} <= compared
+    recall = {v: audit["summaries"][v]["claim_recall"]["mean"] for v in ("full", "short")}
+    assert recall["full"] > recall["short"]
