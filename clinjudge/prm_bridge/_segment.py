@@ -134,6 +134,17 @@ def _header(line: str) -> tuple[str, str] | None:
     return rest, ""
 
 
+def _titled_problem(line: str, following: list[str]) -> tuple[str, str] | None:
+    """A short title line ending in a full stop, followed by bullets, starts a problem: the
+    layout of ambient-scribe notes ("Depression." then "• Medical Reasoning: ...")."""
+    title = line.strip()
+    if _BULLET.match(line) or not title.endswith(".") or len(title.split()) > 8:
+        return None
+    if not following or not _BULLET.match(following[0]):
+        return None
+    return title, ""
+
+
 def _body_sentences(lines: list[str]) -> list[str]:
     """Sentence steps of a problem's lines; a bare ``Assessment:``/``Plan:`` joins the next."""
     sentences: list[str] = []
@@ -167,18 +178,18 @@ def split_note(text: str) -> list[Step]:
     """Steps of a free-text A&P note.
 
     Problems start at numbered lines (``1.``, ``#2``, ``Problem 3:``), at short lines ending in a
-    colon and at ``Follow-up instructions:``; text before the first problem forms a problem
-    without a description step.
+    colon, at short titles ending in a full stop with bullets below (ambient-scribe notes) and
+    at ``Follow-up instructions:``; text before the first problem forms a problem without a
+    description step.
 
     Args:
         text: The note.
     """
     problems: list[tuple[str, list[str]]] = []
     head, body = "", []
-    for line in text.splitlines():
-        if not line.strip() or _SECTION_TITLE.match(line):
-            continue
-        found = _header(line)
+    lines = [line for line in text.splitlines() if line.strip() and not _SECTION_TITLE.match(line)]
+    for index, line in enumerate(lines):
+        found = _header(line) or _titled_problem(line, lines[index + 1 : index + 2])
         if found is None:
             body.append(line)
             continue

@@ -163,6 +163,38 @@ Follow-up instructions: Return in 2 weeks.
     ]
 
 
+def test_split_note_reads_scribe_titles_followed_by_bullets():
+    note = """ASSESSMENT AND PLAN
+
+Ms. Doe is a 61-year-old woman seen for follow-up.
+
+Asthma.
+• Medical Reasoning: Symptoms are controlled.
+• Medical Treatment: Continue the inhaler.
+
+Knee pain.
+• Additional Testing: X-ray of the right knee.
+The patient agrees with the plan.
+"""
+    kinds = [(s.kind, s.text) for s in split_note(note)]
+    assert kinds == [
+        ("sentence", "Ms. Doe is a 61-year-old woman seen for follow-up."),
+        ("problem_completeness", ""),
+        ("problem", "Asthma."),
+        ("sentence", "Medical Reasoning: Symptoms are controlled."),
+        ("sentence", "Medical Treatment: Continue the inhaler."),
+        ("problem_completeness", ""),
+        ("problem", "Knee pain."),
+        ("sentence", "Additional Testing: X-ray of the right knee."),
+        ("sentence", "The patient agrees with the plan."),
+        ("problem_completeness", ""),
+        ("note_completeness", ""),
+        ("end_of_note", ""),
+    ]
+    # A short sentence without bullets after it stays a sentence.
+    assert [s.kind for s in split_note("Asthma.\nStable today.")][:2] == ["sentence", "sentence"]
+
+
 def test_note_json_error_types_and_end_of_note_rule():
     note = {
         "Problems": [
