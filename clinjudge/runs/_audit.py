@@ -15,7 +15,7 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from clinjudge.runs._html_report import (
     fmt_usd,
 )
 from clinjudge.runs._inputs import InputError, check_rubric_inputs, read_records, validate_records
+from clinjudge.runs._report import flagged_items
 from clinjudge.runs._stats import wilcoxon_paired
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore, now
 
@@ -232,14 +233,20 @@ def _reason(rule: FlagRule, score: float) -> str:
 
 
 def flag_items(
-    scores: Scores, rules: Sequence[FlagRule], failed: Sequence[tuple[str, str]] = ()
+    scores: Scores,
+    rules: Sequence[FlagRule],
+    failed: Sequence[tuple[str, str]] = (),
+    addressed: Mapping[tuple[str, str], Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Items that trip at least one rule, with every reason; failed judgments are flagged too.
+    """Items that trip at least one rule, with every reason; failed judgments and outputs whose
+    text addresses the judge are flagged too.
 
     Args:
         scores: Final scores per vendor and encounter.
         rules: Flag rules.
         failed: (vendor, encounter id) pairs whose judgment failed.
+        addressed: (vendor, encounter id) -> what in its text addresses the judge
+            (``items.flags``), e.g. ``score_request in summary``.
     """
     flagged: dict[tuple[str, str], list[str]] = {}
     for vendor, encounters in scores.items():
@@ -251,6 +258,8 @@ def flag_items(
                     flagged.setdefault((vendor, encounter), []).append(_reason(rule, score))
     for vendor, encounter in failed:
         flagged.setdefault((vendor, encounter), []).append("no valid judgment (all samples failed)")
+    for key, found in (addressed or {}).items():
+        flagged.setdefault(key, []).append(f"text addresses the judge: {', '.join(found)}")
     order = {v: i for i, v in enumerate(scores)}
     return [
         {
@@ -532,11 +541,24 @@ def audit_for_run(
         "summaries": vendor_summaries(scores, attributes, n_boot=n_boot, seed=seed),
         "comparisons": paired_comparisons(scores, compared, alpha=alpha),
         "flag_rules": [r.text for r in parsed],
-        "flagged": flag_items(scores, parsed, sorted(failed)),
+        "flagged": flag_items(scores, parsed, sorted(failed), _addressed(store, rid, rows)),
         "cost": _vendor_costs(store, rid, vendors),
         "settings": {"n_boot": n_boot, "seed": seed, "alpha": alpha, "zero_method": "wilcox"},
         "notes": notes,
     }
+
+
+def _addressed(
+    store: RunStore, run_id: str, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], list[str]]:
+    """(vendor, encounter) -> flags of text that addresses the judge (``items.flags``)."""
+    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
+    found: dict[tuple[str, str], list[str]] = {}
+    for entry in flagged_items(store, run_id):
+        if entry["item_id"] in where:
+            names = sorted({f"{f['name']} in {f['field']}" for f in entry["flags"]})
+            found[where[entry["item_id"]]] = names
+    return found
 
 
 def _lowest_prm_steps(
