@@ -22,7 +22,7 @@ _JUDGMENTS_QUERY = """
     SELECT j.run_id, j.item_id,
            CASE WHEN j.final THEN NULL ELSE j.sample END AS sample,
            j.agent, j.attribute, j.value, j.final, j.status, j.error, j.rationale,
-           r.simulated
+           r.simulated, {item_flags} AS item_flags
     FROM judgments j JOIN runs r USING (run_id)
     LEFT JOIN items i ON i.run_id = j.run_id AND i.item_id = j.item_id
     WHERE j.run_id = '{run_id}'
@@ -68,7 +68,8 @@ def export_run(
     """Write one table of a run to a file; the file appears only once it is complete.
 
     ``judgments`` columns: run_id, item_id, sample (null on final rows), agent, attribute, value,
-    final, status, error, rationale, simulated (true when the scores came from the mock provider).
+    final, status, error, rationale, simulated (true when the scores came from the mock
+    provider), item_flags (what in the item's text addresses the judge, as JSON).
 
     Args:
         store: The run store.
@@ -102,7 +103,9 @@ def export_run(
         copy_query(store, _PRM_STEPS_QUERY.format(run_id=rid), out, fmt)
         return _count(store, "prm_steps", run["run_id"])
     _refuse_prm_run(run)
-    copy_query(store, _JUDGMENTS_QUERY.format(run_id=rid), out, fmt)
+    # A database opened read-only from before items.flags existed has no such column.
+    flags = "i.flags" if store.has_column("items", "flags") else "NULL::JSON"
+    copy_query(store, _JUDGMENTS_QUERY.format(run_id=rid, item_flags=flags), out, fmt)
     return _count(store, "judgments", run["run_id"])
 
 

@@ -26,11 +26,7 @@ def flagged_items(store: RunStore, run_id: str) -> list[dict[str, Any]]:
         store: The run store.
         run_id: Full run id.
     """
-    has_flags = store.query(
-        "SELECT count(*) AS n FROM information_schema.columns "
-        "WHERE table_name = 'items' AND column_name = 'flags'"
-    )[0]["n"]
-    if not has_flags:  # a database written before flags existed
+    if not store.has_column("items", "flags"):  # a database written before flags existed
         return []
     rows = store.query(
         "SELECT item_id, flags FROM items WHERE run_id = ? AND json_array_length(flags) > 0 "

@@ -143,7 +143,9 @@ CREATE TABLE IF NOT EXISTS claims (
     error VARCHAR,
     PRIMARY KEY (run_id, item_id, sample, agent, kind, idx)
 );
+-- Databases written by earlier versions gain the newer columns (inserts go by column name).
 ALTER TABLE claims ADD COLUMN IF NOT EXISTS supporting JSON;
+ALTER TABLE items ADD COLUMN IF NOT EXISTS flags JSON;
 CREATE TABLE IF NOT EXISTS prm_steps (
     run_id VARCHAR,
     item_id VARCHAR,
@@ -290,6 +292,15 @@ class RunStore:
         """Whether the database holds ``table`` (older files may lack newer tables)."""
         rows = self.con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
+        ).fetchone()
+        return bool(rows and rows[0])
+
+    def has_column(self, table: str, column: str) -> bool:
+        """Whether ``table`` has ``column`` (files from older versions may lack newer ones)."""
+        rows = self.con.execute(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_name = ? AND column_name = ?",
+            [table, column],
         ).fetchone()
         return bool(rows and rows[0])
 

@@ -65,7 +65,9 @@ def test_export_one_row_per_item_sample_agent_attribute(
         "error",
         "rationale",
         "simulated",
+        "item_flags",
     ]
+    assert all(r["item_flags"] in ("[]", []) for r in rows)  # synthetic items address no one
     keys = {(r["item_id"], r["sample"], r["agent"], r["attribute"]) for r in rows}
     assert len(keys) == len(rows)
     finals = [r for r in rows if r["final"] in (True, "true")]

@@ -254,6 +254,13 @@ def test_flags_are_stored_and_shown_and_grading_is_unchanged(tmp_path: Path) -> 
     assert "2 item(s) with text addressing the judge" in table
     assert "item-0003: role_marker in notes[3], role_reassignment in notes[3]" in table
 
+    out = tmp_path / "judgments.jsonl"
+    assert invoke("export", run_id, "--out", str(out), "--db", str(db)).exit_code == 0
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    by_item = {r["item_id"]: json.loads(r["item_flags"]) for r in exported}
+    assert by_item["item-0000"] == []
+    assert {f["name"] for f in by_item["item-0001"]} >= {"score_request"}
+
 
 def test_item_row_records_flags_as_json(pdsqi9: Rubric) -> None:
     from clinjudge.runs import item_row
