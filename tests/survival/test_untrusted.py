@@ -257,7 +257,7 @@ def test_flags_are_stored_and_shown_and_grading_is_unchanged(tmp_path: Path) -> 
     out = tmp_path / "judgments.jsonl"
     assert invoke("export", run_id, "--out", str(out), "--db", str(db)).exit_code == 0
     exported = [json.loads(line) for line in out.read_text().splitlines()]
-    by_item = {r["item_id"]: json.loads(r["item_flags"]) for r in exported}
+    by_item = {r["item_id"]: r["item_flags"] for r in exported}  # JSON column: a list
     assert by_item["item-0000"] == []
     assert {f["name"] for f in by_item["item-0001"]} >= {"score_request"}
 
