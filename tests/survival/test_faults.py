@@ -31,6 +31,9 @@ from tests.magentic_fake import PanelFake
 from tests.survival.conftest import FAST, make_config, run_in_process
 
 # Faults answered with a completion the client accepts (the judge may still reject its content).
+# Generous: on a loaded 2-core CI machine an ordinary reply can take a good part of a second,
+# and a reply the server sent but the client gave up on would not count as answered.
+CLIENT_TIMEOUT = 2.0
 ANSWERED = {None, "truncated", "wrong_keys", "out_of_range"}
 SCHEDULE: tuple[Fault, ...] = (
     Fault("rate_limit", retry_after=0.02),
@@ -38,7 +41,7 @@ SCHEDULE: tuple[Fault, ...] = (
     Fault("server_error"),
     Fault("bad_gateway"),
     Fault("unavailable"),
-    Fault("hang", hang_seconds=1.5),
+    Fault("hang", hang_seconds=2 * CLIENT_TIMEOUT),
     Fault("reset"),
     Fault("malformed_json"),
     Fault("truncated"),
@@ -119,7 +122,7 @@ def assert_calls_match_server(store: RunStore, run_id: str, plan: SeededFaults, 
     assert sum(c["prompt_tokens"] for c in ok) == sum(plan.billed_prompt[i] for i in answered)
     assert all(c["latency_s"] is not None and c["started_at"] is not None for c in calls)
     # A hang is recorded with the time it cost: the whole client timeout.
-    assert all(c["latency_s"] >= 0.45 for c in failed if c["error"] == "timed out")
+    assert all(c["latency_s"] >= 0.9 * CLIENT_TIMEOUT for c in failed if c["error"] == "timed out")
     errors = Counter(c["error"].split(":")[0] for c in failed)
     injected = Counter(plan.injected.values())
     expected = {
@@ -140,7 +143,7 @@ def test_thousand_items_single_mode_survive_every_fault(tmp_path: Path) -> None:
     plan = SeededFaults(rate=0.3, seed=20251122)
     with FakeOpenAIServer(faults=plan) as srv:
         config = make_config(
-            data, srv, tmp_path / "faults.duckdb", concurrency=32, judge={"timeout": 0.5}
+            data, srv, tmp_path / "faults.duckdb", concurrency=32, judge={"timeout": CLIENT_TIMEOUT}
         )
         store, run_id, tally = run_in_process(config)
         requests = srv.request_count
@@ -195,7 +198,7 @@ def test_fifty_items_magentic_mode_survive_faults(tmp_path: Path) -> None:
             mode="magentic",
             personas=fake.personas,
             concurrency=16,
-            judge={"timeout": 0.5},
+            judge={"timeout": CLIENT_TIMEOUT},
         )
         store, run_id, tally = run_in_process(config)
         requests = srv.request_count
