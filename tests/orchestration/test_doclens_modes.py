@@ -22,7 +22,8 @@ from clinjudge.orchestration import (
     prepare_run,
     workflow_for,
 )
-from clinjudge.orchestration._doclens import UnitVerdict, doclens_estimate_prompts, majority
+from clinjudge.orchestration._doclens import doclens_estimate_prompts, majority
+from clinjudge.orchestration._doclens_judges import UnitVerdict
 from clinjudge.rubrics import load_rubric
 from clinjudge.runs import RunStore
 from tests.conftest import write_jsonl
