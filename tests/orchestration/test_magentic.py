@@ -20,12 +20,8 @@ from clinjudge.orchestration import (
     prepare_run,
     workflow_for,
 )
-from clinjudge.orchestration._magentic import (
-    ORCHESTRATOR_AGENT,
-    _match_speaker,
-    _read_ledger,
-    magentic_workflow,
-)
+from clinjudge.orchestration._magentic import ORCHESTRATOR_AGENT, magentic_workflow
+from clinjudge.orchestration._magentic_chair import match_speaker, read_ledger
 from clinjudge.runs import FINAL_AGENT, RunStore
 from tests.conftest import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault
@@ -344,7 +340,7 @@ def test_unknown_persona_spec_fails_the_sample(pdsqi9):
 
 
 def test_read_ledger_normalises_quirks():
-    ledger, problem = _read_ledger(
+    ledger, problem = read_ledger(
         'Sure.\n```json\n{"is_request_satisfied": {"reason": "no", "answer": "false"},'
         ' "is_in_loop": {"reason": "", "answer": "No"}, "next_speaker": "low_scorer",'
         ' "instruction_or_question": {"reason": "", "answer": "go"}}\n```'
@@ -353,20 +349,20 @@ def test_read_ledger_normalises_quirks():
     assert (ledger.satisfied, ledger.in_loop, ledger.progress) == (False, False, True)
     assert (ledger.speaker, ledger.instruction) == ("low_scorer", "go")
 
-    assert _read_ledger("no json here")[0] is None
-    bad, problem = _read_ledger('{"is_request_satisfied": {"reason": "", "answer": "maybe"}}')
+    assert read_ledger("no json here")[0] is None
+    bad, problem = read_ledger('{"is_request_satisfied": {"reason": "", "answer": "maybe"}}')
     assert bad is None and "maybe" in problem
-    missing, problem = _read_ledger('{"is_request_satisfied": {"reason": "", "answer": false}}')
+    missing, problem = read_ledger('{"is_request_satisfied": {"reason": "", "answer": false}}')
     assert missing is None and "next_speaker" in problem
 
 
 def test_match_speaker():
     names = ["high_scorer", "low_scorer"]
     aliases = {"high_scorer": "high_scorer", "low_scorer": "low_scorer"}
-    assert _match_speaker("low_scorer", names, aliases) == "low_scorer"
-    assert _match_speaker("Low Scorer", names, aliases) == "low_scorer"
-    assert _match_speaker("the high_scorer agent", names, aliases) == "high_scorer"
-    assert _match_speaker("Dr. Nobody", names, aliases) is None
+    assert match_speaker("low_scorer", names, aliases) == "low_scorer"
+    assert match_speaker("Low Scorer", names, aliases) == "low_scorer"
+    assert match_speaker("the high_scorer agent", names, aliases) == "high_scorer"
+    assert match_speaker("Dr. Nobody", names, aliases) is None
 
 
 def test_simulated_provider_runs_the_fixed_agenda(tmp_path, items_file):
