@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.throughput import _start_server as start_fake_server  # noqa: E402
+from bench.throughput import prepare_bench_run  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
-from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run  # noqa: E402
+from clinjudge.orchestration import execute_run  # noqa: E402
 from clinjudge.rubrics import Item  # noqa: E402
-from clinjudge.runs import RunStore  # noqa: E402
 
 
 def _start_server(latency: float, rpm_limit: int) -> tuple[subprocess.Popen[str], str]:
@@ -68,19 +68,12 @@ def main() -> None:
     server, base_url = _start_server(args.latency, server_rpm)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            data = Path(tmp) / "items.jsonl"
-            data.write_text("".join(i.model_dump_json() + "\n" for i in _items(args.items)))
-            config = RunConfig(
-                data=str(data),
-                concurrency=args.concurrency,
-                db=str(Path(tmp) / "bench.duckdb"),
-                judge=ModelSettings(
-                    model="openai/local-judge", base_url=base_url, timeout=30, rpm=args.rpm
-                ),
+            judge = ModelSettings(
+                model="openai/local-judge", base_url=base_url, timeout=30, rpm=args.rpm
             )
-            prepared = prepare_run(config)
-            store = RunStore(config.db)
-            run_id = create_run(store, prepared)
+            prepared, store, run_id = prepare_bench_run(
+                Path(tmp), _items(args.items), args.concurrency, judge
+            )
             wall0 = time.perf_counter()
             tally = execute_run(store, run_id, prepared, show_progress=False)
             wall = time.perf_counter() - wall0

@@ -22,7 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clinjudge.judges import JudgeModel, ModelSettings  # noqa: E402
-from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run  # noqa: E402
+from clinjudge.orchestration import (  # noqa: E402
+    PreparedRun,
+    RunConfig,
+    create_run,
+    execute_run,
+    prepare_run,
+)
 from clinjudge.rubrics import Item, render_messages  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
 
@@ -37,6 +43,27 @@ def _start_server(latency: float, *extra: str) -> tuple[subprocess.Popen[str], s
         process.kill()
         raise RuntimeError(f"fake server did not start: {line!r}")
     return process, line.split(" ", 1)[1]
+
+
+def prepare_bench_run(
+    tmp: Path, items: list[Item], concurrency: int, judge: ModelSettings
+) -> tuple[PreparedRun, RunStore, str]:
+    """Write ``items`` to a JSONL file under ``tmp`` and create a run over them in a fresh store.
+
+    Args:
+        tmp: Scratch folder for the data file and the database.
+        items: The items to judge.
+        concurrency: Model calls in flight.
+        judge: The judge model's settings.
+    """
+    data = tmp / "items.jsonl"
+    data.write_text("".join(i.model_dump_json() + "\n" for i in items))
+    config = RunConfig(
+        data=str(data), concurrency=concurrency, db=str(tmp / "bench.duckdb"), judge=judge
+    )
+    prepared = prepare_run(config)
+    store = RunStore(config.db)
+    return prepared, store, create_run(store, prepared)
 
 
 def _items(count: int) -> list[Item]:
@@ -71,19 +98,13 @@ def main() -> None:
     server, base_url = _start_server(args.latency)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            data = Path(tmp) / "items.jsonl"
-            data.write_text("".join(i.model_dump_json() + "\n" for i in _items(args.items)))
-            config = RunConfig(
-                data=str(data),
-                concurrency=args.concurrency,
-                db=str(Path(tmp) / "bench.duckdb"),
-                judge=ModelSettings(
-                    model="openai/local-judge", base_url=base_url, timeout=30, client=args.client
-                ),
+            judge = ModelSettings(
+                model="openai/local-judge", base_url=base_url, timeout=30, client=args.client
             )
-            prepared = prepare_run(config)
-            store = RunStore(config.db)
-            run_id = create_run(store, prepared)
+            prepared, store, run_id = prepare_bench_run(
+                Path(tmp), _items(args.items), args.concurrency, judge
+            )
+            config = prepared.config
             model = JudgeModel(config.judge, prepared.rubric)
             # Warm up once so one-time imports and connection setup are not billed per item.
             warm = render_messages(prepared.items[0], prepared.rubric)

@@ -24,7 +24,12 @@ from clinjudge.runs import (
     compare_runs,
     write_report,
 )
-from clinjudge.runs._html_report import fmt_ci, fmt_num, fmt_p, fmt_seconds, fmt_usd
+from clinjudge.runs._html_report import (
+    comparison_cells,
+    fmt_ci,
+    fmt_num,
+    fmt_p,
+)
 
 DbOption = Annotated[str, typer.Option(help="DuckDB file.")]
 BootOption = Annotated[
@@ -178,16 +183,7 @@ def compare_command(
             r["rubric"],
             r["mode"],
             escape(r["model"] or "") + (" [yellow](SIMULATED)[/]" if r["simulated"] else ""),
-            str(r["shots"]),
-            str(r["samples"]),
-            fmt_num(r["icc3k"]),
-            fmt_ci(r["icc3k_ci95"]),
-            fmt_num(r["alpha_ordinal"]),
-            fmt_num(r["ac2_ordinal"]),
-            fmt_num(r["mean_abs_diff"]),
-            f"{r['failed_samples']}/{r['samples_total']}",
-            fmt_usd(r["cost_per_item_usd"], r["cost_known"]),
-            fmt_seconds(r["latency_per_item_s"]),
+            *comparison_cells(r),
         )
     stdout.print(table)
     for note in comparison.notes:

@@ -152,6 +152,22 @@ def _config_label(row: dict[str, Any]) -> str:
     return row["name"] or row["run_id"]
 
 
+def comparison_cells(row: dict[str, Any]) -> list[str]:
+    """The formatted shots-to-latency cells of one `judge compare` row (terminal and report)."""
+    return [
+        str(row["shots"]),
+        str(row["samples"]),
+        fmt_num(row["icc3k"]),
+        fmt_ci(row["icc3k_ci95"]),
+        fmt_num(row["alpha_ordinal"]),
+        fmt_num(row["ac2_ordinal"]),
+        fmt_num(row["mean_abs_diff"]),
+        f"{row['failed_samples']}/{row['samples_total']}",
+        fmt_usd(row["cost_per_item_usd"], row["cost_known"]),
+        fmt_seconds(row["latency_per_item_s"]),
+    ]
+
+
 def comparison_table(comparison: Comparison) -> _Table:
     """The `judge compare` table."""
     rows, classes = [], []
@@ -164,16 +180,7 @@ def comparison_table(comparison: Comparison) -> _Table:
                 r["rubric"],
                 r["mode"],
                 model,
-                str(r["shots"]),
-                str(r["samples"]),
-                fmt_num(r["icc3k"]),
-                fmt_ci(r["icc3k_ci95"]),
-                fmt_num(r["alpha_ordinal"]),
-                fmt_num(r["ac2_ordinal"]),
-                fmt_num(r["mean_abs_diff"]),
-                f"{r['failed_samples']}/{r['samples_total']}",
-                fmt_usd(r["cost_per_item_usd"], r["cost_known"]),
-                fmt_seconds(r["latency_per_item_s"]),
+                *comparison_cells(r),
             ]
         )
         classes.append("sim" if r["simulated"] else "")
