@@ -85,6 +85,7 @@ FaultKind = Literal[
     "empty_choices",
     "bad_gateway",
     "unavailable",
+    "absurd_usage",
 ]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 
@@ -605,6 +606,10 @@ class FakeOpenAIServer:
         elif kind == "empty_choices":
             payload = self._completion(index, body, content)
             payload["choices"] = []
+            handler._send_json(200, payload)
+        elif kind == "absurd_usage":  # a valid reply whose usage no database column can hold
+            payload = self._completion(index, body, content)
+            payload["usage"]["prompt_tokens"] = 10**12
             handler._send_json(200, payload)
         else:  # pragma: no cover - guarded by Fault.__post_init__
             handler._send_error(500, f"unhandled fault {kind}", "server_error")

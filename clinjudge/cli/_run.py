@@ -28,12 +28,20 @@ from clinjudge.cli._options import (
     SamplesOption,
     ShardOption,
 )
+from clinjudge.cli._outcome import (
+    AllowFailuresOption,
+    exit_on_failures,
+    parse_allow_failures,
+    print_outcome,
+)
+from clinjudge.cli._quiet import third_party_quiet
 from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ReasoningEffort
 from clinjudge.orchestration import (
     ConfigError,
     DryRunEstimate,
     PreparedRun,
     RunTally,
+    RunWriteError,
     build_config,
     check_batch_config,
     create_run,
@@ -44,11 +52,13 @@ from clinjudge.orchestration import (
     is_batch_run,
     load_config_file,
     load_stored_run,
+    missing_work,
     prepare_run,
+    workflow_for,
 )
 from clinjudge.personas import PersonaError
 from clinjudge.rubrics import RubricError
-from clinjudge.runs import InputError, StoreError
+from clinjudge.runs import InputError, StoreError, run_counts
 
 DEFAULT_MODEL_ENV = "CLINJUDGE_MODEL"
 BATCH_POLL_SECONDS = 10.0
@@ -147,35 +157,49 @@ def _execute(
     )
 
 
+def _already_complete(store: Any, run_id: str, prepared: PreparedRun) -> bool:
+    run = store.get_run(run_id)
+    return run["status"] == "completed" and not missing_work(store, run_id, prepared)
+
+
 def _finish(
     store_path: str,
     run_id: str,
     prepared: PreparedRun,
     show_progress: bool,
     batch: float | None = None,
+    allow_failures: str | None = "0",
 ) -> None:
+    """Execute the missing work, print the summary, and exit 1 when more items failed than
+    ``--allow-failures`` allows (None: leave the exit code to the caller)."""
     assert prepared.config.judge is not None
     simulated = prepared.config.judge.is_mock
     if simulated:
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
+    agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
     with open_store(store_path) as store:
-        try:
-            tally = _execute(store, run_id, prepared, show_progress, batch)
-        except KeyboardInterrupt:
-            console.print(
-                f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
-                f"judge run --resume {run_id} --db {store_path}"
-            )
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except ModelConfigError as exc:
-            store.set_run_status(run_id, "failed")
-            fail(str(exc))
-    cost = f"${tally.cost_usd:.4f}" + ("" if tally.cost_known else " (some prices unknown)")
-    console.print(f"run {run_id}: {tally.ok} samples ok, {tally.failed} failed, cost {cost}")
-    for reason, count in sorted(tally.errors.items(), key=lambda kv: -kv[1])[:5]:
-        console.print(f"  failed: {count} x {reason}")
+        if _already_complete(store, run_id, prepared):
+            console.print(f"run {run_id} is already complete: nothing left to do.")
+        else:
+            try:
+                with third_party_quiet():
+                    _execute(store, run_id, prepared, show_progress, batch)
+            except KeyboardInterrupt:
+                console.print(
+                    f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
+                    f"judge run --resume {run_id} --db {store_path}"
+                )
+                raise typer.Exit(EXIT_INTERRUPTED) from None
+            except (ModelConfigError, RunWriteError) as exc:
+                # execute_run has already marked the run failed with this reason.
+                fail(str(exc))
+        counts = run_counts(store, run_id, agent)
+    cost = f"${counts.cost_usd:.4f}" + ("" if counts.cost_known else " (some prices unknown)")
+    print_outcome(counts, cost)
     if simulated:
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
+    if allow_failures is not None:
+        exit_on_failures(counts, allow_failures)
 
 
 def run_command(
@@ -286,12 +310,18 @@ def run_command(
         float,
         typer.Option(help="--batch: first wait between polls in seconds (doubles to 300).", min=0),
     ] = BATCH_POLL_SECONDS,
+    allow_failures: AllowFailuresOption = "0",
 ) -> None:
-    """Judge a batch of items; prints the run id."""
+    """Judge a batch of items; prints the run id on stdout.
+
+    Exits 1 when any item ends without a valid final judgment, unless --allow-failures allows
+    it; 2 on bad input or settings; 130 when interrupted.
+    """
     batch_poll = poll_interval if batch else None
+    parse_allow_failures(allow_failures)
     try:
         if resume:
-            _resume(resume, db, progress, max_cost, batch_poll)
+            _resume(resume, db, progress, max_cost, batch_poll, allow_failures)
             return
         file_settings = load_config_file(config) if config else {}
         top = {
@@ -349,7 +379,7 @@ def run_command(
             run_id = create_run(store, prepared)
         sys.stdout.write(run_id + "\n")
         sys.stdout.flush()
-        _finish(run_config.db, run_id, prepared, progress, batch_poll)
+        _finish(run_config.db, run_id, prepared, progress, batch_poll, allow_failures)
     except (
         ConfigError,
         RubricError,
@@ -369,6 +399,7 @@ def _resume(
     progress: bool,
     max_cost: float | None,
     batch: float | None = None,
+    allow_failures: str = "0",
 ) -> None:
     path = db or "runs/clinjudge.duckdb"
     with open_store(path, read_only=True) as store:  # a typo'd --db must not create a file
@@ -380,4 +411,4 @@ def _resume(
         check_batch_config(prepared.config, prepared.rubric)
     sys.stdout.write(full_id + "\n")
     sys.stdout.flush()
-    _finish(path, full_id, prepared, progress, batch)
+    _finish(path, full_id, prepared, progress, batch, allow_failures)

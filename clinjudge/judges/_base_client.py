@@ -20,6 +20,7 @@ from autogen_core.models import (
 from autogen_core.tools import Tool, ToolSchema
 
 from clinjudge.judges._accounting import count_message_tokens
+from clinjudge.judges._faults import ProviderFault
 
 GENERIC_MODEL_INFO = ModelInfo(
     vision=False,
@@ -105,6 +106,46 @@ _FINISH = {
 }
 
 
+MAX_TOKENS_PER_CALL = 50_000_000
+"""More tokens than any model reads or writes in one call: a count beyond it is a broken reply."""
+
+
+def check_token_count(name: str, value: Any) -> int:
+    """A token count from a reply, as an int within [0, MAX_TOKENS_PER_CALL].
+
+    Args:
+        name: The usage field, for the error.
+        value: What the reply said.
+
+    Raises:
+        ProviderFault: The count is not a number, negative or absurdly large (retryable: the
+            reply is malformed, not the request).
+    """
+    if value is None:
+        return 0
+    try:
+        count = float(value)
+    except (TypeError, ValueError):
+        count = float("nan")
+    if not 0 <= count <= MAX_TOKENS_PER_CALL or count != int(count):
+        raise ProviderFault(f"malformed response: usage {name}={value!r}"[:200], retryable=True)
+    return int(count)
+
+
+def reply_usage(usage: Any) -> RequestUsage | None:
+    """The usage block of a chat-completions reply, validated; None when absent.
+
+    Args:
+        usage: The decoded ``usage`` object.
+    """
+    if not isinstance(usage, dict):
+        return None
+    return RequestUsage(
+        prompt_tokens=check_token_count("prompt_tokens", usage.get("prompt_tokens")),
+        completion_tokens=check_token_count("completion_tokens", usage.get("completion_tokens")),
+    )
+
+
 def openai_result(data: Any) -> CreateResult:
     """A chat-completions response body (dict) as an AutoGen ``CreateResult``.
 
@@ -115,11 +156,16 @@ def openai_result(data: Any) -> CreateResult:
         ValueError: The body has no usable choice.
     """
     choices = data.get("choices") if isinstance(data, dict) else None
+    usage = reply_usage(data.get("usage") if isinstance(data, dict) else None)
     if not choices or not isinstance(choices[0], dict):
-        raise ValueError("malformed response: no choices")
+        # A 200 without a choice is still billed: keep its usage so the cost is counted.
+        raise ProviderFault(
+            "malformed response: no choices",
+            retryable=True,
+            usage=(usage.prompt_tokens, usage.completion_tokens) if usage else None,
+        )
     choice = choices[0]
     message = choice.get("message") or {}
-    usage = data.get("usage") or {}
     tool_calls = message.get("tool_calls")
     content: Any = message.get("content") or ""
     if tool_calls:
@@ -134,10 +180,7 @@ def openai_result(data: Any) -> CreateResult:
     return CreateResult(
         finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", "unknown"),
         content=content,
-        usage=RequestUsage(
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-        ),
+        usage=usage or RequestUsage(prompt_tokens=0, completion_tokens=0),
         cached=False,
         thought=message.get("content") if tool_calls else None,
     )

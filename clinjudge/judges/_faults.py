@@ -58,14 +58,25 @@ class ProviderFault(Exception):
         reason: Short description for the calls table (credentials are redacted from it).
         retryable: Whether trying again may succeed.
         retry_after: Seconds the provider asked us to wait, if it said.
+        usage: (prompt, completion) tokens the provider billed for the failed reply, if it said.
     """
 
-    def __init__(self, reason: str, *, retryable: bool, retry_after: float | None = None):
+    def __init__(
+        self,
+        reason: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        usage: tuple[int, int] | None = None,
+    ):
         reason = redact_secrets(reason)
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
         self.retry_after = retry_after
+        self.usage = usage
+        self.cost_usd: float | None = None
+        """Dollar cost of ``usage``, set by the model that made the call."""
 
 
 def _parse_retry_after(headers: Any) -> float | None:

@@ -20,7 +20,7 @@ from autogen_core.models import (
 )
 
 from clinjudge.judges._accounting import call_cost, count_message_tokens, count_tokens
-from clinjudge.judges._base_client import GENERIC_MODEL_INFO, message_text
+from clinjudge.judges._base_client import GENERIC_MODEL_INFO, check_token_count, message_text
 from clinjudge.judges._direct_client import DirectChatCompletionClient
 from clinjudge.judges._faults import ProviderFault, classify_fault, remember_secret
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
@@ -272,7 +272,10 @@ class JudgeModel:
         except BaseException as exc:  # noqa: BLE001 - every provider fault is classified
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
-            raise classify_fault(exc) from exc
+            fault = classify_fault(exc)
+            if fault.usage is not None:
+                fault.cost_usd = call_cost(self.settings, *fault.usage)
+            raise fault from exc
         return self._outcome(messages, result, time.perf_counter() - started)
 
     def _outcome(
@@ -285,8 +288,11 @@ class JudgeModel:
             else json.dumps([{"name": c.name, "arguments": c.arguments} for c in content])
         )
         usage = result.usage
-        prompt_tokens = usage.prompt_tokens if usage else 0
-        completion_tokens = usage.completion_tokens if usage else 0
+        # Every client's counts pass one check: an absurd count would corrupt the cost roll-up.
+        prompt_tokens = check_token_count("prompt_tokens", usage.prompt_tokens if usage else 0)
+        completion_tokens = check_token_count(
+            "completion_tokens", usage.completion_tokens if usage else 0
+        )
         estimated = not prompt_tokens
         if estimated:
             prompt_tokens = count_message_tokens([message_text(m) for m in messages])

@@ -34,7 +34,13 @@ from clinjudge.orchestration._doclens import (
 )
 from clinjudge.orchestration._limits import FakeClock, MonotonicClock, RateLimiter
 from clinjudge.orchestration._retry import call_with_retries, retry_send
-from clinjudge.orchestration._runner import JUDGE_AGENT, BatchRunner, RunTally, WorkUnit
+from clinjudge.orchestration._runner import (
+    JUDGE_AGENT,
+    BatchRunner,
+    RunTally,
+    RunWriteError,
+    WorkUnit,
+)
 from clinjudge.orchestration._session import (
     DryRunEstimate,
     PreparedRun,
@@ -45,6 +51,7 @@ from clinjudge.orchestration._session import (
     execute_run,
     load_shot_pool,
     load_stored_run,
+    mark_failed,
     missing_work,
     new_run_id,
     prepare_run,
@@ -72,6 +79,7 @@ __all__ = [
     "RetryPolicy",
     "RunConfig",
     "RunTally",
+    "RunWriteError",
     "ShotRecord",
     "WorkUnit",
     "apply_shard",
@@ -87,6 +95,7 @@ __all__ = [
     "load_config_file",
     "load_shot_pool",
     "load_stored_run",
+    "mark_failed",
     "missing_work",
     "new_run_id",
     "prepare_run",

@@ -49,6 +49,7 @@ from clinjudge.orchestration._session import (
     DryRunEstimate,
     PreparedRun,
     estimate_run,
+    mark_failed,
     missing_work,
 )
 from clinjudge.orchestration._workflows import JUDGE_AGENT
@@ -740,8 +741,8 @@ def execute_batch_run(
     except (KeyboardInterrupt, asyncio.CancelledError):
         store.set_run_status(run_id, "interrupted")
         raise KeyboardInterrupt from None
-    except Exception:
-        store.set_run_status(run_id, "failed")
+    except Exception as exc:
+        mark_failed(store, run_id, str(exc))
         raise
     finalize_run(store, run_id, prepared.rubric, config.samples, JUDGE_AGENT)
     store.set_run_status(run_id, "completed", finished=True)

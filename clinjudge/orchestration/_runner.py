@@ -5,6 +5,11 @@ number of model calls in flight never exceeds ``concurrency``. Finished samples 
 written in one transaction every ``flush_every`` samples or ``flush_seconds``; a crash loses at
 most the buffer, which ``--resume`` then redoes (keys make the redo idempotent).
 
+A write that fails (full disk, a value the database refuses) stops the run at once: no new
+sample starts, the batch that failed is kept and written again with everything finished since,
+and the run ends with :class:`RunWriteError`. Paid model calls never go on into a store that
+cannot take their results.
+
 With ``max_cost`` set, a worker starts a sample only while the spend so far, plus the expected
 cost of the samples in flight and of this one, stays within the budget. The expected cost of a
 sample is the average of the finished ones, or before any has finished the price per token times
@@ -15,6 +20,7 @@ run, samples in flight finish and are stored; the rest stays for ``--resume``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +44,11 @@ from clinjudge.personas import load_personas
 from clinjudge.rubrics import Item, Rubric, Shot, render_messages
 from clinjudge.runs import RunStore, SampleKey, workflow_rows
 
-__all__ = ["JUDGE_AGENT", "BatchRunner", "RunTally", "WorkUnit"]
+__all__ = ["JUDGE_AGENT", "BatchRunner", "RunTally", "RunWriteError", "WorkUnit"]
+
+
+class RunWriteError(RuntimeError):
+    """Finished samples could not be written to the run store; the run stopped."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,11 @@ class BatchRunner:
         self._buffered = 0
         self._last_flush = time.monotonic()
         self._writer: asyncio.Task[None] | None = None
+        self._writing: dict[str, list[dict[str, Any]]] = {}
+        self._writing_count = 0
+        self._unwritten: list[tuple[dict[str, list[dict[str, Any]]], int]] = []
+        self.write_failure: BaseException | None = None
+        """The first failed write; once set, no new sample starts."""
         self._on_sample: Callable[[SampleVerdict, float | None], None] = lambda v, c: None
         self._in_flight = 0
         self._started = time.monotonic()
@@ -240,14 +255,35 @@ class BatchRunner:
             reason = (verdict.error or "unknown").split(":")[0]
             self.tally.errors[reason] = self.tally.errors.get(reason, 0) + 1
         self._on_sample(verdict, cost)
+        self._collect_writer()
         due = self._buffered >= self.flush_every or (
             time.monotonic() - self._last_flush >= self.flush_seconds
         )
-        if due and (self._writer is None or self._writer.done()):
+        writer_idle = self._writer is None or self._writer.done()
+        if due and writer_idle and self.write_failure is None:
             # Write in a thread so the event loop keeps serving model calls meanwhile.
+            self._writing_count = self._buffered
+            self._writing = self._take_buffer()
             self._writer = asyncio.create_task(
-                asyncio.to_thread(self.store.write_batch, self._take_buffer())
+                asyncio.to_thread(self.store.write_batch, self._writing)
             )
+
+    def _collect_writer(self) -> None:
+        """Look at a finished background write; keep its batch if it failed."""
+        writer = self._writer
+        if writer is None or not writer.done() or writer.cancelled():
+            return
+        self._writer = None
+        failure = writer.exception()
+        if failure is not None:
+            self._write_failed(failure, self._writing, self._writing_count)
+        self._writing, self._writing_count = {}, 0
+
+    def _write_failed(
+        self, failure: BaseException, batch: dict[str, list[dict[str, Any]]], count: int
+    ) -> None:
+        self.write_failure = self.write_failure or failure
+        self._unwritten.append((batch, count))
 
     def _take_buffer(self) -> dict[str, list[dict[str, Any]]]:
         batch = self._buffer
@@ -256,13 +292,52 @@ class BatchRunner:
         self._last_flush = time.monotonic()
         return batch
 
+    def _pending(self) -> tuple[dict[str, list[dict[str, Any]]], int]:
+        """Every batch not yet written (failed ones first) merged with the buffer."""
+        merged: dict[str, list[dict[str, Any]]] = {}
+        count = self._buffered
+        for batch, batch_count in [*self._unwritten, (self._take_buffer(), 0)]:
+            count += batch_count
+            for table, rows in batch.items():
+                merged.setdefault(table, []).extend(rows)
+        self._unwritten = []
+        return merged, count
+
     def flush(self) -> None:
-        """Write buffered samples in one transaction (synchronously)."""
-        if self._buffered:
-            self.store.write_batch(self._take_buffer())
+        """Write buffered and previously failed samples in one transaction (synchronously).
+
+        Raises:
+            RunWriteError: The write failed again, or an earlier write had failed.
+        """
+        batch, count = self._pending()
+        if count:
+            try:
+                self.store.write_batch(batch)
+            except Exception as exc:  # noqa: BLE001 - any database or OS failure stops the run
+                self.write_failure = self.write_failure or exc
+                raise RunWriteError(self._write_message(count, unwritten=True)) from exc
+        if self.write_failure is not None:
+            raise RunWriteError(self._write_message(count, unwritten=False))
+
+    def _write_message(self, count: int, *, unwritten: bool) -> str:
+        failure = self.write_failure
+        reason = f"{type(failure).__name__}: {failure}" if failure is not None else "unknown"
+        lost = (
+            f"{count} finished samples could not be stored and will be judged again"
+            if unwritten
+            else "every finished sample is stored"
+        )
+        return (
+            f"writing to {self.store.path} failed ({reason}); the run stopped and {lost}. "
+            f"Fix the cause (e.g. free disk space), then continue with: "
+            f"judge run --resume {self.run_id} --db {self.store.path}"
+        )
 
     async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
         while not self.tally.budget_exhausted and self.fatal is None:
+            self._collect_writer()
+            if self.write_failure is not None:
+                return
             try:
                 unit = queue.get_nowait()
             except asyncio.QueueEmpty:
@@ -323,9 +398,11 @@ class BatchRunner:
             raise
         finally:
             self.tally.achieved_rpm = self.achieved_rpm()
-            await self._finish_writes()
-            if progress is not None:
-                progress.stop()
+            try:
+                await self._finish_writes()
+            finally:
+                if progress is not None:
+                    progress.stop()
         if self.fatal is not None:
             raise ModelConfigError(
                 f"{self.fatal}; the run stopped sending: fix the API key, model name or endpoint, "
@@ -340,5 +417,9 @@ class BatchRunner:
             try:
                 await asyncio.shield(self._writer)
             except asyncio.CancelledError:
-                await self._writer
+                with contextlib.suppress(Exception):
+                    await self._writer
+            except Exception:  # noqa: BLE001 - collected below with its batch
+                pass
+            self._collect_writer()
         self.flush()

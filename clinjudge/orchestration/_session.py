@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import platform
 import secrets
 import signal
@@ -56,6 +57,8 @@ from clinjudge.runs import (
     read_records,
     validate_records,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class ShotRecord(Item):
@@ -321,6 +324,20 @@ def missing_work(store: RunStore, run_id: str, prepared: PreparedRun) -> list[Wo
     ]
 
 
+def mark_failed(store: RunStore, run_id: str, reason: str) -> None:
+    """Mark a run failed with its reason, if the store still takes writes.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        reason: Why it stopped.
+    """
+    try:
+        store.set_run_status(run_id, "failed", reason=reason[:2000])
+    except Exception as exc:  # noqa: BLE001 - the original error matters more
+        logger.warning("could not mark run %s failed: %s", run_id, exc)
+
+
 async def _run_units(runner: BatchRunner, units: list[WorkUnit]) -> RunTally:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -366,9 +383,9 @@ def execute_run(
     except (KeyboardInterrupt, asyncio.CancelledError):
         store.set_run_status(run_id, "interrupted")
         raise KeyboardInterrupt from None
-    except Exception:
+    except Exception as exc:
         # Finished samples are already stored; the run stays resumable after the fix.
-        store.set_run_status(run_id, "failed")
+        mark_failed(store, run_id, str(exc))
         raise
     if tally.budget_exhausted:
         # Not finalized: the run is resumable and its final scores wait for the missing samples.

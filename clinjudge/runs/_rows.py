@@ -54,6 +54,14 @@ def call_row(
         # A failed attempt costs time too (a hang costs the whole timeout).
         "latency_s": max((now() - started).total_seconds(), 0.0),
     }
+    if fault is not None and fault.usage is not None:
+        # A billed reply that failed (e.g. 200 without choices) still counts its tokens and cost.
+        row.update(
+            prompt_tokens=fault.usage[0],
+            completion_tokens=fault.usage[1],
+            tokens_estimated=False,
+            cost_usd=fault.cost_usd,
+        )
     if outcome is not None:
         row.update(
             prompt_tokens=outcome.prompt_tokens,

@@ -146,6 +146,7 @@ CREATE TABLE IF NOT EXISTS claims (
 -- Databases written by earlier versions gain the newer columns (inserts go by column name).
 ALTER TABLE claims ADD COLUMN IF NOT EXISTS supporting JSON;
 ALTER TABLE items ADD COLUMN IF NOT EXISTS flags JSON;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS status_reason VARCHAR;
 CREATE TABLE IF NOT EXISTS prm_steps (
     run_id VARCHAR,
     item_id VARCHAR,
@@ -327,23 +328,40 @@ class RunStore:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def get_run(self, run_id: str) -> dict[str, Any]:
-        """One run's row; accepts a unique prefix of the run id."""
-        rows = self.query("SELECT * FROM runs WHERE run_id LIKE ? || '%'", [run_id])
+        """One run's row; accepts any unique part of the run id (an exact id always wins)."""
+        rows = self.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            rows = self.query(
+                "SELECT * FROM runs WHERE contains(run_id, ?) ORDER BY run_id", [run_id]
+            )
         if not rows:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         if len(rows) > 1:
-            raise StoreError(f"run id prefix {run_id!r} is ambiguous in {self.path}")
+            shown = ", ".join(r["run_id"] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+            raise StoreError(
+                f"run id {run_id!r} is ambiguous in {self.path}: it matches {shown}"
+            )
         row = rows[0]
         for key in ("rubric_json", "models", "config", "versions"):
             if isinstance(row.get(key), str):
                 row[key] = json.loads(row[key])
         return row
 
-    def set_run_status(self, run_id: str, status: str, *, finished: bool = False) -> None:
-        """Update a run's status (and finish time)."""
+    def set_run_status(
+        self, run_id: str, status: str, *, finished: bool = False, reason: str | None = None
+    ) -> None:
+        """Update a run's status (and finish time).
+
+        Args:
+            run_id: The run.
+            status: New status (running, completed, failed, interrupted, budget_exhausted).
+            finished: Stamp the finish time.
+            reason: Why the run stopped (kept until the next status change).
+        """
         stamp = now()
         with _owner_only_files():
             self.con.execute(
-                "UPDATE runs SET status = ?, updated_at = ?, finished_at = ? WHERE run_id = ?",
-                [status, stamp, stamp if finished else None, run_id],
+                "UPDATE runs SET status = ?, updated_at = ?, finished_at = ?, status_reason = ? "
+                "WHERE run_id = ?",
+                [status, stamp, stamp if finished else None, reason, run_id],
             )

@@ -16,7 +16,7 @@ from autogen_core.models import (
 )
 from autogen_core.tools import FunctionTool
 
-from clinjudge.judges import LiteLLMChatCompletionClient
+from clinjudge.judges import LiteLLMChatCompletionClient, ProviderFault
 from clinjudge.judges._base_client import openai_result, to_openai_messages
 
 
@@ -61,8 +61,9 @@ def test_openai_result_turns_tool_calls_into_function_calls() -> None:
     ]
     assert result.thought == "Checking the PRM first."
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (30, 9)
-    with pytest.raises(ValueError, match="no choices"):
-        openai_result({"choices": []})
+    with pytest.raises(ProviderFault, match="no choices") as caught:
+        openai_result({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}})
+    assert caught.value.usage == (12, 3) and caught.value.retryable
 
 
 def test_tool_round_trip_history_is_valid_openai_chat() -> None:

@@ -334,7 +334,12 @@ def test_fault_mix_loses_and_duplicates_nothing(pdsqi9, tmp_path):
     assert sum(c["finish_reason"] == "length" for c in ok_calls) == injected["truncated"]
     assert all(c["prompt_tokens"] > 0 and c["latency_s"] > 0 for c in ok_calls)
     assert all(c["error"] is None for c in ok_calls)
-    assert all(c["prompt_tokens"] is None for c in calls if c["status"] == "error")
+    # Only a billed reply (200 without choices) carries tokens among the failed attempts.
+    failed_calls = [c for c in calls if c["status"] == "error"]
+    billed = [c for c in failed_calls if c["error"].endswith("no choices")]
+    assert len(billed) == injected["empty_choices"]
+    assert all(c["prompt_tokens"] >= 1 for c in billed)
+    assert all(c["prompt_tokens"] is None for c in failed_calls if c not in billed)
 
     # Forced items end as predicted.
     turns = transcripts(store, run_id)

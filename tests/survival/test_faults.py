@@ -115,7 +115,13 @@ def assert_calls_match_server(store: RunStore, run_id: str, plan: SeededFaults, 
     answered = [i for i, kind in plan.injected.items() if kind in ANSWERED]
     assert len(ok) == len(answered)
     assert all(c["error"] for c in failed)
-    assert all(c["prompt_tokens"] is None and c["cost_usd"] is None for c in failed)
+    # A reply without choices is billed: its usage is kept; no other failure carries tokens.
+    billed = [c for c in failed if c["error"].endswith("no choices")]
+    assert len(billed) == Counter(plan.injected.values())["empty_choices"]
+    assert all(c["prompt_tokens"] >= 1 for c in billed)
+    assert all(
+        c["prompt_tokens"] is None and c["cost_usd"] is None for c in failed if c not in billed
+    )
     # Tokens come from the provider's usage, exactly as billed, for every successful attempt.
     assert all(c["prompt_tokens"] >= 1 and c["completion_tokens"] >= 1 for c in ok)
     assert not any(c["tokens_estimated"] for c in ok)
