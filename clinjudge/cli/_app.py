@@ -10,6 +10,7 @@ from clinjudge.cli._audit import audit_command
 from clinjudge.cli._db import db_app
 from clinjudge.cli._persona import persona_app
 from clinjudge.cli._prm import prm_app
+from clinjudge.cli._quiet import configure_verbose
 from clinjudge.cli._ratings import ratings_app
 from clinjudge.cli._rubric import rubric_app
 from clinjudge.cli._run import run_command
@@ -47,5 +48,12 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Show debug logs on stderr, including what libraries print (hidden otherwise).",
+    ),
 ) -> None:
     """Judge AI-written clinical text with LLMs and store every judgment in DuckDB."""
+    configure_verbose(verbose)

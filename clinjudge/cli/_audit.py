@@ -28,6 +28,7 @@ from clinjudge.cli._options import (
     SamplesOption,
     ShardOption,
 )
+from clinjudge.cli._outcome import AllowFailuresOption, exit_on_failures, parse_allow_failures
 from clinjudge.cli._run import _finish, _merge, _print_estimate, prm_settings
 from clinjudge.judges import ModelConfigError, draw_shots
 from clinjudge.orchestration import (
@@ -40,6 +41,7 @@ from clinjudge.orchestration import (
     estimate_run,
     load_config_file,
     load_shot_pool,
+    workflow_for,
 )
 from clinjudge.personas import PersonaError, load_personas
 from clinjudge.rubrics import RubricError, load_rubric
@@ -51,6 +53,7 @@ from clinjudge.runs import (
     audit_for_run,
     load_audit_items,
     parse_flag_rule,
+    run_counts,
     write_audit_report,
 )
 
@@ -186,10 +189,12 @@ def audit_command(
     ] = False,
     db: DbOption = None,
     progress: ProgressOption = True,
+    allow_failures: AllowFailuresOption = "0",
 ) -> None:
     """Audit several vendors on the same encounters: one run, then per-vendor statistics,
     paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id."""
     rules = list(flag) if flag else None
+    parse_allow_failures(allow_failures)
     try:
         if run:
             if data:
@@ -231,7 +236,8 @@ def audit_command(
             run_id = create_run(store, prepared)
         (sys.stderr if as_json else sys.stdout).write(run_id + "\n")
         sys.stdout.flush()
-        _finish(run_config.db, run_id, prepared, progress)
+        # The exit code rule applies after the analysis (failed items still get reported).
+        _finish(run_config.db, run_id, prepared, progress, allow_failures=None)
         if run_config.shard:
             console.print(
                 f"[yellow]shard {run_config.shard}: the statistics below cover this shard only.[/] "
@@ -239,6 +245,9 @@ def audit_command(
                 f"`judge audit --run {run_id} --db ALL.duckdb` for the whole audit."
             )
         _analyse(run_config.db, run_id, rules, boot, run_config.seed, out, as_json)
+        with open_store(run_config.db, read_only=True) as store:
+            agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
+            exit_on_failures(run_counts(store, run_id, agent), allow_failures)
     except (
         ConfigError,
         RubricError,

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
 from clinjudge.cli._doclens_view import doclens_table
+from clinjudge.cli._outcome import deciding_agent
 from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
@@ -21,6 +22,7 @@ from clinjudge.runs import (
     doclens_report,
     export_run,
     list_runs,
+    run_counts,
     run_summary,
 )
 
@@ -98,6 +100,16 @@ def _by_agent_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _models_table(models: dict[str, Any]) -> Table:
+    """Which model each role or agent used."""
+    table = Table(title="models")
+    table.add_column("role or agent")
+    table.add_column("model")
+    for role, model in models.items():
+        table.add_row(escape(str(role)), escape(str(model)))
+    return table
+
+
 @runs_app.command("show")
 def show_command(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
@@ -109,8 +121,18 @@ def show_command(
         try:
             summary = run_summary(store, run_id)
             doclens = doclens_report(store, run_id)
+            agent = deciding_agent(summary["mode"])
+            counts = run_counts(store, summary["run_id"], agent) if agent else None
         except StoreError as exc:
             fail(str(exc), EXIT_USAGE)
+    if counts is not None:
+        # One definition everywhere: a sample is an (item, sample) of the deciding agent.
+        summary["samples_ok"] = counts.samples_ok
+        summary["samples_failed"] = counts.samples_failed
+        summary["top_errors"] = [
+            {"error": f"{f.reason}: {f.first_error}", "class": f.reason, "n": f.count}
+            for f in counts.failures
+        ]
     if summary["simulated"]:
         summary["notice"] = SIMULATED_NOTICE
     if doclens is not None:
@@ -120,15 +142,17 @@ def show_command(
         return
     table = Table(title=f"run {summary['run_id']}", show_header=False)
     for key, value in summary.items():
-        if key not in ("top_errors", "by_agent", "flagged_items", "doclens"):
-            table.add_row(key, _fmt(value))
+        if key not in ("top_errors", "by_agent", "flagged_items", "doclens", "models"):
+            table.add_row(key, escape(_fmt(value)))
     stdout.print(table)
+    stdout.print(_models_table(summary.get("models") or {}))
     if summary.get("by_agent"):
         stdout.print(_by_agent_table(summary["by_agent"]))
     if doclens is not None:
         stdout.print(doclens_table(doclens))
     for error in summary["top_errors"]:
-        stdout.print(f"  {error['n']} x {error['error']}")
+        first = " ".join(str(error["error"]).split())
+        stdout.print(f"  failed: {error['n']} x {escape(first[:200])}", soft_wrap=True)
     flagged = summary.get("flagged_items") or []
     if flagged:
         stdout.print(f"{len(flagged)} item(s) with text addressing the judge (items.flags):")

@@ -52,6 +52,15 @@ from clinjudge.runs._inputs import (
     read_records,
     validate_records,
 )
+from clinjudge.runs._manage import (
+    FailureClass,
+    RunCounts,
+    delete_run,
+    failure_classes,
+    rename_run,
+    run_counts,
+    runs_overview,
+)
 from clinjudge.runs._merge import MergeSummary, TableMerge, merge_databases
 from clinjudge.runs._ratings import (
     HumanRating,
@@ -86,6 +95,13 @@ from clinjudge.runs._stats import (
 from clinjudge.runs._store import DEFAULT_DB, FINAL_SAMPLE, RunStore, StoreError, now
 
 __all__ = [
+    "FailureClass",
+    "RunCounts",
+    "delete_run",
+    "failure_classes",
+    "rename_run",
+    "run_counts",
+    "runs_overview",
     "EXPORT_TABLES",
     "Tally",
     "citation_tallies",

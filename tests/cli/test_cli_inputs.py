@@ -297,7 +297,7 @@ def test_resume_of_finished_run_does_nothing_more(items_file: Path, db_path: Pat
     again = invoke("run", "--resume", run_id[:17], "--db", str(db_path), "--no-progress")
     assert again.exit_code == 0, again.stderr
     assert again.stdout.strip() == run_id
-    assert "0 samples ok" in again.stderr
+    assert "already complete" in again.stderr
     assert query(db_path, "SELECT * FROM judgments ORDER BY ALL") == before
     assert scalar(db_path, "SELECT status FROM runs") == "completed"
 

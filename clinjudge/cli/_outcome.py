@@ -1,0 +1,116 @@
+"""How a run ended: the summary lines and the exit code rule of `judge run` and `judge audit`.
+
+Exit code rule: 1 when any item ends without a valid final judgment (all its samples failed, or
+it was never finished), unless ``--allow-failures`` allows that many: ``N`` items, or ``P%`` of
+the run's items (rounded down).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from clinjudge.cli._common import EXIT_USAGE, console, fail
+from clinjudge.runs import RunCounts
+
+ALLOW_FAILURES_HELP = (
+    "Items allowed to end without a valid final judgment before the exit code is 1: N items "
+    "or P% of the items (e.g. 5 or 10%)."
+)
+AllowFailuresOption = Annotated[
+    str, typer.Option(help=ALLOW_FAILURES_HELP, rich_help_panel="Budget and limits")
+]
+
+_DETAIL_CHARS = 200
+
+
+def deciding_agent(mode: str) -> str | None:
+    """The agent whose verdicts are a run's samples (None for runs without judge samples)."""
+    from clinjudge.orchestration import workflow_for
+
+    try:
+        return workflow_for(mode)[0]
+    except ValueError:  # e.g. `judge prm` scoring runs
+        return None
+
+
+def parse_allow_failures(spec: str) -> tuple[int | None, float | None]:
+    """``N`` or ``P%`` as (count, percent); exits with a usage error otherwise.
+
+    Args:
+        spec: The flag's text.
+    """
+    text = spec.strip()
+    try:
+        if text.endswith("%"):
+            percent = float(text[:-1])
+            if not 0 <= percent <= 100:
+                raise ValueError
+            return None, percent
+        count = int(text)
+        if count < 0:
+            raise ValueError
+        return count, None
+    except ValueError:
+        fail(f"--allow-failures {spec!r}: expected a count N >= 0 or a percentage P%", EXIT_USAGE)
+
+
+def allowed_failures(spec: str, items: int) -> int:
+    """How many items may fail under ``--allow-failures``.
+
+    Args:
+        spec: The flag's text.
+        items: Items in the run.
+    """
+    count, percent = parse_allow_failures(spec)
+    if count is not None:
+        return count
+    assert percent is not None
+    return math.floor(items * percent / 100 + 1e-9)
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _DETAIL_CHARS else flat[: _DETAIL_CHARS - 1] + "…"
+
+
+def print_outcome(counts: RunCounts, cost: str) -> None:
+    """The end-of-run summary on stderr: samples, items, calls, cost, first reason per class.
+
+    Args:
+        counts: The run's counts.
+        cost: Cost text of the run.
+    """
+    console.print(
+        f"run {counts.run_id}: {counts.samples_ok} samples ok, {counts.samples_failed} failed "
+        f"of {counts.samples_expected}; {counts.items_ok} of {counts.items} items with a valid "
+        f"final judgment; {counts.calls} model calls; cost {cost}",
+        soft_wrap=True,
+    )
+    for failure in counts.failures[:8]:
+        console.print(
+            f"  failed: {failure.count} x {escape(failure.reason)} (first: "
+            f"{escape(_one_line(failure.first_error))})",
+            soft_wrap=True,
+        )
+
+
+def exit_on_failures(counts: RunCounts, spec: str) -> None:
+    """Exit 1 when more items failed than ``--allow-failures`` allows.
+
+    Args:
+        counts: The run's counts.
+        spec: The ``--allow-failures`` text.
+    """
+    failing = counts.items_without_valid_final
+    allowed = allowed_failures(spec, counts.items)
+    if failing > allowed:
+        console.print(
+            f"[bold red]{failing} of {counts.items} item(s) ended without a valid final "
+            f"judgment[/] (allowed: {allowed}; see --allow-failures): exit code 1",
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)

@@ -1,0 +1,112 @@
+"""Keep third-party chatter off the terminal: stdout holds the run id, stderr our own messages.
+
+Libraries under the runner print to stdout (litellm's red provider list, its "Give Feedback"
+banner), log warnings through Python logging, or raise warnings. While a run executes, all of
+that goes to the ``clinjudge.thirdparty`` logger at debug level; ``judge --verbose`` shows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import warnings
+from collections.abc import Iterator
+
+log = logging.getLogger("clinjudge.thirdparty")
+
+# Loggers of libraries the runner calls; they log provider faults we already record per call.
+_NOISY_LOGGERS = (
+    "LiteLLM",
+    "LiteLLM Router",
+    "LiteLLM Proxy",
+    "litellm",
+    "httpx",
+    "httpcore",
+    "openai",
+    "autogen_core",
+    "autogen_agentchat",
+    "autogen_ext",
+    "aiohttp",
+    "asyncio",
+)
+
+
+class _DebugWriter(io.TextIOBase):
+    """A text stream whose complete lines become debug records."""
+
+    def __init__(self, stream_name: str) -> None:
+        self._name = stream_name
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            if line.strip():
+                log.debug("%s: %s", self._name, line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending.strip():
+            log.debug("%s: %s", self._name, self._pending)
+        self._pending = ""
+
+
+class _ToDebug(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        log.debug("%s: %s", record.name, record.getMessage())
+
+
+def _silence_litellm() -> None:
+    """litellm prints its provider list and help banners unless told not to."""
+    module = sys.modules.get("litellm")
+    if module is not None:
+        module.suppress_debug_info = True
+        module.set_verbose = False
+
+
+@contextlib.contextmanager
+def third_party_quiet() -> Iterator[None]:
+    """Route third-party prints, log records and warnings to debug logging meanwhile."""
+    handler = _ToDebug()
+    saved: list[tuple[logging.Logger, list[logging.Handler], bool]] = []
+    for name in _NOISY_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, list(logger.handlers), logger.propagate))
+        logger.handlers = [handler]
+        logger.propagate = False
+    writer = _DebugWriter("stdout")
+    _silence_litellm()
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = lambda message, category, *_a, **_k: log.debug(
+                "%s: %s", category.__name__, message
+            )
+            with contextlib.redirect_stdout(writer):
+                yield
+    finally:
+        writer.flush()
+        _silence_litellm()
+        for logger, handlers, propagate in saved:
+            logger.handlers = handlers
+            logger.propagate = propagate
+
+
+def configure_verbose(verbose: bool) -> None:
+    """Show clinjudge's debug log (third-party chatter included) on stderr.
+
+    Args:
+        verbose: Whether ``--verbose`` was given.
+    """
+    if not verbose:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("clinjudge")
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
