@@ -48,7 +48,7 @@ FormatFileOpt = Annotated[
 ]
 SegmentOpt = Annotated[
     str | None,
-    typer.Option(help="Split `text` as chain, note or lines (default: the preset's)."),
+    typer.Option(help="Split `text` as medprm, chain, note or lines (default: the preset's)."),
 ]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option(help="auto (bf16 on GPU, fp32 on CPU), bfloat16, ...")]
@@ -104,8 +104,8 @@ def _chains(opts: _Options, fmt: Any, path: Path, *, need_labels: bool = False):
     from clinjudge.prm_bridge._inputs import load_chains
 
     segment = opts.segment or fmt.segmenter
-    if segment not in ("chain", "note", "lines"):
-        fail(f"--segment {segment!r}: choose chain, note or lines", EXIT_USAGE)
+    if segment not in ("medprm", "chain", "note", "lines"):
+        fail(f"--segment {segment!r}: choose medprm, chain, note or lines", EXIT_USAGE)
     try:
         return load_chains(path, segment, need_labels=need_labels)  # type: ignore[arg-type]
     except InputError as exc:

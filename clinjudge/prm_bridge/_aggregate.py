@@ -1,7 +1,9 @@
 """Candidate-level scores from step scores, and best-of-n selection.
 
-``product`` is the sum of log step scores (each floored at 1e-10), i.e. the log of the product,
-as in the clinical-note PRM; ``min`` is Med-PRM's best-of-n rule and ``last`` its outcome score.
+``product`` is the sum of log step scores, i.e. the log of the product, as in the clinical-note
+PRM's note-level score: a score that is not positive counts as 1e-10 there, and only such a
+score (a positive score below 1e-10 keeps its own log); ``min`` is Med-PRM's best-of-n rule and
+``last`` its outcome score.
 Steps without a score (cut by truncation) are left out.
 """
 
@@ -31,7 +33,7 @@ LOG_FLOOR = 1e-10
 
 
 def _log(p: float) -> float:
-    return math.log(max(p, LOG_FLOOR))
+    return math.log(p) if p > 0 else math.log(LOG_FLOOR)
 
 
 def aggregate(scores: Sequence[float | None], how: str, threshold: float = DEFAULT_THRESHOLD):

@@ -3,12 +3,13 @@
 A record is ``{id, candidate?, text | steps | note, question?, documents?, labels?,
 error_types?}``:
 
-* ``text``: free text, split by the segmenter (``chain``, ``note`` or ``lines``);
+* ``text``: free text, split by the segmenter (``medprm``, ``chain``, ``note`` or ``lines``);
 * ``steps``: pre-segmented steps, each a string or ``{text, kind?, label?, error_type?}``;
 * ``note``: an A&P note in the clinical-note PRM's JSON schema (``Problems`` ...). A record
   that *is* such a note (``Problems``, ``Dialogue``, ``Case_id``) is read as one as well.
 
 ``question`` (also ``dialogue`` or ``context``) is the text the PRM reads before the steps.
+A record with a ``documents`` field (even an empty list) is scored in document-grounded mode.
 Labels are 1 (correct) or 0 (erroneous); ``+``/``-`` and true/false are accepted.
 """
 
@@ -34,13 +35,15 @@ from clinjudge.prm_bridge._segment import (
     label_value,
     split_chain,
     split_lines,
+    split_medprm,
     split_note,
     steps_from_note_json,
     strip_step_prefix,
 )
 from clinjudge.runs import InputError, read_records, validate_records
 
-Segmenter = Literal["chain", "note", "lines"]
+Segmenter = Literal["medprm", "chain", "note", "lines"]
+SEGMENTERS: tuple[str, ...] = ("medprm", "chain", "note", "lines")
 
 
 class StepInput(BaseModel):
@@ -91,7 +94,7 @@ class PRMRecord(BaseModel):
     question: str = Field(
         default="", validation_alias=AliasChoices("question", "dialogue", "context")
     )
-    documents: list[str] = Field(default_factory=list)
+    documents: list[str] | None = None
     labels: list[int | None] | None = None
     error_types: list[str | None] | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -149,6 +152,8 @@ def _steps_of(record: PRMRecord, segmenter: Segmenter) -> tuple[str, list[Step]]
     assert record.text is not None
     if segmenter == "note":
         return "", split_note(record.text)
+    if segmenter == "medprm":
+        return split_medprm(record.text)
     if segmenter == "lines":
         return "", [Step(text=strip_step_prefix(t)) for t in split_lines(record.text)]
     preamble, texts = split_chain(record.text)
@@ -189,7 +194,8 @@ def record_chain(
         steps=steps,
         preamble=preamble,
         question=record.question,
-        documents=record.documents,
+        documents=record.documents or [],
+        rag=True if record.documents is not None else None,
     )
 
 
@@ -245,11 +251,19 @@ def chain_from_text(
 ) -> Chain:
     """A chain from free text (the judged item's summary, for instance).
 
+    Args:
+        item_id: The item's id.
+        text: The text to segment.
+        segmenter: How to split it.
+        candidate: Candidate name.
+        question: Text the PRM reads first.
+        documents: Retrieved documents; given (even empty) means document-grounded mode.
+
     Raises:
         ValueError: No steps were found.
     """
     record = PRMRecord(
-        id=item_id, candidate=candidate, text=text, question=question, documents=documents or []
+        id=item_id, candidate=candidate, text=text, question=question, documents=documents
     )
     problems: list[str] = []
     chain = record_chain(item_id, record, segmenter, 1, problems)

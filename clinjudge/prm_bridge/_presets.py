@@ -73,8 +73,10 @@ class PRMFormat(BaseModel):
         max_length: Most tokens per input; None means the model's limit.
         truncation: Over ``max_length``: ``error`` (the candidate fails), ``context`` (cut the
             question/dialogue from its start), ``steps`` (drop the last steps).
-        segmenter: Default segmentation of free text: ``chain`` (``Step n:`` or lines), ``note``
-            (assessment-and-plan problems and sentences) or ``lines``.
+        segmenter: Default segmentation of free text: ``medprm`` (Med-PRM's own split, steps
+            kept as written), ``chain`` (``Step n:`` or lines, steps rebuilt by
+            ``step_format``), ``note`` (assessment-and-plan problems and sentences) or
+            ``lines``.
         vllm_plus_index: Column of P('+') in rows returned by a vLLM pooling server.
         aggregate: Default candidate-level score for best-of-n.
     """
@@ -105,7 +107,7 @@ class PRMFormat(BaseModel):
     add_special_tokens: bool = True
     max_length: int | None = Field(default=None, gt=0)
     truncation: Literal["error", "context", "steps"] = "context"
-    segmenter: Literal["chain", "note", "lines"] = "chain"
+    segmenter: Literal["medprm", "chain", "note", "lines"] = "chain"
     vllm_plus_index: int = Field(default=0, ge=0)
     aggregate: Literal[
         "product", "min", "last", "mean", "geomean", "median", "max", "sum", "threshold"
@@ -189,7 +191,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "document_format": "Document {n}: {text}\n\n",
         "document_budget": 3072,
         "max_length": None,
-        "segmenter": "chain",
+        "segmenter": "medprm",
     },
     # PRM-Clinic (hanyin88/prm-clinic): Llama-3 reserved tokens as step-kind markers and label
     # slot; P('+') is the full-vocabulary softmax at the kind token; raw text with BOS.

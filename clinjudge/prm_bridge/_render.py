@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clinjudge.prm_bridge._presets import PRMFormat
-from clinjudge.prm_bridge._segment import Chain
+from clinjudge.prm_bridge._segment import Chain, Step
 
 CONTEXT_CUT_MARK = "..."
 
@@ -72,6 +72,16 @@ def sanitise(text: str, reserved: list[str], where: str, warnings: list[str]) ->
     return text
 
 
+def _step_body(fmt: PRMFormat, step: Step, n: int, reserved: list[str], warnings: list[str]):
+    """One step's text before its marker: as prepared (``raw``) or rebuilt by ``step_format``."""
+    if step.raw is not None:
+        return sanitise(step.raw, reserved, f"step {n}", warnings).strip()
+    text = sanitise(step.text, reserved, f"step {n}", warnings).strip()
+    if fmt.newlines_to_spaces:
+        text = text.replace("\n", " ")
+    return fmt.step_format.format(n=n, text=text) if text or step.kind == "step" else ""
+
+
 def _solution(
     fmt: PRMFormat, chain: Chain, warnings: list[str]
 ) -> tuple[str, list[tuple[int, int]]]:
@@ -84,10 +94,7 @@ def _solution(
         pieces.append(pre.replace("\n", " ") if fmt.newlines_to_spaces else pre)
         length = len(pieces[0])
     for n, step in enumerate(chain.steps, start=1):
-        text = sanitise(step.text, reserved, f"step {n}", warnings).strip()
-        if fmt.newlines_to_spaces:
-            text = text.replace("\n", " ")
-        body = fmt.step_format.format(n=n, text=text) if text or step.kind == "step" else ""
+        body = _step_body(fmt, step, n, reserved, warnings)
         if pieces:
             pieces.append(fmt.joiner)
             length += len(fmt.joiner)
@@ -133,7 +140,7 @@ def render(
     content = head + solution + tail
     base = len(head)
     if fmt.template == "chat":
-        text, offset = _chat(fmt, tokenizer, content, bool(docs), _label(chain))
+        text, offset = _chat(fmt, tokenizer, content, chain.grounded, _label(chain))
         base += offset
     else:
         text = content
@@ -141,13 +148,15 @@ def render(
     return Rendered(text=text, spans=shifted, documents_kept=len(docs)), warnings
 
 
-def _chat(fmt: PRMFormat, tokenizer: Any, content: str, has_docs: bool, label: str):
+def _chat(fmt: PRMFormat, tokenizer: Any, content: str, grounded: bool, label: str):
+    # The system prompt follows the mode (documents given), not what survived the budget:
+    # Med-PRM picks its RAG prompt for the whole run, even for an empty document block.
     if not getattr(tokenizer, "chat_template", None):
         raise PRMInputError(
             f"{label}: format {fmt.name!r} uses a chat template but the tokenizer has none; "
             "use a checkpoint with a chat template or --set template=raw"
         )
-    system = fmt.system_prompt_documents if has_docs and fmt.system_prompt_documents else None
+    system = fmt.system_prompt_documents if grounded and fmt.system_prompt_documents else None
     system = system if system is not None else fmt.system_prompt
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": content}

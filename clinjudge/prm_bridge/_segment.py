@@ -1,7 +1,9 @@
 """Split text into PRM steps: reasoning chains and assessment-and-plan (A&P) notes.
 
 Chains follow Med-PRM: ``Step n:`` (optionally ``## Step n:``) starts a step and text before the
-first one is an untagged preamble; without such markers every non-empty line is a step.
+first one is an untagged preamble; without such markers every non-empty line is a step. The
+``medprm`` segmenter is Med-PRM's own split: each step keeps its text as written (its own
+``Step n:`` label, spacing and number; empty steps stay), and text without markers is one step.
 
 Notes follow the clinical-note PRM's step scheme: every problem description is a step, every
 sentence under it is a step, then a problem-completeness step; after the last problem a
@@ -26,12 +28,15 @@ class Step(BaseModel):
         kind: What the step is (``step`` for reasoning chains).
         label: Gold label, 1 correct and 0 erroneous, when known.
         error_type: Gold error type of an erroneous step, when known.
+        raw: The step's text exactly as it is to be rendered, its own ``Step n:`` label
+            included (the ``medprm`` segmenter); formats use it instead of ``step_format``.
     """
 
     text: str = ""
     kind: StepKind = "step"
     label: int | None = Field(default=None, ge=0, le=1)
     error_type: str | None = None
+    raw: str | None = None
 
 
 class Chain(BaseModel):
@@ -44,6 +49,8 @@ class Chain(BaseModel):
         preamble: Text before the first step, rendered without a tag.
         question: The question (Med-PRM) or the dialogue (PRM-Clinic).
         documents: Retrieved documents (Med-PRM), in order.
+        rag: Document-grounded mode (Med-PRM's RAG system prompt) even when no document is
+            kept; None means: when there are documents.
     """
 
     id: str
@@ -52,6 +59,12 @@ class Chain(BaseModel):
     preamble: str = ""
     question: str = ""
     documents: list[str] = Field(default_factory=list)
+    rag: bool | None = None
+
+    @property
+    def grounded(self) -> bool:
+        """Whether the chain is scored in document-grounded (RAG) mode."""
+        return self.rag if self.rag is not None else bool(self.documents)
 
 
 _STEP_MARK = re.compile(r"(?:## )?Step \d+:")
@@ -83,6 +96,30 @@ def split_chain(text: str) -> tuple[str, list[str]]:
         end = following.start() if following else len(text)
         steps.append(text[mark.end() : end].strip())
     return preamble, [s for s in steps if s]
+
+
+def split_medprm(text: str) -> tuple[str, list[Step]]:
+    """(preamble, steps) exactly as Med-PRM prepares a solution before tagging it.
+
+    Newlines become spaces; each step runs from its ``(## )?Step n:`` marker to the next,
+    stripped, with every ``"## "`` removed, and is kept in ``raw`` as it will be rendered (its
+    own label, spacing and number; empty steps stay). Text before the first marker is the
+    untagged preamble; text without markers is one step, as written.
+
+    Args:
+        text: The solution.
+    """
+    flat = text.replace("\n", " ")
+    marks = list(_STEP_MARK.finditer(flat))
+    if not marks:
+        whole = flat.strip()
+        return "", ([Step(text=whole, raw=whole)] if whole else [])
+    steps = []
+    for mark, following in zip(marks, [*marks[1:], None], strict=True):
+        chunk = flat[mark.start() : following.start() if following else len(flat)]
+        raw = chunk.strip().replace("## ", "")
+        steps.append(Step(text=strip_step_prefix(raw), raw=raw))
+    return flat[: marks[0].start()].strip(), steps
 
 
 # -- A&P notes -------------------------------------------------------------------------------

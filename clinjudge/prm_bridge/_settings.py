@@ -32,7 +32,7 @@ class PRMRunSettings(BaseModel):
     model: str = Field(min_length=1)
     preset: str = "medprm"
     overrides: dict[str, Any] = Field(default_factory=dict)
-    segmenter: Literal["chain", "note", "lines"] | None = None
+    segmenter: Literal["medprm", "chain", "note", "lines"] | None = None
     threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0.0, le=1.0)
     device: str = "auto"
     dtype: str = "auto"

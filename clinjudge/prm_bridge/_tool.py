@@ -115,18 +115,22 @@ class PRMEvidence(BaseModel):
     n_tokens: int = 0
 
 
-def item_context(item: Item) -> tuple[str, list[str]]:
+def item_context(item: Item) -> tuple[str, list[str] | None]:
     """(question or dialogue, documents) the PRM reads before an item's summary.
 
     ``meta.question`` (or ``meta.dialogue``) wins; otherwise the source notes, in order.
-    ``meta.documents`` are retrieved documents (Med-PRM).
+    ``meta.documents`` are retrieved documents (Med-PRM); None when the item gives none.
     """
     meta = item.meta or {}
     question = meta.get("question") or meta.get("dialogue")
     if not isinstance(question, str):
         question = "\n\n".join(note.text for note in item.notes)
-    documents = meta.get("documents") or []
-    return question, [str(d) for d in documents] if isinstance(documents, list) else []
+    documents = meta.get("documents")
+    if documents is None:
+        return question, None
+    return question, [str(d) for d in documents] if isinstance(documents, list) else [
+        str(documents)
+    ]
 
 
 def score_text(

@@ -46,7 +46,7 @@ def test_score_json_and_store(exact, tmp_path, db_path):
         ("q1", "long", 3),
         ("q1", "short", 1),
         ("q1", "short2", 1),
-        ("q2", "1", 2),
+        ("q2", "1", 1),  # Med-PRM: text without `Step n:` markers is one step
     ]
     first = results[0]
     assert [s["text"] for s in first["steps"]] == ["a.", "b.", "c."]
@@ -62,7 +62,7 @@ def test_score_json_and_store(exact, tmp_path, db_path):
         "WHERE run_id = ? ORDER BY item_id, candidate, step",
         [run_id],
     )
-    assert len(rows) == 7 and rows[0][:4] == ("q1", "long", 1, "step")
+    assert len(rows) == 6 and rows[0][:4] == ("q1", "long", 1, "step")
     assert rows[0][4] == pytest.approx(p, abs=1e-6) and rows[0][5] is True
     calls = query(
         db_path,
@@ -187,7 +187,7 @@ def test_prm_runs_export_steps_and_refuse_judgment_commands(exact, tmp_path, db_
                       "--db", str(db_path))  # fmt: skip
     assert exported.exit_code == 0, exported.stderr
     steps = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(steps) == 3 + 1 + 1 + 2
+    assert len(steps) == 3 + 1 + 1 + 1
     assert steps[0]["score"] == pytest.approx(p, abs=1e-6)
     judgments = invoke("export", run_id, "--out", str(tmp_path / "j.jsonl"), "--db", str(db_path))
     assert judgments.exit_code == 2 and "--table prm_steps" in judgments.stderr
