@@ -16,11 +16,11 @@ from clinjudge.cli._outcome import deciding_agent
 from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
-    EXPORT_FORMATS,
     EXPORT_TABLES,
     StoreError,
     doclens_report,
     export_run,
+    infer_format,
     list_runs,
     run_counts,
     run_summary,
@@ -162,31 +162,52 @@ def show_command(
 
 
 def export_command(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
-    out: Annotated[Path, typer.Option(help="Output file.")],
-    fmt: Annotated[str, typer.Option("--format", help="jsonl, csv or parquet.")] = "jsonl",
+    run_id: Annotated[str, typer.Argument(help="Run id or any unique part of it.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Output file; its ending picks the format: .jsonl/.ndjson/.json, .csv, "
+            ".parquet/.pq."
+        ),
+    ],
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="jsonl, csv or parquet; needed only when the ending names no format, and it "
+            "must agree with the ending.",
+            show_default="from the file name",
+        ),
+    ] = None,
     db: DbOption = str(DEFAULT_DB),
     table: Annotated[
         str,
         typer.Option(
-            help="judgments; DocLens runs also: claims (every claim and verdict) or doclens "
-            "(pooled scores per section); prm_steps (PRM step scores of `judge prm` runs and "
-            "runs with --prm)."
+            help="judgments; transcripts (every message: item, sample, agent, round, text); "
+            "DocLens runs also: claims (every claim and verdict) or doclens (pooled scores per "
+            "section); prm_steps (PRM step scores of `judge prm` runs and runs with --prm)."
         ),
     ] = "judgments",
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the output file if it exists.")
+    ] = False,
 ) -> None:
-    """Export judgments (one row per item_id, sample, agent, attribute), DocLens claims or
-    scores, or PRM steps."""
-    if fmt not in EXPORT_FORMATS:
-        fail(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}", EXIT_USAGE)
+    """Export judgments (one row per item_id, sample, agent, attribute), discussions, DocLens
+    claims or scores, or PRM steps; the file appears only once it is complete."""
+    try:
+        fmt = infer_format(out, fmt)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
     if table not in EXPORT_TABLES:
         fail(f"unknown table {table!r}; choose one of {', '.join(EXPORT_TABLES)}", EXIT_USAGE)
+    if out.exists() and not force:
+        fail(f"{out} exists; pass --force to replace it", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
         try:
             count = export_run(store, run_id, out, fmt, table)
             simulated = bool(store.get_run(run_id)["simulated"])
         except StoreError as exc:
             fail(str(exc), EXIT_USAGE)
-    console.print(f"wrote {count} rows to {out}")
+    console.print(f"wrote {count} rows to {escape(str(out))} ({fmt})")
     if simulated:
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/] (column 'simulated' is true)")

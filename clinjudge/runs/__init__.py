@@ -43,7 +43,7 @@ from clinjudge.runs._doclens_metrics import (
     counted_citations,
 )
 from clinjudge.runs._doclens_report import doclens_report, is_claims_run, pooled_scores
-from clinjudge.runs._export import EXPORT_FORMATS, EXPORT_TABLES, export_run
+from clinjudge.runs._export import EXPORT_FORMATS, EXPORT_TABLES, export_run, infer_format
 from clinjudge.runs._html_report import ReportFiles, render_report, write_report
 from clinjudge.runs._inputs import (
     InputError,
@@ -160,6 +160,7 @@ __all__ = [
     "cohen_kappa",
     "compare_runs",
     "export_run",
+    "infer_format",
     "final_rows",
     "finalize_run",
     "fleiss_kappa",

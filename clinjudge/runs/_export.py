@@ -1,5 +1,5 @@
-"""Export a run's judgments (one row per item, sample, agent, attribute), its DocLens claims or
-pooled scores, or its PRM steps, to JSONL, CSV or Parquet."""
+"""Export a run's judgments (one row per item, sample, agent, attribute), its discussions, its
+DocLens claims or pooled scores, or its PRM steps, to JSONL, CSV or Parquet."""
 
 from __future__ import annotations
 
@@ -10,7 +10,17 @@ from typing import Any
 from clinjudge.runs._store import RunStore, StoreError
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
-EXPORT_TABLES = ("judgments", "claims", "doclens", "prm_steps")
+EXPORT_TABLES = ("judgments", "transcripts", "claims", "doclens", "prm_steps")
+
+# File name endings that name a format; anything else needs an explicit format.
+FORMAT_BY_SUFFIX = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 
 _COPY_OPTIONS = {
     "jsonl": "FORMAT json",
@@ -27,6 +37,21 @@ _JUDGMENTS_QUERY = """
     LEFT JOIN items i ON i.run_id = j.run_id AND i.item_id = j.item_id
     WHERE j.run_id = '{run_id}'
     ORDER BY i.position, j.final, j.sample, j.agent, j.attribute
+"""
+
+# Discussion turns carry a leading label such as "[round 2] " or "[attempt 2, final] " (magentic).
+_LABEL = r"^\[(?:attempt [0-9]+, )?(round [0-9]+|final|briefing|evidence|task)\] "
+_TRANSCRIPTS_QUERY = """
+    SELECT m.run_id, m.item_id, m.sample, m.seq, m.agent, m.role,
+           NULLIF(regexp_extract(m.content, '{label}', 1), '') AS phase,
+           TRY_CAST(NULLIF(regexp_extract(regexp_extract(m.content, '{label}', 1),
+                                          'round ([0-9]+)', 1), '') AS INTEGER) AS round,
+           regexp_replace(m.content, '{label}', '') AS text,
+           r.simulated
+    FROM messages m JOIN runs r USING (run_id)
+    LEFT JOIN items i ON i.run_id = m.run_id AND i.item_id = m.item_id
+    WHERE m.run_id = '{run_id}'
+    ORDER BY i.position, m.sample, m.seq, m.agent
 """
 
 _PRM_STEPS_QUERY = """
@@ -57,6 +82,36 @@ def copy_query(store: RunStore, query: str, out: str | Path, fmt: str) -> None:
         raise
 
 
+def infer_format(out: str | Path, fmt: str | None = None) -> str:
+    """The export format: from ``fmt`` if given, else from the file name's ending.
+
+    Args:
+        out: Output path.
+        fmt: ``jsonl``, ``csv`` or ``parquet``, or None to go by the ending.
+
+    Raises:
+        ValueError: ``fmt`` is unknown, contradicts the ending, or neither names a format.
+    """
+    suffix = Path(out).suffix.lower()
+    by_name = FORMAT_BY_SUFFIX.get(suffix)
+    if fmt is not None:
+        if fmt not in EXPORT_FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+        if by_name is not None and by_name != fmt:
+            raise ValueError(
+                f"{out}: the name ends in {suffix} ({by_name}) but --format is {fmt}; "
+                f"rename the file or drop --format"
+            )
+        return fmt
+    if by_name is None:
+        known = ", ".join(sorted(FORMAT_BY_SUFFIX))
+        raise ValueError(
+            f"{out}: cannot tell the format from the name (known endings: {known}); "
+            "pass --format jsonl, csv or parquet"
+        )
+    return by_name
+
+
 def _count(store: RunStore, table: str, run_id: str) -> int:
     row = store.con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()
     return int(row[0]) if row else 0
@@ -70,14 +125,18 @@ def export_run(
     ``judgments`` columns: run_id, item_id, sample (null on final rows), agent, attribute, value,
     final, status, error, rationale, simulated (true when the scores came from the mock
     provider), item_flags (what in the item's text addresses the judge, as JSON).
+    ``transcripts`` columns: run_id, item_id, sample, seq, agent, role, phase (``round N``,
+    ``final``, ``briefing``, ``evidence`` or ``task`` in magentic discussions), round, text,
+    simulated.
 
     Args:
         store: The run store.
         run_id: Run id or unique prefix.
         out: Output path.
         fmt: ``jsonl``, ``csv`` or ``parquet``.
-        table: ``judgments``; ``claims`` (DocLens claims, statements and verdicts); ``doclens``
-            (pooled DocLens scores per section and total); ``prm_steps`` (PRM step scores, of
+        table: ``judgments``; ``transcripts`` (every message, discussions included);
+            ``claims`` (DocLens claims, statements and verdicts); ``doclens`` (pooled DocLens
+            scores per section and total); ``prm_steps`` (PRM step scores, of
             a ``judge prm`` run or a judge run with ``--prm``).
 
     Returns:
@@ -103,6 +162,10 @@ def export_run(
         copy_query(store, _PRM_STEPS_QUERY.format(run_id=rid), out, fmt)
         return _count(store, "prm_steps", run["run_id"])
     _refuse_prm_run(run)
+    if table == "transcripts":
+        query = _TRANSCRIPTS_QUERY.format(run_id=rid, label=_LABEL)
+        copy_query(store, query, out, fmt)
+        return _count(store, "messages", run["run_id"])
     # A database opened read-only from before items.flags existed has no such column.
     flags = "i.flags" if store.has_column("items", "flags") else "NULL::JSON"
     copy_query(store, _JUDGMENTS_QUERY.format(run_id=rid, item_flags=flags), out, fmt)
