@@ -110,6 +110,18 @@ def _models_table(models: dict[str, Any]) -> Table:
     return table
 
 
+def _gate_coercions(store: Any, run_id: str) -> dict[str, int]:
+    """Per attribute, replies whose score was stored as null because its gate says null."""
+    if not store.has_column("judgments", "raw_value"):
+        return {}
+    rows = store.query(
+        "SELECT attribute, count(*) AS n FROM judgments WHERE run_id = ? "
+        "AND raw_value IS NOT NULL AND value IS NULL GROUP BY attribute ORDER BY attribute",
+        [run_id],
+    )
+    return {r["attribute"]: int(r["n"]) for r in rows}
+
+
 @runs_app.command("show")
 def show_command(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
@@ -123,6 +135,7 @@ def show_command(
             doclens = doclens_report(store, run_id)
             agent = deciding_agent(summary["mode"])
             counts = run_counts(store, summary["run_id"], agent) if agent else None
+            coerced = _gate_coercions(store, summary["run_id"])
         except StoreError as exc:
             fail(str(exc), EXIT_USAGE)
     if counts is not None:
@@ -133,6 +146,9 @@ def show_command(
             {"error": f"{f.reason}: {f.first_error}", "class": f.reason, "n": f.count}
             for f in counts.failures
         ]
+    if coerced:
+        # Scores given where the rubric's gate says null (synthesized with abstraction 0).
+        summary["gate_coerced"] = coerced
     if summary["simulated"]:
         summary["notice"] = SIMULATED_NOTICE
     if doclens is not None:
@@ -142,7 +158,10 @@ def show_command(
         return
     table = Table(title=f"run {summary['run_id']}", show_header=False)
     for key, value in summary.items():
-        if key not in ("top_errors", "by_agent", "flagged_items", "doclens", "models"):
+        if key == "gate_coerced":
+            shown = ", ".join(f"{k} {n}" for k, n in value.items())
+            table.add_row("gate coerced to null", escape(shown))
+        elif key not in ("top_errors", "by_agent", "flagged_items", "doclens", "models"):
             table.add_row(key, escape(_fmt(value)))
     stdout.print(table)
     stdout.print(_models_table(summary.get("models") or {}))

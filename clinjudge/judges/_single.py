@@ -35,6 +35,7 @@ class SampleVerdict:
         error: Why the sample failed.
         raw_text: Last reply text, kept for failed samples.
         transcript: Every turn sent and received, in order.
+        coerced: Scores the judge gave where the rubric's gate says null, stored as null.
     """
 
     status: str
@@ -44,6 +45,7 @@ class SampleVerdict:
     error: str | None = None
     raw_text: str | None = None
     transcript: list[ChatTurn] = field(default_factory=list)
+    coerced: dict[str, int] = field(default_factory=dict)
 
 
 def draw_shots(pool: Sequence[Shot], k: int, *, seed: int, item_id: str, sample: int) -> list[Shot]:
@@ -164,6 +166,7 @@ async def judge_single_sample(
             rationales=parsed.rationales,
             rationale=parsed.rationale,
             transcript=turns,
+            coerced=parsed.coerced,
         )
     assert outcome is not None
     turns.pop()  # the last repair request was never sent

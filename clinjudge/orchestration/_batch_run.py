@@ -581,6 +581,7 @@ class BatchRun:
             rationales=parsed.rationales,
             rationale=parsed.rationale,
             transcript=turns,
+            coerced=parsed.coerced,
         )
         return row, verdict
 

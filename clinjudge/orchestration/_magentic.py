@@ -313,6 +313,7 @@ def _member_verdicts(
                 rationales=parsed.rationales,
                 rationale=parsed.rationale,
                 transcript=[ChatTurn("assistant", text)],
+                coerced=parsed.coerced,
             )
             break
         if verdict is None and persona.name in blind and blind[persona.name].status == "ok":
@@ -356,6 +357,7 @@ def _final_verdict(ctx: SampleContext, discussion: _Discussion) -> SampleVerdict
         rationales=parsed.rationales,
         rationale=parsed.rationale,
         transcript=[ChatTurn("assistant", text)],
+        coerced=parsed.coerced,
     )
 
 

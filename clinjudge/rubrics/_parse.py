@@ -3,7 +3,10 @@
 Models wrap JSON in code fences, think aloud in ``<think>`` blocks, rename keys, quote numbers
 and nest scores in ``{"score", "explanation"}`` objects. All of that is accepted. What is not
 accepted is a missing key, a value off the scale or a broken gate: those raise
-:class:`JudgmentParseError` with a reason, never a silent default.
+:class:`JudgmentParseError` with a reason, never a silent default. One gate break is read, not
+rejected, unless the rubric says ``gate: strict``: a score for an attribute whose gate says null
+(``synthesized`` with ``abstraction`` 0) becomes null, and the score given is kept in
+``ParsedJudgment.coerced``.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ class ParsedJudgment:
         values: Score per wire key (None where the rubric allows null).
         rationales: Explanation per wire key, where the judge gave one.
         rationale: Overall rationale, where the judge gave one.
+        coerced: Scores the judge gave where the gate says null, stored as null (by key).
     """
 
     values: dict[str, int | None]
     rationales: dict[str, str] = field(default_factory=dict)
     rationale: str | None = None
+    coerced: dict[str, int] = field(default_factory=dict)
 
 
 def _strip_reasoning(text: str) -> str:
@@ -230,6 +235,20 @@ def _gate_aliases(values: dict[str, int | None], rubric: Rubric) -> None:
             values[attribute.key] = None
 
 
+def _coerce_gated(values: dict[str, int | None], rubric: Rubric) -> dict[str, int]:
+    """Null the scores given where a gate says null; returns the scores given (by key)."""
+    coerced: dict[str, int] = {}
+    if rubric.settings.gate == "strict":
+        return coerced
+    for attribute in rubric.attributes:
+        gate = attribute.gate
+        value = values.get(attribute.key)
+        if gate and value is not None and values.get(gate.attribute) == gate.null_when:
+            coerced[attribute.key] = value
+            values[attribute.key] = None
+    return coerced
+
+
 def _extract_fields(
     flat: dict[str, Any], rubric: Rubric, aliases: dict[str, str]
 ) -> tuple[dict[str, int | None], dict[str, str], str | None, list[str]]:
@@ -290,6 +309,7 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     if missing:
         problems.append("missing keys: " + ", ".join(missing))
     _gate_aliases(values, rubric)
+    coerced = _coerce_gated(values, rubric)
     for attribute in rubric.attributes:
         if attribute.key in values:
             problem = _validate_range(values[attribute.key], attribute)
@@ -302,4 +322,4 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     if problems:
         raise JudgmentParseError("; ".join(problems))
     ordered = {k: values[k] for k in rubric.keys}
-    return ParsedJudgment(values=ordered, rationales=rationales, rationale=overall)
+    return ParsedJudgment(values=ordered, rationales=rationales, rationale=overall, coerced=coerced)

@@ -48,6 +48,22 @@ class Gate(BaseModel):
     null_when: int
 
 
+class RubricSettings(BaseModel):
+    """How replies to a rubric are read.
+
+    Args:
+        gate: ``coerce`` (default): a score given for a gated attribute whose gate says null
+            (``synthesized`` when ``abstraction`` is 0; the PDSQI-9 authors' own prompt asks for
+            integers everywhere) is stored as null, its raw value kept and counted; ``strict``:
+            such a reply is invalid and re-asked. A missing score where the gate asks for one is
+            invalid either way.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    gate: Literal["coerce", "strict"] = "coerce"
+
+
 class Attribute(BaseModel):
     """One scored attribute of a rubric.
 
@@ -141,6 +157,7 @@ class Rubric(BaseModel):
         labels: Uppercase headings of the input blocks (defaults suit note summaries).
         method: ``scores`` (the judge fills in the attributes) or ``claims`` (DocLens: the
             attributes are proportions computed from claim-level entailment judgments).
+        settings: How replies are read (``gate: coerce | strict``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -154,6 +171,7 @@ class Rubric(BaseModel):
     attributes: list[Attribute]
     labels: InputLabels = Field(default_factory=InputLabels)
     method: Literal["scores", "claims"] = "scores"
+    settings: RubricSettings = Field(default_factory=RubricSettings)
 
     @field_validator("attributes")
     @classmethod

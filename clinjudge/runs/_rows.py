@@ -87,6 +87,7 @@ def judgment_rows(key: SampleKey, rubric: Rubric, verdict: SampleVerdict) -> lis
             "status": verdict.status,
             "error": verdict.error,
             "rationale": verdict.rationales.get(attribute) or verdict.rationale,
+            "raw_value": verdict.coerced.get(attribute) if ok else None,
         }
         for attribute in rubric.keys
     ]

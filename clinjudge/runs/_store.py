@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS judgments (
     status VARCHAR,
     error VARCHAR,
     rationale VARCHAR,
+    raw_value DOUBLE,
     PRIMARY KEY (run_id, item_id, sample, agent, attribute)
 );
 CREATE TABLE IF NOT EXISTS calls (
@@ -141,10 +142,13 @@ CREATE TABLE IF NOT EXISTS claims (
     supporting JSON,
     status VARCHAR,
     error VARCHAR,
+    official JSON,
     PRIMARY KEY (run_id, item_id, sample, agent, kind, idx)
 );
 -- Databases written by earlier versions gain the newer columns (inserts go by column name).
 ALTER TABLE claims ADD COLUMN IF NOT EXISTS supporting JSON;
+ALTER TABLE claims ADD COLUMN IF NOT EXISTS official JSON;
+ALTER TABLE judgments ADD COLUMN IF NOT EXISTS raw_value DOUBLE;
 ALTER TABLE items ADD COLUMN IF NOT EXISTS flags JSON;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS status_reason VARCHAR;
 CREATE TABLE IF NOT EXISTS prm_steps (

@@ -276,11 +276,6 @@ FAILURES = [
     ("na_not_nullable", js(organized="N/A"), ["organized is null"]),
     ("score_obj_null_not_nullable", js(useful={"score": None}), ["useful is null"]),
     (
-        "gate_zero_with_score",
-        js(abstraction=0, synthesized=3),
-        ["synthesized must be null", "abstraction is 0"],
-    ),
-    (
         "gate_one_with_null",
         js(abstraction=1, synthesized=None),
         ["synthesized may be null only", "abstraction is 1"],
