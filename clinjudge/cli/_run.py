@@ -9,9 +9,18 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, console, fail, open_store
+from clinjudge.cli._common import (
+    DB_ENV,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    console,
+    default_db,
+    fail,
+    open_store,
+)
 from clinjudge.cli._options import (
     BaseUrlOption,
     ConcurrencyOption,
@@ -78,6 +87,8 @@ def _merge(config: dict[str, Any], top: dict[str, Any], judge: dict[str, Any]) -
                 f"the simulated {FALLBACK_MODEL} provider.[/]"
             )
     merged["judge"] = judge_settings
+    if not merged.get("db") and os.environ.get(DB_ENV):
+        merged["db"] = os.environ[DB_ENV]  # --db and the config file's db come first
     return merged
 
 
@@ -162,6 +173,18 @@ def _already_complete(store: Any, run_id: str, prepared: PreparedRun) -> bool:
     return run["status"] == "completed" and not missing_work(store, run_id, prepared)
 
 
+def _print_budget_stop(
+    tally: RunTally, prepared: PreparedRun, run_id: str, store_path: str
+) -> None:
+    budget = prepared.config.max_cost or 0.0
+    console.print(
+        f"[yellow]Budget of ${budget:.4f} reached after ${tally.cost_usd:.4f}: "
+        f"{tally.not_started} samples not started. Continue with:[/] "
+        f"judge run --resume {run_id} --db {escape(store_path)} [--max-cost USD]  (each "
+        "invocation may spend up to its budget: the stored one, or --max-cost given with --resume)"
+    )
+
+
 def _finish(
     store_path: str,
     run_id: str,
@@ -183,7 +206,9 @@ def _finish(
         else:
             try:
                 with third_party_quiet():
-                    _execute(store, run_id, prepared, show_progress, batch)
+                    tally = _execute(store, run_id, prepared, show_progress, batch)
+                if tally.budget_exhausted:
+                    _print_budget_stop(tally, prepared, run_id, store_path)
             except KeyboardInterrupt:
                 console.print(
                     f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
@@ -401,7 +426,7 @@ def _resume(
     batch: float | None = None,
     allow_failures: str = "0",
 ) -> None:
-    path = db or "runs/clinjudge.duckdb"
+    path = db or default_db()
     with open_store(path, read_only=True) as store:  # a typo'd --db must not create a file
         full_id, prepared = load_stored_run(store, run_id)
     if max_cost is not None:

@@ -338,16 +338,74 @@ def mark_failed(store: RunStore, run_id: str, reason: str) -> None:
         logger.warning("could not mark run %s failed: %s", run_id, exc)
 
 
-async def _run_units(runner: BatchRunner, units: list[WorkUnit]) -> RunTally:
+async def _run_units(runner: BatchRunner, units: list[WorkUnit], handle_sigterm: bool) -> RunTally:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    if task is not None:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+    if handle_sigterm and task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
         return await runner.run(units)
     finally:
         await runner.models.close()
+
+
+async def execute_run_async(
+    store: RunStore,
+    run_id: str,
+    prepared: PreparedRun,
+    *,
+    show_progress: bool = False,
+    model: JudgeModel | None = None,
+    handle_sigterm: bool = False,
+) -> RunTally:
+    """Produce every missing sample of a run, then write the final per-item scores (async).
+
+    Works inside an event loop that is already running (a notebook). Cancelling the task stops
+    the run cleanly: finished samples are stored, the run is marked ``interrupted`` and
+    ``CancelledError`` propagates.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        prepared: The run's config, rubric, items and shots.
+        show_progress: Draw a progress bar.
+        model: A prepared judge model (tests inject one); built from the config otherwise.
+        handle_sigterm: Treat SIGTERM as a cancellation (only for a loop this process owns).
+    """
+    config = prepared.config
+    assert config.judge is not None
+    judge = ModelPool(config, prepared.rubric, model)
+    runner = BatchRunner(
+        store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
+    )
+    units = missing_work(store, run_id, prepared)
+    store.set_run_status(run_id, "running")
+    try:
+        tally = await _run_units(runner, units, handle_sigterm)
+    except asyncio.CancelledError:
+        store.set_run_status(run_id, "interrupted")
+        raise
+    except Exception as exc:
+        # Finished samples are already stored; the run stays resumable after the fix.
+        mark_failed(store, run_id, str(exc))
+        raise
+    if tally.budget_exhausted:
+        # Not finalized: the run is resumable and its final scores wait for the missing samples.
+        store.set_run_status(run_id, "budget_exhausted")
+        logger.warning(
+            "budget of $%.4f reached after $%.4f: %d samples not started; resume run %s "
+            "(each resume may spend up to its own budget)",
+            config.max_cost,
+            tally.cost_usd,
+            tally.not_started,
+            run_id,
+        )
+        return tally
+    agent = workflow_for(config.mode, prepared.rubric)[0]
+    finalize_run(store, run_id, prepared.rubric, config.samples, agent)
+    store.set_run_status(run_id, "completed", finished=True)
+    return tally
 
 
 def execute_run(
@@ -361,7 +419,8 @@ def execute_run(
     """Produce every missing sample of a run, then write the final per-item scores.
 
     Ctrl-C or SIGTERM stops the run cleanly: finished samples are stored, the run is marked
-    ``interrupted`` and ``KeyboardInterrupt`` propagates.
+    ``interrupted`` and ``KeyboardInterrupt`` propagates. Needs a thread without a running event
+    loop; use :func:`execute_run_async` inside one.
 
     Args:
         store: The run store.
@@ -370,37 +429,14 @@ def execute_run(
         show_progress: Draw a progress bar.
         model: A prepared judge model (tests inject one); built from the config otherwise.
     """
-    config = prepared.config
-    assert config.judge is not None
-    judge = ModelPool(config, prepared.rubric, model)
-    runner = BatchRunner(
-        store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
+    coroutine = execute_run_async(
+        store, run_id, prepared, show_progress=show_progress, model=model, handle_sigterm=True
     )
-    units = missing_work(store, run_id, prepared)
-    store.set_run_status(run_id, "running")
     try:
-        tally = asyncio.run(_run_units(runner, units))
+        return asyncio.run(coroutine)
     except (KeyboardInterrupt, asyncio.CancelledError):
         store.set_run_status(run_id, "interrupted")
         raise KeyboardInterrupt from None
-    except Exception as exc:
-        # Finished samples are already stored; the run stays resumable after the fix.
-        mark_failed(store, run_id, str(exc))
-        raise
-    if tally.budget_exhausted:
-        # Not finalized: the run is resumable and its final scores wait for the missing samples.
-        store.set_run_status(run_id, "budget_exhausted")
-        runner.console.print(
-            f"[yellow]Budget of ${config.max_cost:.4f} reached after ${tally.cost_usd:.4f}: "
-            f"{tally.not_started} samples not started. Continue with:[/] "
-            f"judge run --resume {run_id} --db {store.path} [--max-cost USD]  (each invocation "
-            "may spend up to its budget: the stored one, or --max-cost given with --resume)"
-        )
-        return tally
-    agent = workflow_for(config.mode, prepared.rubric)[0]
-    finalize_run(store, run_id, prepared.rubric, config.samples, agent)
-    store.set_run_status(run_id, "completed", finished=True)
-    return tally
 
 
 @dataclass
