@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,12 +14,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail, open_store, stdout
 from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
     SORT_COLUMNS,
     AgreementError,
+    AuditError,
     InputError,
     StoreError,
     agreement_for_file,
@@ -25,13 +30,15 @@ from clinjudge.runs import (
     write_report,
 )
 from clinjudge.runs._html_report import (
+    DEFAULT_MAX_ITEMS,
     comparison_cells,
     fmt_ci,
     fmt_num,
     fmt_p,
 )
 
-DbOption = Annotated[str, typer.Option(help="DuckDB file.")]
+log = logging.getLogger(__name__)
+
 BootOption = Annotated[
     int, typer.Option("--boot", min=1, help="Bootstrap resamples (substitution tests, alpha CI).")
 ]
@@ -43,7 +50,23 @@ def _dump(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
-def _agreement_table(result: dict[str, Any]) -> Table:
+# Headline statistics per scale: which cells are expected (a "-" elsewhere means not applicable).
+_ORDINAL_STATS = {"icc3k": "ICC(3,k)", "alpha_ordinal": "alpha", "ac2_ordinal": "AC2"}
+_BINARY_STATS = {"percent_agreement": "% agree", "kappa": "kappa"}
+
+
+def _undefined_reason(summary: dict[str, Any]) -> str:
+    if (summary["n_units"] or 0) < 2:
+        return "fewer than 2 rated units"
+    return "the scores do not vary (zero variance), so the statistic is 0/0"
+
+
+def _cell(summary: dict[str, Any], key: str, text: str, expected: dict[str, str]) -> str:
+    return "undefined" if key in expected and summary[key] is None else text
+
+
+def _agreement_table(result: dict[str, Any]) -> tuple[Table, list[str]]:
+    """The agreement table and one note per statistic that is undefined, with the reason."""
     title = f"run {result['run_id']}" + (f" ({result['name']})" if result["name"] else "")
     title += f": {result['model']}" + (" [SIMULATED]" if result["simulated"] else "")
     table = Table(title=escape(title))
@@ -60,29 +83,48 @@ def _agreement_table(result: dict[str, Any]) -> Table:
         "kappa",
     ):
         table.add_column(column, justify="right")
+    undefined: dict[tuple[str, str], list[str]] = {}
     blocks = [*result["per_attribute"].items(), ("pooled", result["pooled"])]
     for name, block in blocks:
         s = block_summary(block)
+        expected = _BINARY_STATS if s["binary"] else _ORDINAL_STATS
+        for key, label in expected.items():
+            if s[key] is None:
+                undefined.setdefault((label, _undefined_reason(s)), []).append(name)
         table.add_row(
-            f"[bold]{name}[/]" if name == "pooled" else name,
+            f"[bold]{name}[/]" if name == "pooled" else escape(name),
             fmt_num(s["n_units"]),
-            fmt_num(s["icc3k"]),
+            _cell(s, "icc3k", fmt_num(s["icc3k"]), expected),
             fmt_ci(s["icc3k_ci95"]),
-            fmt_num(s["alpha_ordinal"]),
-            fmt_num(s["ac2_ordinal"]),
+            _cell(s, "alpha_ordinal", fmt_num(s["alpha_ordinal"]), expected),
+            _cell(s, "ac2_ordinal", fmt_num(s["ac2_ordinal"]), expected),
             fmt_num(s["median_difference"], 2),
             fmt_p(s["wilcoxon_p"]),
-            fmt_num(s["percent_agreement"]),
-            fmt_num(s["kappa"]),
+            _cell(s, "percent_agreement", fmt_num(s["percent_agreement"]), expected),
+            _cell(s, "kappa", fmt_num(s["kappa"]), expected),
         )
-    return table
+    notes = [
+        f"{label} undefined for {', '.join(names)}: {reason}"
+        for (label, reason), names in undefined.items()
+    ]
+    return table, notes
+
+
+@contextmanager
+def _quiet_numerics() -> Iterator[None]:
+    """Numeric warnings (0/0 on constant scores) become debug logs; tables say "undefined"."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        yield
+    for warning in caught:
+        log.debug("%s: %s", warning.category.__name__, warning.message)
 
 
 def agree_command(
     runs: Annotated[
         list[str] | None, typer.Argument(help="Run ids or unique prefixes.", show_default=False)
     ] = None,
-    db: DbOption = str(DEFAULT_DB),
+    db: StoreDbOption = str(DEFAULT_DB),
     ratings: Annotated[
         Path | None,
         typer.Option(
@@ -108,7 +150,8 @@ def agree_command(
         if runs:
             fail("give either runs or --ratings FILE, not both", EXIT_USAGE)
         try:
-            result = agreement_for_file(str(ratings), judge=judge, n_boot=boot, seed=seed)
+            with _quiet_numerics():
+                result = agreement_for_file(str(ratings), judge=judge, n_boot=boot, seed=seed)
         except (InputError, AgreementError, ValueError) as exc:
             fail(str(exc), EXIT_USAGE)
         _dump(result)
@@ -121,7 +164,8 @@ def agree_command(
     with open_store(db, read_only=True) as store:
         for run_id in runs:
             try:
-                results.append(agreement_for_run(store, run_id, n_boot=boot, seed=seed))
+                with _quiet_numerics():
+                    results.append(agreement_for_run(store, run_id, n_boot=boot, seed=seed))
             except (StoreError, AgreementError) as exc:
                 fail(str(exc), EXIT_USAGE)
     if as_json:
@@ -130,7 +174,10 @@ def agree_command(
     for result in results:
         if result["simulated"]:
             console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
-        stdout.print(_agreement_table(result))
+        table, notes = _agreement_table(result)
+        stdout.print(table)
+        for note in notes:
+            stdout.print(escape(note), highlight=False, soft_wrap=True)
         stdout.print(
             f"{result['n_items_rated']} of {result['n_items_run']} items rated by "
             f"{len(result['raters'])} rater(s); ICC, alpha and AC2 compare the judge with the "
@@ -141,7 +188,7 @@ def agree_command(
 
 def compare_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.")],
-    db: DbOption = str(DEFAULT_DB),
+    db: StoreDbOption = str(DEFAULT_DB),
     sort: Annotated[
         str | None,
         typer.Option(help=f"Sort by one of: {', '.join(SORT_COLUMNS)} (best first)."),
@@ -155,7 +202,8 @@ def compare_command(
         fail(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
         try:
-            comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
+            with _quiet_numerics():
+                comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
         except StoreError as exc:
             fail(str(exc), EXIT_USAGE)
     if as_json:
@@ -198,17 +246,41 @@ def report_command(
     compare: Annotated[
         bool, typer.Option("--compare", help="Compare several runs in one report.")
     ] = False,
-    db: DbOption = str(DEFAULT_DB),
+    db: StoreDbOption = str(DEFAULT_DB),
     boot: BootOption = 1000,
     seed: SeedOption = 0,
+    flag: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Flag rule attribute<=V, >=V, ==V, <V or >V (repeatable); prm<P flags items whose "
+            "lowest PRM step score is below P [default: accurate<=2, voice_summ>=1, prm<0.5, "
+            "those the rubric has]."
+        ),
+    ] = None,
+    max_items: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Rows of the per-item table (0: every item; counts always cover all)."
+        ),
+    ] = DEFAULT_MAX_ITEMS,
 ) -> None:
-    """Write report.html (self-contained, inline SVG charts) and report.md."""
+    """Write report.html (self-contained, inline SVG charts) and report.md: final scores per
+    attribute, failures, flags and items, and agreement where physicians' ratings exist."""
     if not compare and len(runs) != 1:
         fail("a run report takes one run; add --compare to compare several", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
         try:
-            files = write_report(store, runs, out, compare=compare, n_boot=boot, seed=seed)
-        except StoreError as exc:
+            files = write_report(
+                store,
+                runs,
+                out,
+                compare=compare,
+                n_boot=boot,
+                seed=seed,
+                flag_rules=list(flag) if flag else None,
+                max_items=max_items or None,
+            )
+        except (StoreError, AuditError) as exc:
             fail(str(exc), EXIT_USAGE)
     console.print(f"wrote {files.html} and {files.markdown}")
     typer.echo(str(files.html))

@@ -20,8 +20,7 @@ from clinjudge.runs._store import RunStore, StoreError
 METRICS = ("claim_recall", "claim_precision", "citation_recall", "citation_precision")
 TOTAL = "total"
 
-_POOLED_SQL = """
-SELECT coalesce(section, '{total}') AS section, grouping(section) AS is_total,
+_COUNTS = """
     count(DISTINCT item_id) AS items,
     count(*) FILTER (WHERE kind = 'recall') AS reference_claims,
     count(*) FILTER (WHERE kind = 'recall' AND verdict = 'entailed') AS reference_entailed,
@@ -37,9 +36,19 @@ SELECT coalesce(section, '{total}') AS section, grouping(section) AS is_total,
     coalesce(sum(json_array_length(supporting))
         FILTER (WHERE kind = 'citation' AND verdict = 'entailed'), 0) AS citations_counted,
     count(*) FILTER (WHERE kind = 'extraction' AND status = 'failed') AS extraction_failed
+"""
+
+_POOLED_SQL = f"""
+SELECT coalesce(section, '{{total}}') AS section, grouping(section) AS is_total, {_COUNTS}
 FROM claims WHERE run_id = ? AND agent = ?
 GROUP BY GROUPING SETS ((section), ())
 ORDER BY is_total, section
+"""
+
+_INSTANCE_SQL = f"""
+SELECT item_id, {_COUNTS}
+FROM claims WHERE run_id = ? AND agent = ? AND item_id IN (SELECT unnest(?::VARCHAR[]))
+GROUP BY item_id
 """
 
 
@@ -96,6 +105,29 @@ def pooled_scores(store: RunStore, run_id: str, agent: str | None = None) -> lis
         row["citations_counted"] = int(row["citations_counted"])
         result.append({"section": row.pop("section"), **_metrics(row), **row})
     return result
+
+
+def instance_tallies(
+    store: RunStore, run_id: str, item_ids: list[str], agent: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Claim, statement and citation counts of each listed item (pooled over its samples).
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+        item_ids: The items.
+        agent: Whose verdicts (default: the run's deciding agent).
+    """
+    agent = agent or deciding_agent(store, run_id)
+    if agent is None or not item_ids:
+        return {}
+    rows = store.query(_INSTANCE_SQL, [run_id, agent, item_ids])
+    out = {}
+    for row in rows:
+        row["citations"] = int(row["citations"])
+        row["citations_counted"] = int(row["citations_counted"])
+        out[row.pop("item_id")] = {**_metrics(row), **row}
+    return out
 
 
 def macro_scores(store: RunStore, run_id: str) -> dict[str, float | None]:

@@ -170,7 +170,14 @@ def test_run_report_files(runs: dict[str, str], db_path: Path, tmp_path: Path) -
     assert html.count('data-chart="icc-ci"') == 1
     assert html.count('data-chart="diff-hist"') == len(with_differences)
     assert 'data-chart="cost-agreement"' not in html  # only in comparisons
-    assert figures == 1 + len(with_differences)
+    with RunStore(db_path, read_only=True) as store:
+        (scored,) = store.query(
+            "SELECT count(DISTINCT attribute) AS n FROM judgments "
+            "WHERE run_id = ? AND final AND value IS NOT NULL",
+            [runs["matched"]],
+        )
+    assert html.count('data-chart="score-dist"') == scored["n"] >= 10
+    assert figures == 1 + len(with_differences) + scored["n"]
     assert runs["matched"] in html
     md = files.markdown.read_text()
     assert md.startswith("> **SIMULATED**")
