@@ -15,6 +15,7 @@ from clinjudge.cli._ratings import ratings_app
 from clinjudge.cli._rubric import rubric_app
 from clinjudge.cli._run import run_command
 from clinjudge.cli._runs import export_command, runs_app
+from clinjudge.cli._view import view_command
 
 app = typer.Typer(
     name="judge",
@@ -29,6 +30,7 @@ app.command("agree")(agree_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("audit")(audit_command)
+app.command("view")(view_command)
 app.add_typer(runs_app, name="runs")
 app.add_typer(ratings_app, name="ratings")
 app.add_typer(rubric_app, name="rubric")

@@ -14,6 +14,7 @@ from clinjudge.judges._batch_api import (
     batch_call_cost,
     batch_price_per_token,
 )
+from clinjudge.judges._doclens_citations import source_units
 from clinjudge.judges._doclens_settings import DocLensSettings
 from clinjudge.judges._faults import ProviderFault, classify_fault
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
@@ -66,5 +67,6 @@ __all__ = [
     "load_nli",
     "price_per_token",
     "simulated_scores",
+    "source_units",
     "to_autogen_messages",
 ]

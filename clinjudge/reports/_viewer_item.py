@@ -1,0 +1,292 @@
+"""Data of an item's page: inputs, every sample's scores, discussion, claims, PRM steps, calls.
+
+Every query selects one item of one run, so the page costs the same in a run of ten items or
+of a hundred thousand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from clinjudge.judges import DocLensSettings, source_units
+from clinjudge.prm_bridge import aggregate
+from clinjudge.rubrics import Rubric, SourceNote
+from clinjudge.runs import FINAL_AGENT, RunStore
+
+_NOTE_CITATION = re.compile(r"\[Note\s+([A-Za-z0-9_.-]+)\]")
+_DOCLENS_CITATION = re.compile(r"\[(\d+)\]")
+_LABEL = re.compile(r"^\[(?:attempt (\d+), )?([a-z]+(?: \d+)?)\]\s?")
+PRM_AGGREGATES = ("min", "mean", "geomean", "last")
+
+
+@dataclass
+class Segment:
+    """A piece of text, linked to an anchor on the page when it is a citation."""
+
+    text: str
+    anchor: str | None = None
+
+
+@dataclass
+class Turn:
+    """One message of a transcript, with the round label the workflow gave it."""
+
+    agent: str
+    role: str
+    content: str
+    label: str = ""
+    attempt: int = 1
+    kind: str = "message"  # message, prompt, decision, blind, evidence, briefing
+
+
+@dataclass
+class SampleView:
+    """One sample: each agent's verdict and values, and its transcript."""
+
+    sample: int
+    agents: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+
+
+def _loads(value: Any, default: Any) -> Any:
+    if value is None:
+        return default
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError:
+        return default
+
+
+def cited_segments(text: str | None, anchors: dict[str, str], pattern: re.Pattern[str]) -> list:
+    """Split text at citations; a citation of a known source gets that source's anchor."""
+    if not text:
+        return []
+    segments: list[Segment] = []
+    last = 0
+    for match in pattern.finditer(text):
+        if match.start() > last:
+            segments.append(Segment(text[last : match.start()]))
+        segments.append(Segment(match.group(0), anchors.get(match.group(1))))
+        last = match.end()
+    if last < len(text):
+        segments.append(Segment(text[last:]))
+    return segments
+
+
+def parse_turn(agent: str, role: str, content: str, single: bool) -> Turn:
+    """A stored message as a chat turn: its ``[round 2]``-style label read off the front."""
+    if role in ("system", "user") and single:
+        return Turn(agent, role, content, label=role, kind="prompt")
+    match = _LABEL.match(content or "")
+    label, attempt = "", 1
+    if match:
+        attempt = int(match.group(1) or 1)
+        label = match.group(2)
+        content = content[match.end() :]
+    if role == "user":
+        kind = "prompt"
+    elif label in ("final",):
+        kind = "decision"
+    elif label in ("blind", "evidence", "briefing", "task"):
+        kind = label
+    else:
+        kind = "message"
+    return Turn(agent, role, content or "", label=label, attempt=attempt, kind=kind)
+
+
+def _notes(row: dict[str, Any]) -> list[dict[str, str]]:
+    notes = _loads(row.get("notes"), [])
+    out = []
+    for index, note in enumerate(notes, start=1):
+        if isinstance(note, dict):
+            out.append({"id": str(note.get("id") or index), "text": str(note.get("text") or "")})
+        else:
+            out.append({"id": str(index), "text": str(note)})
+    return out
+
+
+def _doclens_units(run: dict[str, Any], notes: list[dict[str, str]]) -> dict[int, str]:
+    config = (run.get("config") or {}).get("doclens") or {}
+    try:
+        settings = DocLensSettings.model_validate(config)
+    except ValueError:
+        settings = DocLensSettings()
+    parsed = [SourceNote(id=n["id"], text=n["text"]) for n in notes if n["text"].strip()]
+    return dict(source_units(parsed, settings).units)
+
+
+def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: bool) -> dict:
+    """The item's notes, summary (with linked citations), reference, flags and neighbours."""
+    rows = store.query(
+        "SELECT * FROM items WHERE run_id = ? AND item_id = ?", [run["run_id"], item_id]
+    )
+    if not rows:
+        return {}
+    row = rows[0]
+    notes = _notes(row)
+    anchors = {n["id"]: f"note-{n['id']}" for n in notes}
+    units = _doclens_units(run, notes) if claims_run else {}
+    unit_anchors = {str(k): f"unit-{k}" for k in units}
+    pattern, known = (_DOCLENS_CITATION, unit_anchors) if claims_run else (_NOTE_CITATION, anchors)
+    neighbours = store.query(
+        """
+        SELECT (SELECT item_id FROM items WHERE run_id = ? AND position < ?
+                ORDER BY position DESC LIMIT 1) AS previous,
+               (SELECT item_id FROM items WHERE run_id = ? AND position > ?
+                ORDER BY position LIMIT 1) AS next""",
+        [run["run_id"], row["position"], run["run_id"], row["position"]],
+    )[0]
+    return {
+        "item_id": row["item_id"],
+        "position": row["position"],
+        "vendor": row.get("vendor"),
+        "specialty": row.get("specialty"),
+        "meta": _loads(row.get("meta"), {}),
+        "flags": _loads(row.get("flags"), []),
+        "notes": notes,
+        "units": sorted(units.items()),
+        "summary": cited_segments(row.get("summary"), known, pattern),
+        "reference": cited_segments(row.get("reference"), known, pattern),
+        "previous": neighbours["previous"],
+        "next": neighbours["next"],
+    }
+
+
+def sample_views(store: RunStore, run: dict[str, Any], item_id: str) -> dict[str, Any]:
+    """Final scores and every sample of every agent, with transcripts."""
+    rid = run["run_id"]
+    judgments = store.query(
+        "SELECT sample, agent, attribute, value, status, error, rationale FROM judgments "
+        "WHERE run_id = ? AND item_id = ? ORDER BY sample, agent",
+        [rid, item_id],
+    )
+    samples = store.query(
+        "SELECT sample, agent, status, error, raw_text, rationale, n_calls, latency_s "
+        "FROM samples WHERE run_id = ? AND item_id = ? ORDER BY sample, agent",
+        [rid, item_id],
+    )
+    messages = store.query(
+        "SELECT sample, agent, seq, role, content FROM messages "
+        "WHERE run_id = ? AND item_id = ? ORDER BY sample, seq",
+        [rid, item_id],
+    )
+    final: dict[str, dict[str, Any]] = {}
+    values: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
+    for row in judgments:
+        if row["agent"] == FINAL_AGENT:
+            final[row["attribute"]] = row
+        else:
+            values.setdefault((row["sample"], row["agent"]), {})[row["attribute"]] = row
+    views: dict[int, SampleView] = {}
+    deciding = _deciding_agent(run)
+    for row in samples:
+        if row["sample"] <= 0:
+            continue
+        view = views.setdefault(row["sample"], SampleView(row["sample"]))
+        view.agents.append({**row, "values": values.get((row["sample"], row["agent"]), {})})
+    single = run.get("mode") in ("single", "panel")
+    for row in messages:
+        view = views.setdefault(row["sample"], SampleView(row["sample"]))
+        view.turns.append(parse_turn(row["agent"], row["role"], row["content"], single))
+    for view in views.values():
+        view.agents.sort(key=lambda a: (a["agent"] != deciding, a["agent"]))
+    return {"final": final, "samples": [views[k] for k in sorted(views)], "deciding": deciding}
+
+
+def _deciding_agent(run: dict[str, Any]) -> str:
+    return {"magentic": "orchestrator", "panel": "panel"}.get(run.get("mode") or "", "judge")
+
+
+def human_ratings(store: RunStore, item_id: str) -> dict[str, dict[str, float | None]]:
+    """Physicians' ratings of the item: rater to attribute to score."""
+    out: dict[str, dict[str, float | None]] = {}
+    for row in store.query(
+        "SELECT rater_id, attribute, score FROM human_ratings WHERE item_id = ? ORDER BY rater_id",
+        [item_id],
+    ):
+        out.setdefault(row["rater_id"], {})[row["attribute"]] = row["score"]
+    return out
+
+
+def item_calls(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any]]:
+    """Every model (and PRM/NLI) call of the item, with its attempt number within its agent."""
+    return store.query(
+        """
+        SELECT sample, seq, role, agent, model, prompt_tokens, completion_tokens,
+               tokens_estimated, cost_usd, latency_s, status, error, finish_reason, started_at,
+               row_number() OVER (PARTITION BY sample, agent, role ORDER BY seq) AS attempt,
+               count(*) OVER (PARTITION BY sample, agent, role) AS attempts
+        FROM calls WHERE run_id = ? AND item_id = ? ORDER BY sample, started_at, seq""",
+        [run_id, item_id],
+    )
+
+
+def item_claims(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any]]:
+    """DocLens claims and cited sentences by sample and agent, each kind in its own list."""
+    rows = store.query(
+        "SELECT sample, agent, kind, idx, section, text, verdict, score, explanation, "
+        "citations, supporting, status, error FROM claims "
+        "WHERE run_id = ? AND item_id = ? ORDER BY sample, agent, kind, idx",
+        [run_id, item_id],
+    )
+    groups: dict[tuple[int, str], dict[str, Any]] = {}
+    for row in rows:
+        group = groups.setdefault(
+            (row["sample"], row["agent"]),
+            {"sample": row["sample"], "agent": row["agent"], "kinds": {}},
+        )
+        row["citations"] = _loads(row["citations"], []) or []
+        row["supporting"] = _loads(row["supporting"], []) or []
+        group["kinds"].setdefault(row["kind"], []).append(row)
+    return list(groups.values())
+
+
+def item_prm_steps(store: RunStore, run: dict[str, Any], item_id: str) -> list[dict[str, Any]]:
+    """PRM steps per candidate with their scores and aggregates."""
+    rows = store.query(
+        "SELECT candidate, step, kind, text, score, flagged, label, model FROM prm_steps "
+        "WHERE run_id = ? AND item_id = ? ORDER BY candidate, step",
+        [run["run_id"], item_id],
+    )
+    candidates: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        candidates.setdefault(row["candidate"], []).append(row)
+    out = []
+    for name, steps in candidates.items():
+        scores = [s["score"] for s in steps]
+        out.append(
+            {
+                "candidate": name,
+                "steps": steps,
+                "model": steps[0]["model"],
+                "aggregates": {how: aggregate(scores, how) for how in PRM_AGGREGATES},
+            }
+        )
+    return out
+
+
+def item_page(store: RunStore, run: dict[str, Any], rubric: Rubric | None, item_id: str) -> dict:
+    """Everything the item page shows.
+
+    Args:
+        store: The run store.
+        run: The run's row (``RunStore.get_run``).
+        rubric: The run's rubric (None for a PRM scoring run).
+        item_id: The item.
+    """
+    claims_run = bool(rubric is not None and getattr(rubric, "method", "scores") == "claims")
+    inputs = item_inputs(store, run, item_id, claims_run)
+    if not inputs:
+        return {}
+    return {
+        "inputs": inputs,
+        "scores": sample_views(store, run, item_id),
+        "humans": human_ratings(store, item_id),
+        "calls": item_calls(store, run["run_id"], item_id),
+        "claims": item_claims(store, run["run_id"], item_id),
+        "prm": item_prm_steps(store, run, item_id),
+        "claims_run": claims_run,
+    }

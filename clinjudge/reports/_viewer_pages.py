@@ -1,0 +1,412 @@
+"""Each page of the viewer as HTML: opens the store read-only, queries one page, renders.
+
+The same :class:`Viewer` serves the live app and the static export; only the :class:`Links`
+object differs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clinjudge.personas import load_personas
+from clinjudge.reports._viewer_compare import compare_items
+from clinjudge.reports._viewer_item import item_page
+from clinjudge.reports._viewer_links import Links
+from clinjudge.reports._viewer_render import render
+from clinjudge.reports._viewer_runs import (
+    ITEM_FILTERS,
+    RUN_SORTS,
+    failure_groups,
+    flag_counts,
+    has_vendors,
+    is_audit_run,
+    item_rows,
+    run_overview,
+    runs_page,
+    score_distributions,
+)
+from clinjudge.reports._viewer_store import ResultCache, file_version, read_store
+from clinjudge.reports._viewer_svg import forest
+from clinjudge.runs import (
+    AgreementError,
+    AuditError,
+    RunStore,
+    StoreError,
+    agreement_for_run,
+    audit_for_run,
+    block_summary,
+    compare_runs,
+    doclens_report,
+    run_rubric,
+)
+
+RUN_COLUMNS = (
+    ("run_id", "run"),
+    ("name", "name"),
+    ("rubric", "rubric"),
+    ("mode", "mode"),
+    ("models", "models"),
+    ("status", "status"),
+    ("items", "items ok"),
+    ("cost", "cost"),
+    ("tokens", "tokens"),
+    ("latency", "item latency p50 / p95"),
+    ("created", "created"),
+)
+DOCLENS_COLUMNS = ("claim_recall", "claim_precision", "citation_recall", "citation_precision")
+
+
+class PageNotFound(LookupError):
+    """The run or item asked for is not in the database."""
+
+
+@dataclass
+class Viewer:
+    """Renders viewer pages from one database.
+
+    Args:
+        db: The DuckDB file (opened read-only for each page).
+        n_boot: Bootstrap resamples for agreement and audit statistics.
+        items_per_page: Rows of a run's item list.
+    """
+
+    db: Path
+    n_boot: int = 1000
+    items_per_page: int = 100
+    cache: ResultCache = field(default_factory=ResultCache)
+
+    def __post_init__(self) -> None:
+        self._held: RunStore | None = None
+
+    @contextmanager
+    def reading(self) -> Iterator[RunStore]:
+        """The store: the session's connection, or a fresh read-only one for this page."""
+        if self._held is not None:
+            yield self._held
+        else:
+            with read_store(self.db) as store:
+                yield store
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Keep one read-only connection for many pages (the static export)."""
+        with read_store(self.db) as store:
+            self._held = store
+            try:
+                yield
+            finally:
+                self._held = None
+
+    def _common(self, links: Links, title: str, simulated: bool = False) -> dict[str, Any]:
+        return {"links": links, "title": title, "simulated": simulated, "db_name": self.db.name}
+
+    def _cached(self, kind: str, key: tuple, compute: Any) -> Any:
+        return self.cache.get((kind, str(self.db), file_version(self.db), key), compute)
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def runs(
+        self,
+        links: Links,
+        *,
+        sort: str = "created",
+        desc: bool = True,
+        q: str = "",
+        status: str = "",
+        page: int = 1,
+        compares: Sequence[tuple[Sequence[str], str]] = (),
+        per_page: int = 50,
+    ) -> str:
+        """The runs page."""
+        sort = sort if sort in RUN_SORTS else "created"
+        with self.reading() as store:
+            data = runs_page(
+                store, sort=sort, desc=desc, query=q, status=status, page=page, per_page=per_page
+            )
+        params = {"sort": sort, "desc": desc, "q": q, "status": status}
+
+        def page_link(n: int) -> str | None:
+            return links.runs(page=n, **params)
+
+        return render(
+            "runs.html",
+            **self._common(links, "Runs"),
+            runs=data["runs"],
+            paging=data["paging"],
+            statuses=data["statuses"],
+            params=params,
+            columns=RUN_COLUMNS,
+            sorts=RUN_SORTS,
+            page_link=page_link,
+            compares=compares,
+        )
+
+    # -- run ----------------------------------------------------------------------------------
+
+    def run(
+        self,
+        links: Links,
+        run_id: str,
+        *,
+        page: int = 1,
+        show: str = "all",
+        reason: str | None = None,
+    ) -> str:
+        """A run's page."""
+        with self.reading() as store:
+            try:
+                overview = run_overview(store, run_id)
+            except StoreError as exc:
+                raise PageNotFound(str(exc)) from exc
+            run, rubric = overview["run"], overview["rubric"]
+            rid = run["run_id"]
+            keys = [a.key for a in rubric.attributes] if rubric else []
+            listing = item_rows(
+                store, rid, keys, show=show, reason=reason, page=page,
+                per_page=self.items_per_page,
+            )  # fmt: skip
+            context = {
+                "run": run,
+                "summary": overview["summary"],
+                "keys": keys,
+                "listing": listing,
+                "distributions": score_distributions(store, rid, rubric) if rubric else [],
+                "failures": failure_groups(store, rid),
+                "flags": flag_counts(store, rid),
+                "has_vendor": has_vendors(store, rid),
+                "doclens": (doclens_report(store, rid) or {}).get("sections"),
+            }
+            context.update(self._agreement(store, run, rubric))
+            audit = self._audit(store, rid) if is_audit_run(store, rid) else None
+        context.update(self._personas(run))
+
+        def item_page_link(n: int) -> str | None:
+            return links.run(rid, page=n, show=None if show == "all" else show, reason=reason)
+
+        return render(
+            "run.html",
+            **self._common(links, f"Run {rid}", bool(run["simulated"])),
+            **context,
+            doclens_columns=DOCLENS_COLUMNS,
+            item_filters=ITEM_FILTERS,
+            item_page_link=item_page_link,
+            audit_link=links.audit(rid) if audit else None,
+            audit_flagged=len(audit["flagged"]) if audit else 0,
+        )
+
+    def _agreement(self, store: RunStore, run: dict[str, Any], rubric: Any) -> dict[str, Any]:
+        if rubric is None:
+            return {}
+        rid = run["run_id"]
+        has_ratings = store.query(
+            "SELECT count(*) AS n FROM human_ratings WHERE item_id IN "
+            "(SELECT item_id FROM items WHERE run_id = ?)",
+            [rid],
+        )[0]["n"]
+        if not has_ratings:
+            return {}
+        try:
+            agreement = self._cached(
+                "agreement", (rid,), lambda: _agreement_for(store, rid, self.n_boot)
+            )
+        except (AgreementError, ValueError, StoreError) as exc:
+            return {"agreement_error": str(exc)}
+        rows = [
+            (a, block_summary(agreement["per_attribute"].get(a))) for a in agreement["attributes"]
+        ]
+        rows.append(("pooled", block_summary(agreement.get("pooled"))))
+        chart = forest(
+            [(name, b["icc3k"], *(b["icc3k_ci95"] or (None, None))) for name, b in rows],
+            "ICC(3,k) of the judge against the physicians' median, with 95% CI",
+        )
+        return {"agreement": agreement, "agreement_rows": rows, "agreement_chart": chart}
+
+    def _audit(self, store: RunStore, run_id: str) -> dict[str, Any] | None:
+        try:
+            return self._cached(
+                "audit", (run_id,), lambda: audit_for_run(store, run_id, n_boot=self.n_boot)
+            )
+        except (AuditError, StoreError):
+            return None
+
+    @staticmethod
+    def _personas(run: dict[str, Any]) -> dict[str, Any]:
+        config = run.get("config") or {}
+        if run.get("mode") not in ("panel", "magentic") or not config.get("personas"):
+            return {}
+        try:
+            personas = load_personas(config["personas"])
+        except Exception as exc:  # a persona file that moved since the run
+            return {"personas_note": f"personas {config['personas']!r}: {exc}"}
+        rows = [
+            {
+                "name": p.name,
+                "role": p.role.value,
+                "stance": getattr(p.stance, "value", p.stance),
+                "fingerprint": p.fingerprint(),
+                "system_message": p.system_message,
+            }
+            for p in personas
+        ]
+        note = (
+            f"Persona set {config['personas']!r} as it reads now; a run records the set's name, "
+            "so compare fingerprints if the wording may have changed since."
+        )
+        return {"personas": rows, "personas_note": note}
+
+    # -- item ---------------------------------------------------------------------------------
+
+    def item(self, links: Links, run_id: str, item_id: str) -> str:
+        """An item's page."""
+        with self.reading() as store:
+            try:
+                overview = run_overview(store, run_id)
+            except StoreError as exc:
+                raise PageNotFound(str(exc)) from exc
+            run, rubric = overview["run"], overview["rubric"]
+            data = item_page(store, run, rubric, item_id)
+            if not data:
+                raise PageNotFound(f"no item {item_id!r} in run {run['run_id']}")
+            audit = self._audit(store, run["run_id"]) if data["inputs"].get("vendor") else None
+        keys = [a.key for a in rubric.attributes] if rubric else []
+        names = {a.key: a.name for a in rubric.attributes} if rubric else {}
+        scores = data["scores"]
+        raters = sorted(data["humans"])
+        sample_columns = [s.sample for s in scores["samples"]]
+        rows = []
+        for key in keys:
+            final = scores["final"].get(key) or {}
+            per_sample = []
+            for view in scores["samples"]:
+                deciding = next(
+                    (a for a in view.agents if a["agent"] == scores["deciding"]),
+                    view.agents[0] if view.agents else None,
+                )
+                value = deciding["values"].get(key) if deciding else None
+                per_sample.append(value["value"] if value else None)
+            humans = [data["humans"][r].get(key) for r in raters]
+            present = [h for h in humans if h is not None]
+            rows.append(
+                {
+                    "key": key,
+                    "name": names.get(key, key),
+                    "final": final.get("value"),
+                    "final_status": final.get("status"),
+                    "samples": per_sample,
+                    "humans": humans,
+                    "human_median": statistics.median(present) if present else None,
+                }
+            )
+        any_final = next(iter(scores["final"].values()), None)
+        reasons = []
+        if audit:
+            reasons = next((f["reasons"] for f in audit["flagged"] if f["item_id"] == item_id), [])
+        chair_calls: dict[int, list[dict[str, Any]]] = {}
+        for call in data["calls"]:
+            if call["role"] == "orchestrator":
+                chair_calls.setdefault(call["sample"], []).append(call)
+        totals = {
+            "calls": len(data["calls"]),
+            "tokens_in": sum(c["prompt_tokens"] or 0 for c in data["calls"]),
+            "tokens_out": sum(c["completion_tokens"] or 0 for c in data["calls"]),
+            "cost": sum(c["cost_usd"] or 0 for c in data["calls"]),
+            "latency": sum(c["latency_s"] or 0 for c in data["calls"]),
+        }
+        return render(
+            "item.html",
+            **self._common(links, f"Item {item_id}", bool(run["simulated"])),
+            run=run,
+            keys=keys,
+            inputs=data["inputs"],
+            scores=scores,
+            score_rows=rows,
+            sample_columns=sample_columns,
+            raters=raters,
+            final_note=(any_final or {}).get("error") or (any_final or {}).get("rationale"),
+            claims=data["claims"],
+            prm=data["prm"],
+            calls=data["calls"],
+            call_totals=totals,
+            chair_calls=chair_calls,
+            chat=run.get("mode") == "magentic",
+            audit_reasons=reasons,
+        )
+
+    # -- compare and audit ---------------------------------------------------------------------
+
+    def compare(self, links: Links, run_ids: Sequence[str], *, page: int = 1) -> str:
+        """Runs side by side per item, with the `judge compare` table."""
+        with self.reading() as store:
+            try:
+                runs = [store.get_run(r) for r in run_ids]
+            except StoreError as exc:
+                raise PageNotFound(str(exc)) from exc
+            ids = list(dict.fromkeys(r["run_id"] for r in runs))
+            runs = [next(r for r in runs if r["run_id"] == i) for i in ids]
+            comparison = self._cached(
+                "compare", tuple(ids), lambda: compare_runs(store, ids, n_boot=self.n_boot)
+            )
+            listing = compare_items(store, ids, page=page)
+            keys = _shared_keys(runs)
+
+        def page_link(n: int) -> str | None:
+            return links.compare(ids, page=n)
+
+        return render(
+            "compare.html",
+            **self._common(links, "Compare runs", any(r["simulated"] for r in runs)),
+            runs=runs,
+            table=comparison.rows,
+            notes=comparison.notes,
+            listing=listing,
+            keys=keys,
+            page_link=page_link,
+        )
+
+    def audit(self, links: Links, run_id: str) -> str:
+        """An audit run's vendors, paired tests and flagged items."""
+        with self.reading() as store:
+            try:
+                rid = store.get_run(run_id)["run_id"]
+            except StoreError as exc:
+                raise PageNotFound(str(exc)) from exc
+            audit = self._audit(store, rid)
+        if audit is None:
+            raise PageNotFound(f"run {rid} is not a vendor audit")
+        return render(
+            "audit.html",
+            **self._common(links, f"Audit {rid}", audit["simulated"]),
+            audit=audit,
+        )
+
+    def message(self, links: Links, heading: str, text: str, *, refresh: int = 0) -> str:
+        """A page with one message (database busy, not found)."""
+        return render(
+            "message.html",
+            **self._common(links, heading),
+            heading=heading,
+            text=text,
+            refresh=refresh,
+            kind="busy" if refresh else "error",
+        )
+
+
+def _agreement_for(store: RunStore, run_id: str, n_boot: int) -> dict[str, Any]:
+    return agreement_for_run(store, run_id, n_boot=n_boot)
+
+
+def _shared_keys(runs: list[dict[str, Any]]) -> list[str]:
+    """Attribute keys in the first run's rubric order, then any others."""
+    keys: list[str] = []
+    for run in runs:
+        try:
+            rubric = run_rubric(run)
+        except StoreError:
+            continue
+        keys.extend(k for k in rubric.keys if k not in keys)
+    return keys

@@ -1,0 +1,344 @@
+"""Data of the runs page and of a run's page, one paged query per table.
+
+Each function reads only the rows a page shows (``LIMIT``/``OFFSET`` over an ordered key) or
+aggregates inside DuckDB, so a run of 100,000 items opens as fast as a small one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from clinjudge.rubrics import Rubric
+from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore, run_rubric, run_summary
+
+RUN_SORTS: dict[str, str] = {
+    "created": "created_at",
+    "name": "name",
+    "status": "status",
+    "mode": "mode",
+    "rubric": "rubric",
+    "items": "n_items",
+}
+"""Sortable columns of the runs page (URL name to ``runs`` column)."""
+
+ITEM_FILTERS = ("all", "failed", "flagged")
+
+
+@dataclass(frozen=True)
+class Paging:
+    """One page of a longer list.
+
+    Args:
+        page: Page number, from 1.
+        per_page: Rows per page.
+        total: Rows in the whole list.
+    """
+
+    page: int
+    per_page: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        """Number of pages (at least 1)."""
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def offset(self) -> int:
+        """Rows before this page."""
+        return (self.page - 1) * self.per_page
+
+    @property
+    def first(self) -> int:
+        """1-based number of the page's first row (0 when empty)."""
+        return min(self.offset + 1, self.total)
+
+    @property
+    def last(self) -> int:
+        """1-based number of the page's last row."""
+        return min(self.offset + self.per_page, self.total)
+
+
+def clamp_page(page: int, total: int, per_page: int) -> Paging:
+    """A :class:`Paging` with ``page`` brought inside the list."""
+    pages = max(1, math.ceil(total / per_page))
+    return Paging(min(max(1, page), pages), per_page, total)
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def runs_page(
+    store: RunStore,
+    *,
+    sort: str = "created",
+    desc: bool = True,
+    query: str = "",
+    status: str = "",
+    page: int = 1,
+    per_page: int = 50,
+) -> dict[str, Any]:
+    """Runs with their headline numbers, filtered, sorted and paged.
+
+    Args:
+        store: The run store.
+        sort: A key of :data:`RUN_SORTS`.
+        desc: Sort descending.
+        query: Text matched (case-insensitive) against id, name, rubric, mode and models.
+        status: Only runs with this status.
+        page: Page number.
+        per_page: Runs per page.
+    """
+    column = RUN_SORTS.get(sort, "created_at")
+    where, params = ["1=1"], []
+    if query:
+        where.append(
+            "(run_id || ' ' || coalesce(name, '') || ' ' || coalesce(rubric, '') || ' ' || "
+            "coalesce(mode, '') || ' ' || coalesce(CAST(models AS VARCHAR), '')) ILIKE ?"
+        )
+        params.append(f"%{query}%")
+    if status:
+        where.append("status = ?")
+        params.append(status)
+    clause = " AND ".join(where)
+    total = store.query(f"SELECT count(*) AS n FROM runs WHERE {clause}", params)[0]["n"]
+    paging = clamp_page(page, total, per_page)
+    order = "DESC" if desc else "ASC"
+    runs = store.query(
+        f"SELECT run_id, name, created_at, status, mode, rubric, rubric_version, models, "
+        f"simulated, n_items, n_samples FROM runs WHERE {clause} "
+        f"ORDER BY {column} {order} NULLS LAST, run_id LIMIT ? OFFSET ?",
+        [*params, paging.per_page, paging.offset],
+    )
+    ids = [r["run_id"] for r in runs]
+    stats = _run_stats(store, ids)
+    for run in runs:
+        run["models"] = _loads(run["models"]) or {}
+        run.update(stats.get(run["run_id"], {}))
+    statuses = [r["status"] for r in store.query("SELECT DISTINCT status FROM runs ORDER BY 1")]
+    return {"runs": runs, "paging": paging, "statuses": statuses}
+
+
+def _run_stats(store: RunStore, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Items ok/failed, tokens, cost and per-item latency percentiles of the given runs."""
+    if not run_ids:
+        return {}
+    out: dict[str, dict[str, Any]] = {rid: {} for rid in run_ids}
+    for row in store.query(
+        """
+        SELECT run_id, count(*) FILTER (WHERE status = 'ok') AS items_ok,
+               count(*) FILTER (WHERE status = 'failed') AS items_failed
+        FROM (SELECT DISTINCT run_id, item_id, status FROM judgments
+              WHERE run_id IN (SELECT unnest(?)) AND final)
+        GROUP BY run_id""",
+        [run_ids],
+    ):
+        out[row.pop("run_id")].update(row)
+    for row in store.query(
+        """
+        SELECT run_id, sum(t) AS latency_s, sum(c) AS cost_usd, sum(tin) AS tokens_in,
+               sum(tout) AS tokens_out, sum(unpriced) AS calls_unpriced,
+               quantile_cont(t, 0.5) AS item_latency_p50_s,
+               quantile_cont(t, 0.95) AS item_latency_p95_s
+        FROM (SELECT run_id, item_id, sum(latency_s) AS t, sum(cost_usd) AS c,
+                     coalesce(sum(prompt_tokens), 0) AS tin,
+                     coalesce(sum(completion_tokens), 0) AS tout,
+                     count(*) FILTER (WHERE status = 'ok' AND cost_usd IS NULL) AS unpriced
+              FROM calls WHERE run_id IN (SELECT unnest(?)) GROUP BY run_id, item_id)
+        GROUP BY run_id""",
+        [run_ids],
+    ):
+        out[row.pop("run_id")].update(row)
+    return out
+
+
+def _histogram(values: list[tuple[float, int]], lo: float, hi: float, integer: bool) -> list:
+    """Bins of a score distribution: one per scale point, or ten for proportions."""
+    if integer:
+        counts = {int(round(v)): 0 for v in range(int(lo), int(hi) + 1)}
+        for value, n in values:
+            counts[int(round(value))] = counts.get(int(round(value)), 0) + n
+        return [(str(k), n) for k, n in sorted(counts.items())]
+    bins = [0] * 10
+    for value, n in values:
+        index = min(int((value - lo) / ((hi - lo) or 1) * 10), 9)
+        bins[max(index, 0)] += n
+    width = (hi - lo) / 10
+    return [(f"{lo + i * width:.1f}", n) for i, n in enumerate(bins)]
+
+
+def score_distributions(store: RunStore, run_id: str, rubric: Rubric) -> list[dict[str, Any]]:
+    """Per attribute: final-score histogram, mean, count of items without a score."""
+    rows = store.query(
+        """
+        SELECT attribute, value, count(*) AS n FROM judgments
+        WHERE run_id = ? AND final AND sample = ? AND agent = ?
+        GROUP BY attribute, value""",
+        [run_id, FINAL_SAMPLE, FINAL_AGENT],
+    )
+    by_attribute: dict[str, list[tuple[float | None, int]]] = {}
+    for row in rows:
+        by_attribute.setdefault(row["attribute"], []).append((row["value"], row["n"]))
+    out = []
+    for attribute in rubric.attributes:
+        pairs = by_attribute.get(attribute.key, [])
+        numbers = [(v, n) for v, n in pairs if v is not None]
+        count = sum(n for _, n in numbers)
+        proportion = attribute.scale.value == "proportion"
+        lo, hi = (0.0, 1.0) if proportion else (float(attribute.min), float(attribute.max))
+        # Medians of an even number of samples can be x.5; such values get their own bins.
+        integer = not proportion and all(float(v).is_integer() for v, _ in numbers)
+        if not integer and not proportion:
+            bins = [(f"{v:g}", n) for v, n in sorted(numbers)]
+        else:
+            bins = _histogram(numbers, lo, hi, integer)
+        out.append(
+            {
+                "key": attribute.key,
+                "name": attribute.name,
+                "bins": bins,
+                "n": count,
+                "missing": sum(n for v, n in pairs if v is None),
+                "mean": sum(v * n for v, n in numbers) / count if count else None,
+            }
+        )
+    return out
+
+
+def failure_groups(store: RunStore, run_id: str, examples: int = 5) -> list[dict[str, Any]]:
+    """Failed samples grouped by reason, with the first few failing items of each."""
+    return store.query(
+        """
+        SELECT coalesce(s.error, '(no reason recorded)') AS reason, count(*) AS samples,
+               count(DISTINCT s.item_id) AS n_items,
+               list(DISTINCT s.item_id ORDER BY s.item_id)[1:?] AS examples
+        FROM samples s WHERE s.run_id = ? AND s.status <> 'ok'
+        GROUP BY reason ORDER BY samples DESC, reason LIMIT 50""",
+        [examples, run_id],
+    )
+
+
+def _item_filter(show: str, reason: str | None) -> tuple[str, list[Any]]:
+    if show == "failed":
+        sql = (
+            "AND i.item_id IN (SELECT item_id FROM samples WHERE run_id = i.run_id "
+            "AND status <> 'ok'"
+        )
+        params: list[Any] = []
+        if reason:
+            sql += " AND coalesce(error, '(no reason recorded)') = ?"
+            params.append(reason)
+        return sql + ")", params
+    if show == "flagged":
+        return "AND json_array_length(i.flags) > 0", []
+    return "", []
+
+
+def item_rows(
+    store: RunStore,
+    run_id: str,
+    keys: list[str],
+    *,
+    show: str = "all",
+    reason: str | None = None,
+    page: int = 1,
+    per_page: int = 100,
+) -> dict[str, Any]:
+    """One page of a run's items with their final scores, status and flags.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+        keys: Attribute keys, in column order.
+        show: ``all``, ``failed`` (a sample failed) or ``flagged`` (text addresses the judge).
+        reason: With ``failed``: only this failure reason.
+        page: Page number.
+        per_page: Items per page.
+    """
+    extra, params = _item_filter(show if show in ITEM_FILTERS else "all", reason)
+    has_flags = store.has_column("items", "flags")
+    if not has_flags and show == "flagged":
+        extra = "AND false"
+    total = store.query(
+        f"SELECT count(*) AS n FROM items i WHERE i.run_id = ? {extra}", [run_id, *params]
+    )[0]["n"]
+    paging = clamp_page(page, total, per_page)
+    flags = "i.flags" if has_flags else "NULL"
+    items = store.query(
+        f"""
+        SELECT i.item_id, i.position, i.vendor, i.specialty, {flags} AS flags
+        FROM items i WHERE i.run_id = ? {extra}
+        ORDER BY i.position, i.item_id LIMIT ? OFFSET ?""",
+        [run_id, *params, paging.per_page, paging.offset],
+    )
+    ids = [r["item_id"] for r in items]
+    finals: dict[str, dict[str, Any]] = {i: {} for i in ids}
+    status: dict[str, str] = {}
+    if ids:
+        for row in store.query(
+            """
+            SELECT item_id, attribute, value, status FROM judgments
+            WHERE run_id = ? AND final AND item_id IN (SELECT unnest(?))""",
+            [run_id, ids],
+        ):
+            finals[row["item_id"]][row["attribute"]] = row["value"]
+            status[row["item_id"]] = row["status"]
+    for item in items:
+        item["flags"] = _loads(item["flags"]) or []
+        item["scores"] = [finals[item["item_id"]].get(k) for k in keys]
+        item["status"] = status.get(item["item_id"], "pending")
+    return {"items": items, "paging": paging, "show": show, "reason": reason}
+
+
+def flag_counts(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    """How many items carry each kind of flag (text addressing the judge)."""
+    if not store.has_column("items", "flags"):
+        return []
+    return store.query(
+        """
+        SELECT f.name AS name, f.field AS field, count(DISTINCT item_id) AS n_items
+        FROM (SELECT item_id, unnest(from_json(flags, '[{"name":"VARCHAR","field":"VARCHAR"}]'))
+                     AS f
+              FROM items WHERE run_id = ? AND json_array_length(flags) > 0)
+        GROUP BY ALL ORDER BY n_items DESC, name""",
+        [run_id],
+    )
+
+
+def is_audit_run(store: RunStore, run_id: str) -> bool:
+    """Whether a run is a vendor audit: its items carry a vendor and an encounter id."""
+    rows = store.query(
+        "SELECT vendor, json_extract_string(meta, '$.encounter_id') AS encounter "
+        "FROM items WHERE run_id = ? LIMIT 1",
+        [run_id],
+    )
+    return bool(rows and rows[0]["vendor"] is not None and rows[0]["encounter"] is not None)
+
+
+def has_vendors(store: RunStore, run_id: str) -> bool:
+    """Whether a run's items name their vendor (a column worth showing)."""
+    rows = store.query(
+        "SELECT count(*) AS n FROM (SELECT 1 FROM items WHERE run_id = ? AND vendor IS NOT NULL "
+        "LIMIT 1)",
+        [run_id],
+    )
+    return bool(rows[0]["n"])
+
+
+def run_overview(store: RunStore, run_id: str) -> dict[str, Any]:
+    """The run's settings, totals, cost per role and agent, and its rubric (None for PRM runs).
+
+    Uses the same summary as ``judge runs show`` (flagged items are counted separately).
+    """
+    run = store.get_run(run_id)
+    summary = run_summary(store, run["run_id"])
+    summary.pop("flagged_items", None)
+    try:
+        rubric: Rubric | None = run_rubric(run)
+    except Exception:  # a PRM scoring run has no rubric
+        rubric = None
+    return {"run": run, "summary": summary, "rubric": rubric}
