@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store
+from clinjudge.cli._common import EXIT_USAGE, console, default_db, fail, open_store
 from clinjudge.cli._options import (
     BaseUrlOption,
     ConcurrencyOption,
@@ -199,7 +199,7 @@ def audit_command(
         if run:
             if data:
                 raise ConfigError("pass either --run (recompute) or --data (new audit), not both")
-            _analyse(db or "runs/clinjudge.duckdb", run, rules, boot, seed or 0, out, as_json)
+            _analyse(db or default_db(), run, rules, boot, seed or 0, out, as_json)
             return
         file_settings = load_config_file(config) if config else {}
         paths = [str(p) for p in data or []]

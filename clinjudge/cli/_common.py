@@ -2,20 +2,50 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+import os
+from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
-from clinjudge.runs import RunStore, StoreError
+from clinjudge.runs import DEFAULT_DB, RunStore, StoreError
+
+DB_ENV = "CLINJUDGE_DB"
+DB_HELP = f"DuckDB file; ${DB_ENV} sets the default."
+StoreDbOption = Annotated[
+    str,
+    typer.Option("--db", envvar=DB_ENV, help=DB_HELP, show_envvar=False, rich_help_panel="Output"),
+]
+"""--db of commands that read or maintain the store (default: $CLINJUDGE_DB, else DEFAULT_DB)."""
+
+
+def default_db() -> str:
+    """The database used when --db is not given: $CLINJUDGE_DB, else runs/clinjudge.duckdb."""
+    return os.environ.get(DB_ENV) or str(DEFAULT_DB)
+
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+
+class _StdoutConsole(Console):
+    """stdout: as wide as the terminal, or unlimited when it is a file or pipe (no "cre…")."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if not self.is_terminal and not os.environ.get("COLUMNS"):
+            return ConsoleDimensions(10_000, super().size.height)
+        return super().size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
 console = Console(stderr=True)
-stdout = Console()
+stdout = _StdoutConsole()
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

@@ -33,7 +33,13 @@ MaxCostOption = Annotated[
     float | None, typer.Option(help="Dollar budget; no new work starts beyond it.")
 ]
 NameOption = Annotated[str | None, typer.Option(help="Label for the run.")]
-DbOption = Annotated[str | None, typer.Option(help="DuckDB file [default: runs/clinjudge.duckdb].")]
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        help="DuckDB file (the config file's db, else $CLINJUDGE_DB, else runs/clinjudge.duckdb).",
+        show_default=False,
+    ),
+]
 ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
 
 ShardOption = Annotated[

@@ -8,13 +8,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail, open_store, stdout
 from clinjudge.rubrics import RubricError, load_rubric
 from clinjudge.runs import DEFAULT_DB, InputError, import_ratings, ratings_overview
 
 ratings_app = typer.Typer(help="Import and list physicians' ratings.", no_args_is_help=True)
-
-DbOption = Annotated[str, typer.Option(help="DuckDB file.")]
 
 
 @ratings_app.command("import")
@@ -27,7 +25,7 @@ def import_command(
         ),
     ],
     rubric: Annotated[str, typer.Option(help="Built-in rubric name or rubric file.")] = "pdsqi9",
-    db: DbOption = str(DEFAULT_DB),
+    db: StoreDbOption = str(DEFAULT_DB),
 ) -> None:
     """Validate ratings against the rubric and store them (re-importing replaces them)."""
     try:
@@ -47,7 +45,7 @@ def import_command(
 
 
 @ratings_app.command("list")
-def list_command(db: DbOption = str(DEFAULT_DB)) -> None:
+def list_command(db: StoreDbOption = str(DEFAULT_DB)) -> None:
     """Stored ratings per rubric and rater."""
     with open_store(db, read_only=True) as store:
         rows = ratings_overview(store)

@@ -10,7 +10,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+from clinjudge.cli._common import (
+    EXIT_USAGE,
+    StoreDbOption,
+    console,
+    fail,
+    open_store,
+    stdout,
+)
 from clinjudge.cli._doclens_view import doclens_table
 from clinjudge.cli._outcome import deciding_agent
 from clinjudge.judges import SIMULATED_NOTICE
@@ -18,51 +25,109 @@ from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_TABLES,
     StoreError,
+    delete_run,
     doclens_report,
     export_run,
     infer_format,
-    list_runs,
+    rename_run,
     run_counts,
     run_summary,
+    runs_overview,
 )
 
-runs_app = typer.Typer(help="List and inspect stored runs.", no_args_is_help=True)
-
-DbOption = Annotated[str, typer.Option(help="DuckDB file.")]
+runs_app = typer.Typer(help="List, inspect, rename and delete stored runs.", no_args_is_help=True)
 
 
 @runs_app.command("list")
-def list_command(db: DbOption = str(DEFAULT_DB)) -> None:
-    """List runs, newest first."""
+def list_command(
+    db: StoreDbOption = str(DEFAULT_DB),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON (one object per run).")
+    ] = False,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Show at most this many runs (newest first).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Runs whose name contains this.")] = None,
+    rubric: Annotated[str | None, typer.Option(help="Runs whose rubric contains this.")] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="Runs of this mode (single, panel, ...).")
+    ] = None,
+    status: Annotated[
+        str | None, typer.Option(help="Runs with this status (completed, failed, ...).")
+    ] = None,
+) -> None:
+    """List runs, newest first, with their cost and failed items."""
+    filters = {"name": name, "rubric": rubric, "mode": mode, "status": status}
     with open_store(db, read_only=True) as store:
-        rows = list_runs(store)
+        rows = runs_overview(store, filters=filters, limit=limit)
+    if as_json:
+        typer.echo(json.dumps(rows, default=str, indent=2))
+        return
     table = Table()
     table.add_column("run_id", no_wrap=True)
-    for column in (
-        "name",
-        "created",
-        "status",
-        "mode",
-        "rubric",
-        "model",
-        "items",
-        "samples",
-    ):
+    for column in ("name", "created", "status", "mode", "rubric", "model"):
         table.add_column(column)
+    for column in ("items", "samples", "failed", "cost"):
+        table.add_column(column, justify="right")
     for row in rows:
         model = row["model"] + (" (SIMULATED)" if row["simulated"] else "")
+        cost = "-" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
         table.add_row(
             row["run_id"],
-            row["name"] or "",
+            escape(row["name"] or ""),
             str(row["created_at"])[:19],
             row["status"],
             row["mode"],
-            row["rubric"],
-            model,
+            escape(row["rubric"] or ""),
+            escape(model),
             str(row["n_items"]),
             str(row["n_samples"]),
+            str(row["failed_items"]),
+            cost,
         )
     stdout.print(table)
+
+
+@runs_app.command("delete")
+def delete_command(
+    run_ids: Annotated[list[str], typer.Argument(help="Run ids or unique parts of them.")],
+    db: StoreDbOption = str(DEFAULT_DB),
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete runs: every row of each run in every table (items, samples, judgments, calls,
+    messages, claims, PRM steps). Physicians' ratings are kept."""
+    with open_store(db) as store:
+        try:
+            runs = [store.get_run(run_id) for run_id in run_ids]
+        except StoreError as exc:
+            fail(str(exc), EXIT_USAGE)
+        for run in runs:
+            label = f" ({run['name']})" if run["name"] else ""
+            console.print(
+                f"run {run['run_id']}{escape(label)}: {run['status']}, {run['mode']}, "
+                f"{run['n_items']} items"
+            )
+        if not yes and not typer.confirm(f"Delete {len(runs)} run(s) from {db}?", err=True):
+            console.print("nothing deleted")
+            raise typer.Exit(1)
+        for run in runs:
+            removed = delete_run(store, run["run_id"])
+            console.print(f"deleted run {run['run_id']} ({sum(removed.values())} rows)")
+
+
+@runs_app.command("rename")
+def rename_command(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique part of it.")],
+    name: Annotated[str, typer.Argument(help="The new name.")],
+    db: StoreDbOption = str(DEFAULT_DB),
+) -> None:
+    """Give a run a new name (its id stays)."""
+    with open_store(db) as store:
+        try:
+            full_id = rename_run(store, run_id, name)
+        except StoreError as exc:
+            fail(str(exc), EXIT_USAGE)
+    console.print(f"run {full_id} is now named {escape(name.strip())!r}")
 
 
 def _fmt(value: Any) -> str:
@@ -125,7 +190,7 @@ def _gate_coercions(store: Any, run_id: str) -> dict[str, int]:
 @runs_app.command("show")
 def show_command(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
-    db: DbOption = str(DEFAULT_DB),
+    db: StoreDbOption = str(DEFAULT_DB),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent."""
@@ -198,7 +263,7 @@ def export_command(
             show_default="from the file name",
         ),
     ] = None,
-    db: DbOption = str(DEFAULT_DB),
+    db: StoreDbOption = str(DEFAULT_DB),
     table: Annotated[
         str,
         typer.Option(

@@ -15,9 +15,17 @@ JUDGE = str(Path(sys.executable).parent / "judge")
 WIDE = {"COLUMNS": "250", "NO_COLOR": "1"}
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
-    """Run `judge ARGS` in-process; stdout and stderr are captured separately."""
-    return CliRunner().invoke(app, list(args), env={**WIDE, **(env or {})}, catch_exceptions=False)
+def invoke(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Any:  # noqa: A002
+    """Run `judge ARGS` in-process; stdout and stderr are captured separately.
+
+    Args:
+        args: Command-line arguments.
+        env: Extra environment variables.
+        input: Text typed on stdin (answers to prompts).
+    """
+    return CliRunner().invoke(
+        app, list(args), env={**WIDE, **(env or {})}, input=input, catch_exceptions=False
+    )
 
 
 def query(db: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
