@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ValidationError
 
 from clinjudge.runs import _stats
@@ -176,7 +178,7 @@ class _Block:
 
     def __init__(
         self,
-        units: list[str],
+        units: list[str] | None,
         raters: list[str],
         humans: np.ndarray,
         judge: np.ndarray | None,
@@ -189,14 +191,10 @@ class _Block:
         self.judge_samples = judge_samples  # (n,) sample counts
 
 
-def _median_or_nan(values: list[float]) -> float:
-    return float(np.median(values)) if values else float("nan")
-
-
 def _categories_for(
     declared: Sequence[float] | None, observed: np.ndarray, label: str, notes: list[str]
 ) -> list[float]:
-    seen = sorted({float(v) for v in observed[~np.isnan(observed)].ravel()})
+    seen = [float(v) for v in np.unique(observed[~np.isnan(observed)])]
     if declared is None:
         return seen
     cats = sorted({float(c) for c in declared})
@@ -214,14 +212,38 @@ def _categories_for(
 # Statistics of one block
 
 
-def _alpha_block(data: np.ndarray, levels: Sequence[str], n_boot: int, seed: int) -> dict:
-    """Krippendorff's alpha of a ``units x raters`` array (transposed to raters x units)."""
-    out = {}
-    for level in levels:
-        out[level] = {
-            "value": _stats.krippendorff_alpha(data.T, level),
-            "ci95": _stats.krippendorff_alpha_ci(data.T, level, n_boot=n_boot, seed=seed),
-        }
+class _Boot:
+    """Bootstrap jobs of one block, run together so that they share one pass over the
+    resamples (every bootstrap of a block draws from the same seed)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[_stats.BootstrapJob] = []
+        self.sinks: list[Any] = []
+
+    def add(self, job: _stats.BootstrapJob, sink: Any) -> None:
+        self.jobs.append(job)
+        self.sinks.append(sink)
+
+    def run(self, n_boot: int, seed: int) -> None:
+        for sink, result in zip(
+            self.sinks, _stats.run_bootstrap(self.jobs, n_boot, seed), strict=True
+        ):
+            sink(result)
+
+
+def _alpha_block(data: np.ndarray, levels: Sequence[str], boot: _Boot) -> dict:
+    """Krippendorff's alpha of a ``units x raters`` array (transposed to raters x units); the
+    bootstrap CIs are filled in when ``boot`` runs."""
+    job = _stats.alpha_bootstrap_job(data.T, levels)
+    out = {
+        level: {"value": _stats.krippendorff_alpha(data.T, level), "ci95": None} for level in levels
+    }
+
+    def sink(result: dict[str, np.ndarray]) -> None:
+        for level in levels:
+            out[level]["ci95"] = _stats.percentile_ci(result[level])
+
+    boot.add(job, sink)
     return out
 
 
@@ -244,8 +266,7 @@ def _rater_stats(
     *,
     binary: bool,
     cats: list[float],
-    n_boot: int,
-    seed: int,
+    boot: _Boot,
     notes: list[str],
 ) -> dict[str, Any]:
     h = block.humans
@@ -269,14 +290,14 @@ def _rater_stats(
     if binary:
         out["percent_agreement"] = _stats.percent_agreement(h)
         out["kappa"] = _kappa_block(h)
-        out["krippendorff_alpha"] = _alpha_block(h, ("nominal",), n_boot, seed)
+        out["krippendorff_alpha"] = _alpha_block(h, ("nominal",), boot)
         return out
     if h.shape[1] >= 2 and complete.sum() >= 2:
         out["icc"] = _stats.icc_forms(h[complete])
     else:
         out["icc"] = None
         notes.append(f"{label}: ICC needs 2 or more raters and complete units; not computed")
-    out["krippendorff_alpha"] = _alpha_block(h, ALPHA_LEVELS, n_boot, seed)
+    out["krippendorff_alpha"] = _alpha_block(h, ALPHA_LEVELS, boot)
     out["gwet_ac2"] = _ac2_block(h, cats)
     return out
 
@@ -288,8 +309,7 @@ def _judge_stats(
     *,
     binary: bool,
     cats: list[float],
-    n_boot: int,
-    seed: int,
+    boot: _Boot,
     notes: list[str],
 ) -> dict[str, Any]:
     assert block.judge is not None and block.judge_samples is not None
@@ -322,7 +342,7 @@ def _judge_stats(
         if paired.sum() >= 2:
             primary.update(_stats.icc_forms(pair)[PRIMARY_FORM])
             pair_cats = _categories_for(cats, pair, f"{label} (human median vs judge)", notes)
-            primary["krippendorff_alpha"] = _alpha_block(pair, ALPHA_LEVELS, n_boot, seed)
+            primary["krippendorff_alpha"] = _alpha_block(pair, ALPHA_LEVELS, boot)
             primary["gwet_ac2"] = _ac2_block(pair, pair_cats)
         else:
             primary.update(value=None, ci95=[None, None])
@@ -346,11 +366,14 @@ def _judge_stats(
     out["substitution_statistic"] = form
     if h.shape[1] >= 2 and complete.sum() >= 2:
         out["n_units_bootstrap"] = int(complete.sum())
-        out["substitution"] = _stats.substitution_bootstrap(
-            h[complete], j[complete], block.raters, n_boot=n_boot, seed=seed, form=form
-        )
-        out["added_rater"] = _stats.added_rater_bootstrap(
-            h[complete], j[complete], n_boot=n_boot, seed=seed, form=form
+        out["substitution"] = []
+        out["added_rater"] = None
+
+        def sink(result: tuple[list[dict[str, Any]], dict[str, Any]]) -> None:
+            out["substitution"], out["added_rater"] = result
+
+        boot.add(
+            _stats.judge_bootstrap_job(h[complete], j[complete], block.raters, form=form), sink
         )
     else:
         out["n_units_bootstrap"] = int(complete.sum())
@@ -364,61 +387,148 @@ def _judge_stats(
 # Entry point
 
 
-def _build_blocks(
-    records: Sequence[RatingRecord], judge: str | None, notes: list[str]
-) -> dict[str | None, _Block]:
-    cells: dict[tuple[str | None, str, str], list[float]] = {}
-    order: dict[str | None, tuple[list[str], list[str]]] = {}
-    for r in records:
-        units, raters = order.setdefault(r.attribute, ([], []))
-        units.append(r.unit_id)
-        if r.rater_id != judge:
-            raters.append(r.rater_id)
-        scores = cells.setdefault((r.attribute, r.unit_id, r.rater_id), [])
-        if r.score is not None and math.isfinite(r.score):
-            scores.append(float(r.score))
-    repeated = sum(1 for (_, _, rater), s in cells.items() if rater != judge and len(s) > 1)
+def _first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of integer keys numbered in order of first appearance, and the keys in that order."""
+    if keys.size == 0:
+        return np.zeros(0, dtype=np.int64), keys
+    uniques, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inverse.ravel()], uniques[order]
+
+
+def _encode(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Dictionary codes (first appearance order) and values of a text column; null is -1."""
+    encoded = pc.dictionary_encode(column)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, encoded.dictionary.to_pylist()
+
+
+def _cell_medians(keys: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct key: the key, the median of its scores and their count (as np.median)."""
+    order = np.lexsort((scores, keys))
+    keys, scores = keys[order], scores[order]
+    cells, starts, counts = np.unique(keys, return_index=True, return_counts=True)
+    lo = starts + (counts - 1) // 2
+    hi = starts + counts // 2
+    return cells, (scores[lo] + scores[hi]) / 2.0, counts
+
+
+def ratings_table(records: Sequence[RatingRecord] | pa.Table) -> pa.Table:
+    """Ratings as an Arrow table with ``unit_id``, ``rater_id``, ``attribute``, ``score``."""
+    if isinstance(records, pa.Table):
+        missing = {"unit_id", "rater_id", "score"} - set(records.column_names)
+        if missing:
+            raise ValueError(f"ratings table lacks columns {sorted(missing)}")
+        attribute = (
+            records.column("attribute")
+            if "attribute" in records.column_names
+            else pa.nulls(records.num_rows, pa.string())
+        )
+        for name in ("unit_id", "rater_id"):
+            if records.column(name).null_count:
+                raise ValueError(f"ratings table: column {name} has missing values")
+        return pa.table(
+            {
+                "unit_id": records.column("unit_id").cast(pa.string()),
+                "rater_id": records.column("rater_id").cast(pa.string()),
+                "attribute": attribute.cast(pa.string()),
+                "score": records.column("score").cast(pa.float64()),
+            }
+        )
+    return pa.table(
+        {
+            "unit_id": pa.array([r.unit_id for r in records], pa.string()),
+            "rater_id": pa.array([r.rater_id for r in records], pa.string()),
+            "attribute": pa.array([r.attribute for r in records], pa.string()),
+            "score": pa.array([r.score for r in records], pa.float64()),
+        }
+    )
+
+
+def _build_blocks(table: pa.Table, judge: str | None, notes: list[str]) -> dict[str | None, _Block]:
+    """One block per attribute, in order of first appearance; units and raters likewise.
+
+    A cell (unit, rater) with several scores gets their median; raters with no score in an
+    attribute are left out of its block.
+    """
+    attr, attr_names = _encode(table.column("attribute"))
+    unit, unit_names = _encode(table.column("unit_id"))
+    rater, rater_names = _encode(table.column("rater_id"))
+    score = table.column("score").to_numpy().astype(float)  # null -> NaN
+    n_units, n_raters = max(len(unit_names), 1), max(len(rater_names), 1)
+    judge_code = rater_names.index(judge) if judge in rater_names else -2
+    is_judge = rater == judge_code
+    scored = ~np.isnan(score)
+
+    # Block rows: (attribute, unit) pairs in order of first appearance.
+    attr1 = attr + 1  # null attribute -> 0
+    row, row_keys = _first_seen(attr1 * n_units + unit)
+    row_attr, row_unit = row_keys // n_units, row_keys % n_units
+    # Block columns: (attribute, human rater) pairs in order of first appearance, kept when
+    # the rater scored something in that attribute.
+    human = ~is_judge
+    col_all, col_keys = _first_seen(attr1[human] * n_raters + rater[human])
+    has_score = np.bincount(col_all[scored[human]], minlength=col_keys.size) > 0
+    col_keys = col_keys[has_score]
+    col_attr, col_rater = col_keys // n_raters, col_keys % n_raters
+
+    cell_keys, medians, counts = _cell_medians(
+        row[human & scored] * n_raters + rater[human & scored], score[human & scored]
+    )
+    repeated = int((counts > 1).sum())
     if repeated:
         notes.append(
             f"{repeated} (unit, human rater) cells hold more than one score; their median is used"
         )
+    cell_row, cell_rater = cell_keys // n_raters, cell_keys % n_raters
+    judge_rows = judge_medians = judge_counts = None
+    if judge is not None:
+        judge_rows, judge_medians, judge_counts = _cell_medians(
+            row[is_judge & scored], score[is_judge & scored]
+        )
+
     blocks: dict[str | None, _Block] = {}
-    for attribute, (unit_list, rater_list) in order.items():
-        units = _ordered(unit_list)
-        raters = [
-            rater
-            for rater in _ordered(rater_list)
-            if any(cells.get((attribute, u, rater)) for u in units)
-        ]
-        humans = np.array(
-            [
-                [_median_or_nan(cells.get((attribute, u, rater), [])) for rater in raters]
-                for u in units
-            ],
-            dtype=float,
-        ).reshape(len(units), len(raters))
+    for a1 in _first_seen(row_attr)[1]:
+        rows = np.flatnonzero(row_attr == a1)  # global row numbers, in block order
+        local = np.full(row_keys.size, -1)
+        local[rows] = np.arange(rows.size)
+        raters = col_rater[col_attr == a1]
+        rater_col = np.full(n_raters, -1)
+        rater_col[raters] = np.arange(raters.size)
+        humans = np.full((rows.size, raters.size), np.nan)
+        mine = row_attr[cell_row] == a1
+        humans[local[cell_row[mine]], rater_col[cell_rater[mine]]] = medians[mine]
         judge_scores = judge_samples = None
         if judge is not None:
-            samples = [cells.get((attribute, u, judge), []) for u in units]
-            judge_scores = np.array([_median_or_nan(s) for s in samples], dtype=float)
-            judge_samples = np.array([len(s) for s in samples], dtype=int)
+            assert judge_rows is not None and judge_medians is not None
+            judge_scores = np.full(rows.size, np.nan)
+            judge_samples = np.zeros(rows.size, dtype=int)
+            mine = row_attr[judge_rows] == a1
+            judge_scores[local[judge_rows[mine]]] = judge_medians[mine]
+            judge_samples[local[judge_rows[mine]]] = judge_counts[mine]
+        attribute = None if a1 == 0 else str(attr_names[a1 - 1])
         blocks[attribute] = _Block(
-            [str(u) for u in units], raters, humans, judge_scores, judge_samples
+            [str(unit_names[u]) for u in row_unit[rows]],
+            [str(rater_names[r]) for r in raters],
+            humans,
+            judge_scores,
+            judge_samples,
         )
     return blocks
 
 
 def _pool(blocks: dict[str, _Block], judge: bool) -> _Block:
     raters = _ordered(r for b in blocks.values() for r in b.raters)
-    units: list[str] = []
     rows: list[np.ndarray] = []
     judge_rows: list[np.ndarray] = []
     sample_rows: list[np.ndarray] = []
-    for attribute, b in blocks.items():
-        units.extend(f"{u}\x1f{attribute}" for u in b.units)
-        wide = np.full((len(b.units), len(raters)), np.nan)
-        for col, rater in enumerate(b.raters):
-            wide[:, raters.index(rater)] = b.humans[:, col]
+    for b in blocks.values():
+        wide = np.full((b.humans.shape[0], len(raters)), np.nan)
+        wide[:, [raters.index(rater) for rater in b.raters]] = b.humans
         rows.append(wide)
         if judge:
             assert b.judge is not None and b.judge_samples is not None
@@ -426,7 +536,7 @@ def _pool(blocks: dict[str, _Block], judge: bool) -> _Block:
             sample_rows.append(b.judge_samples)
     humans = np.vstack(rows) if rows else np.empty((0, len(raters)))
     return _Block(
-        units,
+        None,  # pooled units are (unit, attribute) pairs; nothing downstream names them
         raters,
         humans,
         np.concatenate(judge_rows) if judge else None,
@@ -446,27 +556,17 @@ def _analyse_block(
     notes: list[str],
 ) -> dict[str, Any]:
     cats = _categories_for(declared, block.humans, label, notes)
-    out = _rater_stats(
-        block, label, binary=binary, cats=cats, n_boot=n_boot, seed=seed, notes=notes
-    )
+    boot = _Boot()
+    out = _rater_stats(block, label, binary=binary, cats=cats, boot=boot, notes=notes)
+    judged = None
     if judge is not None:
-        out.update(
-            _judge_stats(
-                block,
-                label,
-                judge,
-                binary=binary,
-                cats=cats,
-                n_boot=n_boot,
-                seed=seed,
-                notes=notes,
-            )
-        )
-    return out
+        judged = _judge_stats(block, label, judge, binary=binary, cats=cats, boot=boot, notes=notes)
+    boot.run(n_boot, seed)  # fills the bootstrap results into out and judged
+    return {**out, **(judged or {})}
 
 
 def analyse_ratings(
-    records: Sequence[RatingRecord],
+    records: Sequence[RatingRecord] | pa.Table,
     *,
     judge: str | None = None,
     categories: dict[str, list[float]] | None = None,
@@ -477,8 +577,11 @@ def analyse_ratings(
     """Agreement statistics per attribute and pooled over (unit, attribute) pairs.
 
     Args:
-        records: Long-format ratings. Records without an attribute form one unnamed block
-            (``per_attribute`` is then empty and only ``pooled`` is reported).
+        records: Long-format ratings: ``RatingRecord`` objects, or an Arrow table with columns
+            ``unit_id``, ``rater_id``, ``score`` (null for missing) and optionally
+            ``attribute`` (columnar input keeps memory low for large studies). Records without
+            an attribute form one unnamed block (``per_attribute`` is then empty and only
+            ``pooled`` is reported).
         judge: The judge's rater id. Its records for a unit (one per sample) are reduced to
             their median and compared with the median of the human raters.
         categories: Declared category set per attribute (for Gwet's AC2); default: the
@@ -497,11 +600,12 @@ def analyse_ratings(
         ``median_difference``, ``iqr``, ``quartiles``, ``differences`` (judge minus human
         median: count), ``substitution`` and ``added_rater``.
     """
-    if not records:
+    table = ratings_table(records)
+    if table.num_rows == 0:
         raise ValueError("no ratings to analyse")
     if n_boot < 1:
         raise ValueError("n_boot must be at least 1")
-    attributes = {r.attribute for r in records}
+    attributes = set(pc.unique(table.column("attribute")).to_pylist())
     if None in attributes and len(attributes) > 1:
         raise ValueError("some ratings have an attribute and some do not")
     binary_attributes = set(binary_attributes or ())
@@ -510,10 +614,10 @@ def analyse_ratings(
     notes: list[str] = []
     if unknown:
         notes.append(f"attributes {sorted(unknown)} were declared but have no ratings")
-    if judge is not None and not any(r.rater_id == judge for r in records):
+    if judge is not None and not pc.any(pc.equal(table.column("rater_id"), judge)).as_py():
         raise ValueError(f"judge {judge!r} has no ratings")
 
-    blocks = _build_blocks(records, judge, notes)
+    blocks = _build_blocks(table, judge, notes)
     common = {"judge": judge, "n_boot": n_boot, "seed": seed, "notes": notes}
     per_attribute: dict[str, Any] = {}
     if None not in blocks:

@@ -16,12 +16,15 @@ and its variance; Cohen (1960) and Fleiss (1971) for the kappas.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
+from threadpoolctl import ThreadpoolController
 
 ICC_FORMS = ("ICC1", "ICC2", "ICC3", "ICC1k", "ICC2k", "ICC3k")
 ALPHA_LEVELS = ("nominal", "ordinal", "interval", "ratio")
@@ -227,29 +230,45 @@ def krippendorff_alpha(data: np.ndarray, level: str) -> float:
     return float(_alpha_from_coincidences(o, values, level))
 
 
+def alpha_bootstrap_job(data: np.ndarray, levels: Sequence[str]) -> BootstrapJob:
+    """A :class:`BootstrapJob` giving alpha at each level for every resample of the pairable
+    units of a ``raters x units`` array: ``{level: (n_boot,) array}``."""
+    values, per_unit = _alpha_units(data)
+    for level in levels:
+        if level not in ALPHA_LEVELS:
+            raise ValueError(f"unknown level {level!r}; expected one of {', '.join(ALPHA_LEVELS)}")
+
+    def finish(totals: np.ndarray) -> dict[str, np.ndarray]:
+        if per_unit.shape[0] == 0 or values.size < 2:
+            return {level: np.full(totals.shape[0], np.nan) for level in levels}
+        o = totals.reshape(totals.shape[0], values.size, values.size)
+        return {level: _alpha_from_coincidences(o, values, level) for level in levels}
+
+    return BootstrapJob(per_unit, finish)
+
+
 def krippendorff_alpha_boot(
     data: np.ndarray, level: str, n_boot: int = 1000, seed: int = 0
 ) -> np.ndarray:
     """Alpha for ``n_boot`` resamples of the pairable units (with replacement)."""
-    values, per_unit = _alpha_units(data)
-    units = per_unit.shape[0]
-    if units == 0 or values.size < 2:
-        return np.full(n_boot, np.nan)
-    weights = bootstrap_weights(bootstrap_indices(units, n_boot, seed))
-    o = (weights @ per_unit).reshape(n_boot, values.size, values.size)
-    return _alpha_from_coincidences(o, values, level)
+    (boot,) = run_bootstrap([alpha_bootstrap_job(data, (level,))], n_boot, seed)
+    return boot[level]
+
+
+def percentile_ci(boot: np.ndarray) -> list[float]:
+    """95% percentile interval of the finite bootstrap values (NaN, NaN when there are none)."""
+    finite = boot[np.isfinite(boot)]
+    if finite.size == 0:
+        return [float("nan"), float("nan")]
+    lo, hi = np.percentile(finite, [2.5, 97.5])
+    return [float(lo), float(hi)]
 
 
 def krippendorff_alpha_ci(
     data: np.ndarray, level: str, n_boot: int = 1000, seed: int = 0
 ) -> list[float]:
     """95% percentile-bootstrap interval of alpha, resampling units with replacement."""
-    boot = krippendorff_alpha_boot(data, level, n_boot=n_boot, seed=seed)
-    boot = boot[np.isfinite(boot)]
-    if boot.size == 0:
-        return [float("nan"), float("nan")]
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return [float(lo), float(hi)]
+    return percentile_ci(krippendorff_alpha_boot(data, level, n_boot=n_boot, seed=seed))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,17 +533,133 @@ def wilcoxon_paired(
 # Judge as substitute or additional rater
 
 
+BOOT_CHUNK_ROWS = 32
+"""Resamples per chunk for large unit counts: memory is O(units + BOOT_CHUNK_ROWS x units)."""
+
+_SMALL_CHUNK_CELLS = 1 << 20
+"""Below this many (resample, unit) cells per chunk, chunks grow (fewer, larger products)."""
+
+_SINGLE_THREAD_CELLS = 1 << 24
+"""Bootstraps with fewer (resample, unit) cells run BLAS on one thread: for products this
+small, extra threads cost more CPU in start-up and spinning than they save."""
+
+_threads: ThreadpoolController | None = None
+
+
+def _blas_threads(cells: int) -> Any:
+    """A context limiting BLAS to one thread for small bootstraps (no limit for large ones)."""
+    global _threads
+    if cells >= _SINGLE_THREAD_CELLS:
+        return contextlib.nullcontext()
+    if _threads is None:
+        _threads = ThreadpoolController()
+    return _threads.limit(limits=1, user_api="blas")
+
+
 def bootstrap_indices(n_units: int, n_boot: int, seed: int) -> np.ndarray:
-    """``(n_boot, n_units)`` unit indices drawn with replacement (the resamples used here)."""
+    """``(n_boot, n_units)`` unit indices drawn with replacement (the resamples used here).
+
+    :func:`bootstrap_chunks` draws the same resamples a chunk of rows at a time.
+    """
     return np.random.default_rng(seed).integers(0, n_units, size=(n_boot, n_units))
 
 
 def bootstrap_weights(indices: np.ndarray) -> np.ndarray:
-    """How often each unit appears in each resample: ``(B, n)`` counts from ``(B, n)`` indices."""
+    """How often each unit appears in each resample: ``(B, n)`` counts from ``(B, n)`` indices.
+
+    ``indices`` is used as scratch space (offset in place) to keep peak memory down.
+    """
     n_boot, n_units = indices.shape
-    flat = indices + n_units * np.arange(n_boot)[:, None]
+    flat = np.add(indices, (n_units * np.arange(n_boot))[:, None], out=indices)
     counts = np.bincount(flat.ravel(), minlength=n_boot * n_units)
     return counts.reshape(n_boot, n_units).astype(float)
+
+
+def _chunk_rows(n_units: int, n_boot: int, chunk_rows: int | None) -> int:
+    if chunk_rows is not None:
+        if chunk_rows < 1:
+            raise ValueError("chunk_rows must be at least 1")
+        return chunk_rows
+    return max(1, min(n_boot, max(BOOT_CHUNK_ROWS, _SMALL_CHUNK_CELLS // max(n_units, 1))))
+
+
+def bootstrap_chunks(
+    n_units: int, n_boot: int, seed: int, chunk_rows: int | None = None
+) -> Iterator[tuple[slice, np.ndarray]]:
+    """The resamples of :func:`bootstrap_indices` as unit weights, a chunk of rows at a time.
+
+    Numpy's generator yields the same stream whether the ``(n_boot, n_units)`` draws are made
+    at once or row chunk by row chunk, so the chunked weights equal
+    ``bootstrap_weights(bootstrap_indices(n_units, n_boot, seed))`` exactly.
+
+    Yields:
+        ``(rows, weights)``: the slice of resample numbers and their ``(len, n_units)`` counts.
+    """
+    if n_units < 1:
+        raise ValueError("the bootstrap needs at least one unit")
+    rng = np.random.default_rng(seed)
+    step = _chunk_rows(n_units, n_boot, chunk_rows)
+    for start in range(0, n_boot, step):
+        stop = min(n_boot, start + step)
+        yield (
+            slice(start, stop),
+            bootstrap_weights(rng.integers(0, n_units, size=(stop - start, n_units))),
+        )
+
+
+@dataclass
+class BootstrapJob:
+    """A statistic bootstrapped through per-unit sums.
+
+    Args:
+        per_unit: ``(n_units, m)`` per-unit quantities; a resample's totals are the
+            weight-by-unit sums ``weights @ per_unit``.
+        finish: Turns the ``(n_boot, m)`` resample totals into the statistic's result.
+    """
+
+    per_unit: np.ndarray
+    finish: Callable[[np.ndarray], Any]
+
+
+def bootstrap_totals(
+    per_unit: Sequence[np.ndarray], n_boot: int, seed: int, chunk_rows: int | None = None
+) -> list[np.ndarray]:
+    """Resample totals ``weights @ m`` for each ``(n_units, m)`` matrix, streamed in chunks.
+
+    Matrices with the same number of units share one pass over the resamples (the same draws,
+    as every bootstrap here uses). Matrices without units get NaN totals.
+    """
+    out: list[np.ndarray | None] = [None] * len(per_unit)
+    groups: dict[int, list[int]] = {}
+    mats = [np.asarray(m, dtype=float) for m in per_unit]
+    for i, m in enumerate(mats):
+        if m.ndim != 2:
+            raise ValueError(f"per-unit statistics must be 2-D, got shape {m.shape}")
+        groups.setdefault(m.shape[0], []).append(i)
+    for n_units, members in groups.items():
+        if n_units == 0:
+            for i in members:
+                out[i] = np.full((n_boot, mats[i].shape[1]), np.nan)
+            continue
+        stacked = mats[members[0]] if len(members) == 1 else np.hstack([mats[i] for i in members])
+        totals = np.empty((n_boot, stacked.shape[1]))
+        with _blas_threads(n_units * n_boot):
+            for rows, weights in bootstrap_chunks(n_units, n_boot, seed, chunk_rows):
+                totals[rows] = weights @ stacked
+        edges = np.cumsum([0, *(mats[i].shape[1] for i in members)])
+        for i, lo, hi in zip(members, edges[:-1], edges[1:], strict=True):
+            out[i] = totals[:, lo:hi]
+    return [t for t in out if t is not None]
+
+
+def run_bootstrap(
+    jobs: Sequence[BootstrapJob], n_boot: int, seed: int, chunk_rows: int | None = None
+) -> list[Any]:
+    """Results of several bootstrap jobs, with one streamed pass per distinct unit count."""
+    if n_boot < 1:
+        raise ValueError("n_boot must be at least 1")
+    totals = bootstrap_totals([job.per_unit for job in jobs], n_boot, seed, chunk_rows)
+    return [job.finish(t) for job, t in zip(jobs, totals, strict=True)]
 
 
 def _icc_from_sums(
@@ -564,12 +699,7 @@ def _two_sided_p(deltas: np.ndarray) -> float:
 
 
 def _delta_summary(base: float, other: float, boot: np.ndarray) -> dict[str, Any]:
-    finite = boot[np.isfinite(boot)]
-    ci = (
-        [float(v) for v in np.percentile(finite, [2.5, 97.5])]
-        if finite.size
-        else [float("nan"), float("nan")]
-    )
+    ci = percentile_ci(boot)
     return {
         "icc_base": float(base),
         "icc_with_judge": float(other),
@@ -594,6 +724,124 @@ def _check_judge(humans: np.ndarray, judge: np.ndarray) -> tuple[np.ndarray, np.
     return h, j
 
 
+def _icc_judge_job(h: np.ndarray, j: np.ndarray, form: str) -> BootstrapJob:
+    """Per-unit sufficient statistics of the base, the k swapped and the extended matrices."""
+    n, k = h.shape
+    rows = h.sum(axis=1)
+    squares = (h**2).sum(axis=1)
+    rows_sw = rows[:, None] - h + j[:, None]  # (n, k): column c replaced by the judge
+    squares_sw = squares[:, None] - h**2 + (j**2)[:, None]
+    rows_add = rows + j
+    per_unit = np.column_stack(
+        [h, j, rows, rows**2, squares, rows_sw, rows_sw**2, squares_sw]
+        + [rows_add, rows_add**2, squares + j**2]
+    )
+
+    def finish(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cols, col_j = t[:, :k], t[:, k]
+        total, row2, sq = t[:, k + 1], t[:, k + 2], t[:, k + 3]
+        at = k + 4
+        total_sw, row2_sw, sq_sw = (
+            t[:, at : at + k],
+            t[:, at + k : at + 2 * k],
+            t[:, at + 2 * k : at + 3 * k],
+        )
+        total_add, row2_add, sq_add = t[:, at + 3 * k], t[:, at + 3 * k + 1], t[:, at + 3 * k + 2]
+        col2 = (cols**2).sum(axis=1)
+        base_b = _icc_from_sums(n, k, total, row2, col2, sq, form)
+        swapped_b = _icc_from_sums(
+            n, k, total_sw, row2_sw, col2[:, None] - cols**2 + (col_j**2)[:, None], sq_sw, form
+        )  # (B, k)
+        added_b = _icc_from_sums(n, k + 1, total_add, row2_add, col2 + col_j**2, sq_add, form)
+        return swapped_b - base_b[:, None], added_b - base_b
+
+    return BootstrapJob(per_unit, finish)
+
+
+def _fleiss_from_sums(p_sum: np.ndarray, counts: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Fleiss' kappa from resample sums of per-unit agreement and category counts."""
+    p_bar = p_sum / n
+    p_e = ((counts / (n * k)) ** 2).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(p_e < 1.0, (p_bar - p_e) / (1.0 - p_e), np.nan)
+
+
+def _fleiss_judge_job(h: np.ndarray, j: np.ndarray) -> BootstrapJob:
+    """Fleiss' kappa is a ratio of unit sums too: per-unit agreement and category counts of the
+    base, the k swapped and the extended matrices."""
+    n, k = h.shape
+    cats = np.unique(np.concatenate([h.ravel(), j]))
+    q = cats.size
+    onehot_h = h[:, :, None] == cats  # (n, k, q)
+    onehot_j = (j[:, None] == cats).astype(float)  # (n, q)
+    counts = onehot_h.sum(axis=1).astype(float)  # (n, q)
+    counts_sw = counts[:, None, :] - onehot_h + onehot_j[:, None, :]  # (n, k, q)
+    counts_add = counts + onehot_j
+
+    def agreement(c: np.ndarray, raters: int) -> np.ndarray:
+        return (c * (c - 1.0)).sum(axis=-1) / (raters * (raters - 1.0))
+
+    per_unit = np.column_stack(
+        [
+            agreement(counts, k),
+            counts,
+            agreement(counts_sw, k),  # (n, k)
+            counts_sw.reshape(n, k * q),
+            agreement(counts_add, k + 1),
+            counts_add,
+        ]
+    )
+
+    def finish(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        b = t.shape[0]
+        base = _fleiss_from_sums(t[:, 0], t[:, 1 : 1 + q], n, k)
+        at = 1 + q
+        swapped = _fleiss_from_sums(
+            t[:, at : at + k], t[:, at + k : at + k + k * q].reshape(b, k, q), n, k
+        )
+        at += k + k * q
+        added = _fleiss_from_sums(t[:, at], t[:, at + 1 : at + 1 + q], n, k + 1)
+        return swapped - base[:, None], added - base
+
+    return BootstrapJob(per_unit, finish)
+
+
+def judge_bootstrap_job(
+    humans: np.ndarray, judge: np.ndarray, rater_ids: list[str], form: str = "ICC3k"
+) -> BootstrapJob:
+    """The judge as substitute for each rater and as one more rater, as one bootstrap job.
+
+    Its result is ``(substitution, added_rater)`` in the shapes of
+    :func:`substitution_bootstrap` and :func:`added_rater_bootstrap`. Every statistic comes
+    from per-unit sums (ICC sums of squares, Fleiss' agreement and category counts), so a
+    resample costs one row of a matrix product instead of a copied ``n x k`` matrix.
+    """
+    _check_form(form)
+    h, j = _check_judge(humans, judge)
+    k = h.shape[1]
+    if len(rater_ids) != k:
+        raise ValueError(f"{len(rater_ids)} rater ids for {k} columns")
+    inner = _fleiss_judge_job(h, j) if form == "fleiss_kappa" else _icc_judge_job(h, j, form)
+    base = float(icc_values_batch(h[None], form)[0])
+    both = np.concatenate([h, j[:, None]], axis=1)
+    added_value = float(icc_values_batch(both[None], form)[0])
+    swapped_values = []
+    for col in range(k):
+        swapped = h.copy()
+        swapped[:, col] = j
+        swapped_values.append(float(icc_values_batch(swapped[None], form)[0]))
+
+    def finish(t: np.ndarray) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        swapped_boot, added_boot = inner.finish(t)
+        substitution = [
+            {"rater": rater, **_delta_summary(base, swapped_values[col], swapped_boot[:, col])}
+            for col, rater in enumerate(rater_ids)
+        ]
+        return substitution, _delta_summary(base, added_value, added_boot)
+
+    return BootstrapJob(inner.per_unit, finish)
+
+
 def substitution_bootstrap(
     humans: np.ndarray,
     judge: np.ndarray,
@@ -609,8 +857,8 @@ def substitution_bootstrap(
     ICC(humans)``; ``p`` is the two-tailed bootstrap p of a zero change (twice the smaller share
     of resampled changes at or beyond 0, add-one corrected) and ``ci95`` the percentile interval.
 
-    ICC forms are computed from per-unit sufficient statistics, so a resample costs a matrix
-    product rather than a pass over a copied ``n x k`` matrix.
+    The statistics come from per-unit sums (see :func:`judge_bootstrap_job`), streamed over
+    the resamples in chunks.
 
     Args:
         humans: Complete ``units x raters`` matrix of the human raters.
@@ -621,47 +869,14 @@ def substitution_bootstrap(
     Returns:
         One ``{"rater", "delta_icc", "ci95", "p", "icc_base", "icc_with_judge"}`` per rater.
     """
-    _check_form(form)
-    h, j = _check_judge(humans, judge)
-    n, k = h.shape
-    if len(rater_ids) != k:
-        raise ValueError(f"{len(rater_ids)} rater ids for {k} columns")
-    idx = bootstrap_indices(n, n_boot, seed)
-    if form == "fleiss_kappa":
-        return _substitution_by_copy(h, j, rater_ids, idx, form)
-    w = bootstrap_weights(idx)  # (B, n)
-    rows = h.sum(axis=1)
-    squares = (h**2).sum(axis=1)
-    # Per-unit statistics of the k swapped matrices (column j = the judge), side by side.
-    rows_sw = rows[:, None] - h + j[:, None]  # (n, k)
-    squares_sw = squares[:, None] - h**2 + (j**2)[:, None]
-    cols = w @ h  # (B, k) column totals of each resample
-    col_j = w @ j  # (B,)
-    col2 = (cols**2).sum(axis=1)
-    base_b = _icc_from_sums(n, k, w @ rows, w @ rows**2, col2, w @ squares, form)
-    swapped_b = _icc_from_sums(
-        n,
-        k,
-        w @ rows_sw,
-        w @ rows_sw**2,
-        col2[:, None] - cols**2 + (col_j**2)[:, None],
-        w @ squares_sw,
-        form,
-    )  # (B, k)
-    base = float(icc_values_batch(h[None], form)[0])
-    out = []
-    for col, rater in enumerate(rater_ids):
-        swapped = h.copy()
-        swapped[:, col] = j
-        other = float(icc_values_batch(swapped[None], form)[0])
-        boot = swapped_b[:, col] - base_b
-        out.append({"rater": rater, **_delta_summary(base, other, boot)})
-    return out
+    (result,) = run_bootstrap([judge_bootstrap_job(humans, judge, rater_ids, form)], n_boot, seed)
+    return result[0]
 
 
 def _substitution_by_copy(
     h: np.ndarray, j: np.ndarray, rater_ids: list[str], idx: np.ndarray, form: str
 ) -> list[dict[str, Any]]:
+    """Reference: the substitution bootstrap on explicitly resampled matrices."""
     hb = h[idx]
     jb = j[idx]
     base = float(icc_values_batch(h[None], form)[0])
@@ -693,25 +908,7 @@ def added_rater_bootstrap(
     Returns:
         ``{"delta_icc", "ci95", "p", "icc_base", "icc_with_judge"}``.
     """
-    _check_form(form)
-    h, j = _check_judge(humans, judge)
-    n, k = h.shape
-    idx = bootstrap_indices(n, n_boot, seed)
-    both = np.concatenate([h, j[:, None]], axis=1)
-    base = float(icc_values_batch(h[None], form)[0])
-    other = float(icc_values_batch(both[None], form)[0])
-    if form == "fleiss_kappa":
-        both_b = both[idx]
-        boot = icc_values_batch(both_b, form) - icc_values_batch(both_b[:, :, :-1], form)
-        return _delta_summary(base, other, boot)
-    w = bootstrap_weights(idx)
-    rows = h.sum(axis=1)
-    squares = (h**2).sum(axis=1)
-    cols2 = ((w @ h) ** 2).sum(axis=1)
-    col_j2 = (w @ j) ** 2
-    base_b = _icc_from_sums(n, k, w @ rows, w @ rows**2, cols2, w @ squares, form)
-    rows_add = rows + j
-    added_b = _icc_from_sums(
-        n, k + 1, w @ rows_add, w @ rows_add**2, cols2 + col_j2, w @ (squares + j**2), form
-    )
-    return _delta_summary(base, other, added_b - base_b)
+    h = np.asarray(humans, dtype=float)
+    ids = [str(i) for i in range(h.shape[-1])] if h.ndim == 2 else []
+    (result,) = run_bootstrap([judge_bootstrap_job(humans, judge, ids, form)], n_boot, seed)
+    return result[1]

@@ -370,3 +370,32 @@ def test_only_binary_attributes_pool_as_binary() -> None:
     assert out["pooled"]["attributes"] == ["stig", "bias"]
     assert out["pooled"]["n_units"] == 20
     assert not any("left out" in note or "complete units only" in note for note in out["notes"])
+
+
+def test_arrow_table_input_gives_the_same_report() -> None:
+    import pyarrow as pa
+
+    rng = np.random.default_rng(3)
+    records = [
+        RatingRecord(
+            unit_id=f"u{u}",
+            rater_id=rater,
+            attribute=attribute,
+            score=None if rng.random() < 0.1 else float(rng.integers(1, 6)),
+        )
+        for attribute in ("b", "a")
+        for u in rng.permutation(25)
+        for rater in ("r2", "r1", "r3", "judge", "judge")
+    ]
+    table = pa.table(
+        {
+            "unit_id": [r.unit_id for r in records],
+            "rater_id": [r.rater_id for r in records],
+            "attribute": [r.attribute for r in records],
+            "score": [r.score for r in records],
+        }
+    )
+    from_records = analyse_ratings(records, judge="judge", n_boot=60, seed=2)
+    assert analyse_ratings(table, judge="judge", n_boot=60, seed=2) == from_records
+    assert list(from_records["per_attribute"]) == ["b", "a"]  # order of first appearance
+    assert from_records["per_attribute"]["a"]["raters"] == ["r2", "r1", "r3"]

@@ -478,3 +478,53 @@ def test_bootstraps_with_fleiss_kappa_and_bad_inputs() -> None:
         substitution_bootstrap(humans, judge[:5], list("abcd"), n_boot=10)
     with pytest.raises(ValueError, match="unknown form"):
         added_rater_bootstrap(humans, judge, n_boot=10, form="ICC9")
+
+
+# ---------------------------------------------------------------------------------------------
+# Streamed bootstrap
+
+
+@pytest.mark.parametrize(("n", "n_boot", "chunk"), [(7, 50, 3), (100, 1000, None), (31, 64, 64)])
+def test_chunked_weights_are_the_resamples_of_bootstrap_indices(
+    n: int, n_boot: int, chunk: int | None
+) -> None:
+    expected = np.zeros((n_boot, n))
+    for b, draw in enumerate(bootstrap_indices(n, n_boot, 5)):
+        np.add.at(expected[b], draw, 1.0)  # written out unit by unit
+    got = np.zeros((n_boot, n))
+    for rows, weights in _stats.bootstrap_chunks(n, n_boot, 5, chunk_rows=chunk):
+        got[rows] = weights
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_bootstrap_totals_do_not_depend_on_the_chunk_size() -> None:
+    rng = np.random.default_rng(2)
+    mats = [rng.normal(size=(40, 3)), rng.normal(size=(40, 2)), rng.normal(size=(15, 4))]
+    whole = _stats.bootstrap_totals(mats, 200, 9, chunk_rows=200)
+    for chunk in (1, 7, 64):
+        for a, b in zip(
+            _stats.bootstrap_totals(mats, 200, 9, chunk_rows=chunk), whole, strict=True
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    # each matrix is resampled with the draws of its own unit count
+    draws = bootstrap_indices(15, 200, 9)
+    np.testing.assert_allclose(whole[2], mats[2][draws].sum(axis=1), rtol=1e-12)
+
+
+def test_fleiss_bootstraps_match_explicitly_resampled_matrices() -> None:
+    rng = np.random.default_rng(4)
+    humans = rng.integers(0, 3, size=(35, 4)).astype(float)
+    judge = rng.integers(0, 3, size=35).astype(float)
+    ids = list("abcd")
+    fast = substitution_bootstrap(humans, judge, ids, n_boot=150, seed=3, form="fleiss_kappa")
+    slow = _stats._substitution_by_copy(
+        humans, judge, ids, bootstrap_indices(35, 150, 3), "fleiss_kappa"
+    )
+    for a, b in zip(fast, slow, strict=True):
+        assert a["delta_icc"] == pytest.approx(b["delta_icc"], abs=1e-12)
+        assert a["ci95"] == pytest.approx(b["ci95"], abs=1e-10)
+        assert a["p"] == pytest.approx(b["p"])
+    both = np.column_stack([humans, judge])[bootstrap_indices(35, 150, 3)]
+    boot = np.array([fleiss_kappa(m) - fleiss_kappa(m[:, :-1]) for m in both])
+    added = added_rater_bootstrap(humans, judge, n_boot=150, seed=3, form="fleiss_kappa")
+    assert added["ci95"] == pytest.approx(list(np.percentile(boot, [2.5, 97.5])), abs=1e-10)
