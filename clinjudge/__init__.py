@@ -1,4 +1,17 @@
-"""clinjudge: judge AI-written clinical text with LLMs and measure agreement with physicians."""
+"""clinjudge: judge AI-written clinical text with LLMs and measure agreement with physicians.
+
+The public API (the ``judge`` CLI calls the same functions)::
+
+    import clinjudge
+
+    result = clinjudge.evaluate("items.jsonl", rubric="pdsqi9", model="openai/gpt-4o-mini")
+    run = clinjudge.load_run(result.run_id)
+    run.judgments(final=True).to_pandas()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from clinjudge._offline import configure_offline_environment
 
@@ -6,4 +19,37 @@ configure_offline_environment()
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from clinjudge._api import (
+        AgreementResult,
+        Run,
+        RunResult,
+        compare,
+        evaluate,
+        evaluate_async,
+        load_run,
+        resume,
+        resume_async,
+    )
+
+__all__ = [
+    "AgreementResult",
+    "Run",
+    "RunResult",
+    "__version__",
+    "compare",
+    "evaluate",
+    "evaluate_async",
+    "load_run",
+    "resume",
+    "resume_async",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: `judge --version` must not pay for AutoGen, litellm and scipy.
+    if name in __all__ and name != "__version__":
+        from clinjudge import _api
+
+        return getattr(_api, name)
+    raise AttributeError(f"module 'clinjudge' has no attribute {name!r}")

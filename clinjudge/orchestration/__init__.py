@@ -34,6 +34,15 @@ from clinjudge.orchestration._doclens import (
 )
 from clinjudge.orchestration._limits import FakeClock, MonotonicClock, RateLimiter
 from clinjudge.orchestration._retry import call_with_retries, retry_send
+from clinjudge.orchestration._run_settings import (
+    DEFAULT_MODEL_ENV,
+    FALLBACK_MODEL,
+    default_model,
+    doclens_settings,
+    prm_settings,
+    role_models,
+    run_config_from,
+)
 from clinjudge.orchestration._runner import (
     JUDGE_AGENT,
     BatchRunner,
@@ -66,6 +75,13 @@ from clinjudge.orchestration._workflows import (
 )
 
 __all__ = [
+    "DEFAULT_MODEL_ENV",
+    "FALLBACK_MODEL",
+    "default_model",
+    "doclens_settings",
+    "prm_settings",
+    "role_models",
+    "run_config_from",
     "doclens_estimate_prompts",
     "doclens_magentic",
     "doclens_panel",

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from clinjudge.judges import DocLensSettings, ModelSettings
 from clinjudge.prm_bridge import PRMRunSettings
+from clinjudge.runs import default_db
 
 Mode = Literal["single", "panel", "magentic"]
 
@@ -61,6 +62,8 @@ class RunConfig(BaseModel):
         planning: Run MagenticOne's fact-gathering and planning calls (``--no-planning`` skips
             them: a fixed grading task needs no plan).
         max_cost: Dollar budget: no new work starts once the spend would exceed it.
+        cache: Reuse replies stored in the database's response cache for identical requests
+            (same model, settings, messages and sample); hits cost nothing.
         shard: ``i/n``: judge only the items whose stable id hash falls in shard i of n.
         judge: Model settings of the single judge.
         roles: Model settings per role, for modes with several roles.
@@ -91,13 +94,14 @@ class RunConfig(BaseModel):
     blind_first_round: bool = False
     planning: bool = True
     max_cost: float | None = Field(default=None, gt=0)
+    cache: bool = False
     shard: str | None = Field(default=None, pattern=r"^\d+/\d+$")
     judge: ModelSettings | None = None
     roles: dict[str, ModelSettings] = Field(default_factory=dict)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     doclens: DocLensSettings = DocLensSettings()
     prm: PRMRunSettings | None = None
-    db: str = str(Path("runs") / "clinjudge.duckdb")
+    db: str = Field(default_factory=default_db)
 
     @model_validator(mode="after")
     def _shots_need_pool(self) -> RunConfig:

@@ -70,6 +70,7 @@ from clinjudge.runs._ratings import (
     ratings_overview,
 )
 from clinjudge.runs._report import list_runs, run_summary
+from clinjudge.runs._response_cache import load_response_cache, save_response_cache
 from clinjudge.runs._rows import (
     SampleKey,
     call_row,
@@ -92,7 +93,15 @@ from clinjudge.runs._stats import (
     substitution_bootstrap,
     wilcoxon_paired,
 )
-from clinjudge.runs._store import DEFAULT_DB, FINAL_SAMPLE, RunStore, StoreError, now
+from clinjudge.runs._store import (
+    DB_ENV,
+    DEFAULT_DB,
+    FINAL_SAMPLE,
+    RunStore,
+    StoreError,
+    default_db,
+    now,
+)
 
 __all__ = [
     "FailureClass",
@@ -102,6 +111,8 @@ __all__ = [
     "rename_run",
     "run_counts",
     "runs_overview",
+    "load_response_cache",
+    "save_response_cache",
     "EXPORT_TABLES",
     "Tally",
     "citation_tallies",
@@ -131,7 +142,9 @@ __all__ = [
     "write_audit_report",
     "AgreementError",
     "Comparison",
+    "DB_ENV",
     "DEFAULT_DB",
+    "default_db",
     "EXPORT_FORMATS",
     "FINAL_AGENT",
     "FINAL_SAMPLE",

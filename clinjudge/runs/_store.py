@@ -22,6 +22,14 @@ import duckdb
 import pyarrow as pa
 
 DEFAULT_DB = Path("runs") / "clinjudge.duckdb"
+DB_ENV = "CLINJUDGE_DB"
+"""Environment variable naming the default database."""
+
+
+def default_db() -> str:
+    """The database used when none is given: ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb."""
+    return os.environ.get(DB_ENV) or str(DEFAULT_DB)
+
 
 SCHEMA_VERSION = 1
 
@@ -151,6 +159,14 @@ ALTER TABLE claims ADD COLUMN IF NOT EXISTS official JSON;
 ALTER TABLE judgments ADD COLUMN IF NOT EXISTS raw_value DOUBLE;
 ALTER TABLE items ADD COLUMN IF NOT EXISTS flags JSON;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS status_reason VARCHAR;
+-- calls.cached: answered from response_cache (judge run --cache), no provider call, cost 0.
+ALTER TABLE calls ADD COLUMN IF NOT EXISTS cached BOOLEAN;
+CREATE TABLE IF NOT EXISTS response_cache (
+    key VARCHAR PRIMARY KEY,
+    model VARCHAR,
+    created_at TIMESTAMPTZ,
+    response JSON
+);
 CREATE TABLE IF NOT EXISTS prm_steps (
     run_id VARCHAR,
     item_id VARCHAR,
@@ -342,9 +358,7 @@ class RunStore:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         if len(rows) > 1:
             shown = ", ".join(r["run_id"] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
-            raise StoreError(
-                f"run id {run_id!r} is ambiguous in {self.path}: it matches {shown}"
-            )
+            raise StoreError(f"run id {run_id!r} is ambiguous in {self.path}: it matches {shown}")
         row = rows[0]
         for key in ("rubric_json", "models", "config", "versions"):
             if isinstance(row.get(key), str):

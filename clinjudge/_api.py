@@ -1,0 +1,322 @@
+"""The Python API: evaluate, resume, load a run, its agreement with physicians, compare runs.
+
+``judge run`` and these functions build a run the same way (``run_config_from``), so a notebook
+and the shell get the same defaults. The synchronous functions work inside a running event loop
+(a Jupyter kernel) by running the work on a helper thread with its own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from clinjudge.orchestration import (
+    create_run,
+    execute_run_async,
+    load_stored_run,
+    missing_work,
+    prepare_run,
+    run_config_from,
+    workflow_for,
+)
+from clinjudge.runs import (
+    Comparison,
+    RunStore,
+    agreement_for_run,
+    compare_runs,
+    default_db,
+    run_counts,
+)
+
+__all__ = [
+    "AgreementResult",
+    "Run",
+    "RunResult",
+    "compare",
+    "evaluate",
+    "evaluate_async",
+    "load_run",
+    "resume",
+    "resume_async",
+]
+
+T = TypeVar("T")
+
+
+class RunResult(BaseModel):
+    """What a finished (or stopped) run produced.
+
+    Args:
+        run_id: The run's id.
+        db: The database holding it.
+        status: completed, failed, interrupted or budget_exhausted.
+        status_reason: Why it stopped early, if it did.
+        simulated: Scores came from the simulated ``mock/`` provider (not judgments).
+        items: Items in the run.
+        items_ok: Items with a valid final judgment.
+        samples_ok: Valid samples of the deciding agent.
+        samples_failed: Failed samples of the deciding agent.
+        calls: Model calls made (every attempt, every agent).
+        cost_usd: Dollars spent, as priced.
+        cost_known: False when some successful call had no known price.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    db: str
+    status: str
+    status_reason: str | None = None
+    simulated: bool
+    items: int
+    items_ok: int
+    samples_ok: int
+    samples_failed: int
+    calls: int
+    cost_usd: float
+    cost_known: bool
+
+    def load(self) -> Run:
+        """The stored run, for its tables and statistics."""
+        return load_run(self.run_id, db=self.db)
+
+
+class AgreementResult(BaseModel):
+    """A run's agreement with physicians' ratings (ICC, Wilcoxon, alpha, AC2, kappa).
+
+    The named fields are the ones most read; every other part of the analysis stays available
+    as an extra field (``model_extra``), e.g. ``substitution`` or ``differences``.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    run_id: str
+    raters: list[str]
+    n_items_rated: int
+    attributes: list[str]
+    per_attribute: dict[str, Any]
+    pooled: dict[str, Any] | None = None
+    notes: list[str] = []
+
+
+class Run:
+    """A stored run, read-only. Tables come back as Arrow tables (``.to_pandas()`` for pandas).
+
+    Args:
+        run_id: The run's full id.
+        db: The database holding it.
+        info: The run's row (settings, models, status, counts).
+    """
+
+    def __init__(self, run_id: str, db: str, info: dict[str, Any]):
+        self.run_id = run_id
+        self.db = db
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r}, status={self.info.get('status')!r}, db={self.db!r})"
+
+    def _table(self, table: str, order: str) -> pa.Table:
+        with RunStore(self.db, read_only=True) as store:
+            if not store.has_table(table):
+                return pa.table({})
+            relation = store.con.cursor().sql(
+                f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order}", params=[self.run_id]
+            )
+            # DuckDB 2 names it to_arrow_table; 1.x calls it arrow.
+            fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
+            return fetch()
+
+    def items(self) -> pa.Table:
+        """The judged items (notes, text under evaluation, reference, vendor, flags)."""
+        return self._table("items", "position")
+
+    def judgments(self, *, final: bool | None = None) -> pa.Table:
+        """Scores in long form: one row per (item, sample, agent, attribute).
+
+        Args:
+            final: True for the final per-item scores only, False for the samples only,
+                None for both.
+        """
+        table = self._table("judgments", "item_id, sample, agent, attribute")
+        if final is None or table.num_rows == 0:
+            return table
+        return table.filter(pa.compute.equal(table["final"], final))
+
+    def calls(self) -> pa.Table:
+        """Every model call: role, agent, model, tokens, cost, latency, status, error."""
+        return self._table("calls", "started_at, call_id")
+
+    def messages(self) -> pa.Table:
+        """Transcripts: panel members' and MagenticOne discussion messages."""
+        return self._table("messages", "item_id, sample, agent, seq")
+
+    def agreement(self, *, n_boot: int = 1000, seed: int = 0) -> AgreementResult:
+        """Agreement of this run's judge with the physicians' ratings in the store.
+
+        Args:
+            n_boot: Bootstrap resamples.
+            seed: Bootstrap seed.
+        """
+        with RunStore(self.db, read_only=True) as store:
+            result = agreement_for_run(store, self.run_id, n_boot=n_boot, seed=seed)
+        return AgreementResult.model_validate(result)
+
+
+def _db(db: str | Path | None) -> str:
+    return str(db) if db is not None else default_db()
+
+
+def load_run(run_id: str, *, db: str | Path | None = None) -> Run:
+    """Open a stored run by id or unique part of its id.
+
+    Args:
+        run_id: Run id or a unique part of it.
+        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
+    """
+    path = _db(db)
+    with RunStore(path, read_only=True) as store:
+        info = store.get_run(run_id)
+    return Run(info["run_id"], path, info)
+
+
+def _result(store: RunStore, run_id: str, agent: str) -> RunResult:
+    run = store.get_run(run_id)
+    counts = run_counts(store, run_id, agent)
+    return RunResult(
+        run_id=run["run_id"],
+        db=str(store.path),
+        status=run["status"],
+        status_reason=run.get("status_reason"),
+        simulated=bool(run["simulated"]),
+        items=counts.items,
+        items_ok=counts.items_ok,
+        samples_ok=counts.samples_ok,
+        samples_failed=counts.samples_failed,
+        calls=counts.calls,
+        cost_usd=counts.cost_usd,
+        cost_known=counts.cost_known,
+    )
+
+
+async def evaluate_async(
+    data: str | Path | None = None, *, progress: bool = False, **options: Any
+) -> RunResult:
+    """Judge a dataset and store everything; the async form of :func:`evaluate`.
+
+    Args:
+        data: Items to judge (JSONL, CSV or Parquet), or None to take it from ``config``.
+        progress: Draw a progress bar on stderr.
+        **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
+            ``samples``, ``config``, ``db``...); see :func:`run_config_from`.
+    """
+    config = run_config_from({**options, "data": data})
+    prepared = await asyncio.to_thread(prepare_run, config)
+    with RunStore(config.db) as store:
+        run_id = create_run(store, prepared)
+        await execute_run_async(store, run_id, prepared, show_progress=progress)
+        return _result(store, run_id, workflow_for(config.mode, prepared.rubric)[0])
+
+
+async def resume_async(
+    run_id: str,
+    *,
+    db: str | Path | None = None,
+    max_cost: float | None = None,
+    progress: bool = False,
+) -> RunResult:
+    """Finish the missing work of a stored run; the async form of :func:`resume`.
+
+    Args:
+        run_id: Run id or a unique part of it.
+        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
+        max_cost: A budget for this invocation, replacing the stored one.
+        progress: Draw a progress bar on stderr.
+    """
+    with RunStore(_db(db)) as store:
+        full_id, prepared = load_stored_run(store, run_id)
+        if max_cost is not None:
+            prepared.config = prepared.config.model_copy(update={"max_cost": max_cost})
+        agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
+        finished = store.get_run(full_id)["status"] == "completed"
+        if not (finished and not missing_work(store, full_id, prepared)):
+            await execute_run_async(store, full_id, prepared, show_progress=progress)
+        return _result(store, full_id, agent)
+
+
+def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion, also from inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    # A notebook's loop is already running in this thread: use a thread with its own loop.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clinjudge") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def evaluate(
+    data: str | Path | None = None, *, progress: bool = False, **options: Any
+) -> RunResult:
+    """Judge a dataset with a rubric and store every score, call and transcript.
+
+    Example::
+
+        result = clinjudge.evaluate("items.jsonl", rubric="pdsqi9", mode="panel",
+                                    model="openai/gpt-4o-mini", samples=3)
+        scores = result.load().judgments(final=True).to_pandas()
+
+    Args:
+        data: Items to judge (JSONL, CSV or Parquet), or None to take it from ``config``.
+        progress: Draw a progress bar on stderr.
+        **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
+            ``base_url``, ``samples``, ``shots``, ``shot_pool``, ``personas``, ``role_model``,
+            ``max_cost``, ``db``, ``config`` for a YAML file...). Without a model it uses
+            ``$CLINJUDGE_MODEL``, else the simulated ``mock/judge`` (its run is marked simulated).
+    """
+    return _run_sync(evaluate_async(data, progress=progress, **options))
+
+
+def resume(
+    run_id: str,
+    *,
+    db: str | Path | None = None,
+    max_cost: float | None = None,
+    progress: bool = False,
+) -> RunResult:
+    """Finish exactly the missing work of a stored run (after a crash, stop or budget).
+
+    Args:
+        run_id: Run id or a unique part of it.
+        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
+        max_cost: A budget for this invocation, replacing the stored one.
+        progress: Draw a progress bar on stderr.
+    """
+    return _run_sync(resume_async(run_id, db=db, max_cost=max_cost, progress=progress))
+
+
+def compare(
+    run_ids: Sequence[str],
+    *,
+    db: str | Path | None = None,
+    sort: str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Comparison:
+    """Compare judge configurations (runs over the same items) on agreement, cost and latency.
+
+    Args:
+        run_ids: Run ids or unique parts of them.
+        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
+        sort: Column to sort by (e.g. ``icc``, ``cost_per_item_usd``).
+        n_boot: Bootstrap resamples per run.
+        seed: Bootstrap seed.
+    """
+    with RunStore(_db(db), read_only=True) as store:
+        return compare_runs(store, list(run_ids), sort=sort, n_boot=n_boot, seed=seed)

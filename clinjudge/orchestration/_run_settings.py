@@ -1,0 +1,161 @@
+"""One place that turns a config file, explicit options and the environment into a RunConfig.
+
+The CLI and the Python API both call :func:`run_config_from`; every default is defined once, on
+:class:`RunConfig` and :class:`ModelSettings`, except the judge model, whose default comes from
+``$CLINJUDGE_MODEL`` and else the simulated ``mock/judge`` provider (logged, never silent).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import PurePath
+from typing import Any
+
+import yaml
+
+from clinjudge.judges import ModelSettings
+from clinjudge.orchestration._config import ConfigError, RunConfig, build_config, load_config_file
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_ENV = "CLINJUDGE_MODEL"
+FALLBACK_MODEL = "mock/judge"
+
+# Options that name a part of a nested section rather than a RunConfig or ModelSettings field.
+_PRM_OPTIONS = {
+    "prm": "model",
+    "prm_preset": "preset",
+    "prm_url": "url",
+    "prm_device": "device",
+    "prm_section": "section",
+}
+_SPECIAL = {"config", "role_model", "doclens", "nli", *_PRM_OPTIONS}
+
+
+def default_model() -> str:
+    """The judge model when none is given: ``$CLINJUDGE_MODEL``, else ``mock/judge``."""
+    return os.environ.get(DEFAULT_MODEL_ENV) or FALLBACK_MODEL
+
+
+def doclens_settings(
+    settings: Mapping[str, Any], nli: str | None, pairs: Iterable[str] | Mapping[str, Any]
+) -> dict[str, Any]:
+    """The ``doclens`` section with ``KEY=VALUE`` pairs and an NLI model on top.
+
+    Args:
+        settings: The config file's ``doclens`` section.
+        nli: An NLI checkpoint replacing the LLM for entailment, if given.
+        pairs: ``KEY=VALUE`` texts (values are YAML scalars: 1 is a number, false a boolean),
+            or a mapping of settings.
+    """
+    merged = dict(settings)
+    if isinstance(pairs, Mapping):
+        merged.update(pairs)
+        pairs = ()
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"doclens setting {pair!r}: expected KEY=VALUE, e.g. citation_base=1")
+        merged[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else None
+    if nli is not None:
+        merged["nli_model"] = nli
+    return merged
+
+
+def prm_settings(settings: Any, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``prm`` section (a mapping, or just the model) with explicit options on top.
+
+    Args:
+        settings: The config file's ``prm`` value.
+        options: ``model``, ``preset``, ``url``, ``device``, ``section`` (None: not given).
+    """
+    merged = {"model": settings} if isinstance(settings, str) else dict(settings or {})
+    merged.update({k: v for k, v in options.items() if v is not None})
+    if merged and "model" not in merged:
+        raise ConfigError("PRM settings (preset, url, device, section) need a PRM model (prm)")
+    return merged or None
+
+
+def role_models(
+    roles: Mapping[str, Any], pairs: Iterable[str], judge: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Merge ``AGENT=provider/model`` pairs into the roles section.
+
+    A pair gives the agent the judge's settings with another model (and the judge's base URL
+    only when the provider is the same).
+
+    Args:
+        roles: The config file's ``roles`` section.
+        pairs: ``AGENT=provider/model`` texts.
+        judge: The judge's settings.
+    """
+    merged = dict(roles)
+    for pair in pairs:
+        agent, sep, model = pair.partition("=")
+        if not sep or not agent.strip() or not model.strip():
+            raise ConfigError(f"role model {pair!r}: expected AGENT=provider/model")
+        settings = {**judge, **dict(merged.get(agent.strip()) or {}), "model": model.strip()}
+        if model.split("/", 1)[0] != str(judge.get("model", "")).split("/", 1)[0]:
+            settings.pop("base_url", None)
+        merged[agent.strip()] = settings
+    return merged
+
+
+def _split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Explicit options as (top-level settings, judge model settings); None means not given."""
+    top_fields = set(RunConfig.model_fields)
+    judge_fields = set(ModelSettings.model_fields) - top_fields
+    top: dict[str, Any] = {}
+    judge: dict[str, Any] = {}
+    for name, value in options.items():
+        if name in _SPECIAL or value is None:
+            continue
+        if name in top_fields:
+            top[name] = str(value) if isinstance(value, PurePath) else value
+        elif name in judge_fields:
+            judge[name] = value
+        else:
+            raise ConfigError(
+                f"unknown setting {name!r}; run settings are {', '.join(sorted(top_fields))}; "
+                f"judge model settings are {', '.join(sorted(judge_fields))}"
+            )
+    return top, judge
+
+
+def run_config_from(options: Mapping[str, Any], *, source: str | None = None) -> RunConfig:
+    """Build and validate a run's settings: config file, then explicit options, then defaults.
+
+    Args:
+        options: Settings by name, as ``judge run``'s options are named (``rubric``, ``mode``,
+            ``data``, ``model``, ``samples``, ``role_model``, ``doclens``, ``prm``...); None
+            means not given. ``config`` names a YAML file read first.
+        source: What the settings came from, for messages (default: the config file or
+            "settings").
+    """
+    config_path = options.get("config")
+    file_settings = load_config_file(config_path) if config_path else {}
+    top, judge = _split_options(options)
+    merged = {**file_settings, **top}
+    judge_settings = {**dict(merged.get("judge") or {}), **judge}
+    if "model" not in judge_settings:
+        judge_settings["model"] = default_model()
+        if judge_settings["model"] == FALLBACK_MODEL:
+            logger.warning(
+                "no judge model given (model, judge.model or $%s): using the simulated %s "
+                "provider; its scores are not judgments",
+                DEFAULT_MODEL_ENV,
+                FALLBACK_MODEL,
+            )
+    merged["judge"] = judge_settings
+    merged["doclens"] = doclens_settings(
+        merged.get("doclens") or {}, options.get("nli"), options.get("doclens") or ()
+    )
+    merged["prm"] = prm_settings(
+        merged.get("prm"), {key: options.get(name) for name, key in _PRM_OPTIONS.items()}
+    )
+    merged["roles"] = role_models(
+        merged.get("roles") or {}, options.get("role_model") or (), judge_settings
+    )
+    return build_config(source or str(config_path or "settings"), merged)

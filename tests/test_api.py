@@ -1,0 +1,142 @@
+"""The public Python API: evaluate, resume, load_run, agreement and compare, also inside a loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+import clinjudge
+from clinjudge.orchestration import ConfigError, run_config_from
+from clinjudge.runs import RunStore
+from tests.conftest import make_items, write_jsonl
+from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer
+
+
+def test_public_api_is_declared() -> None:
+    for name in ("evaluate", "evaluate_async", "resume", "load_run", "compare", "RunResult"):
+        assert name in clinjudge.__all__
+        assert getattr(clinjudge, name) is not None
+    with pytest.raises(AttributeError):
+        clinjudge.no_such_thing  # noqa: B018
+
+
+def test_evaluate_against_a_server_stores_everything_and_loads_back(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(5))
+    db = tmp_path / "api.duckdb"
+    with FakeOpenAIServer() as srv:
+        result = clinjudge.evaluate(
+            data, model="openai/fake", base_url=srv.base_url, samples=2, db=db, name="nb"
+        )
+        requests = len(srv.requests)
+    assert result.status == "completed" and not result.simulated
+    assert (result.items, result.items_ok, result.samples_ok) == (5, 5, 10)
+    assert result.calls == requests == 10
+    run = result.load()
+    assert run.info["name"] == "nb"
+    finals = run.judgments(final=True)
+    assert finals.num_rows == 5 * len(PDSQI9_KEYS)
+    assert set(finals.column("attribute").to_pylist()) == set(PDSQI9_KEYS)
+    assert run.judgments(final=False).num_rows == 10 * len(PDSQI9_KEYS)
+    assert run.calls().num_rows == 10
+    assert run.items().column("item_id").to_pylist() == [f"item-{n:04d}" for n in range(5)]
+    # load_run accepts any unique part of the id, as the CLI does.
+    assert clinjudge.load_run(result.run_id[-8:], db=db).run_id == result.run_id
+
+
+def test_evaluate_runs_inside_a_running_event_loop(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(3))
+    db = tmp_path / "loop.duckdb"
+
+    async def notebook_cell() -> tuple[clinjudge.RunResult, clinjudge.RunResult]:
+        # A Jupyter kernel's loop is running here: the sync call must not use asyncio.run on it.
+        sync = clinjudge.evaluate(data, model="mock/judge", db=db)
+        native = await clinjudge.evaluate_async(data, model="mock/judge", db=db)
+        return sync, native
+
+    sync, native = asyncio.run(notebook_cell())
+    assert sync.status == native.status == "completed"
+    assert sync.simulated and sync.samples_ok == native.samples_ok == 3
+    assert sync.run_id != native.run_id
+
+
+def test_without_a_model_the_simulated_provider_is_used_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLINJUDGE_MODEL", raising=False)
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    with caplog.at_level(logging.WARNING):
+        result = clinjudge.evaluate(data, db=tmp_path / "x.duckdb")
+    assert result.simulated
+    assert any("mock/judge" in r.getMessage() for r in caplog.records)
+
+
+def test_settings_come_from_one_place_with_file_then_options(tmp_path: Path) -> None:
+    config_file = tmp_path / "judge.yaml"
+    config_file.write_text("samples: 4\njudge:\n  model: openai/x\n  temperature: 0.5\n")
+    config = run_config_from(
+        {"config": str(config_file), "samples": 2, "top_p": 0.9, "role_model": ["chair=mock/c"]}
+    )
+    assert config.samples == 2  # an explicit option beats the file
+    assert config.judge is not None
+    assert (config.judge.model, config.judge.temperature, config.judge.top_p) == (
+        "openai/x",
+        0.5,
+        0.9,
+    )
+    assert config.roles["chair"].model == "mock/c"
+    with pytest.raises(ConfigError, match="unknown setting 'sampels'"):
+        run_config_from({"sampels": 3})
+
+
+def test_resume_finishes_exactly_the_missing_work(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(6))
+    db = tmp_path / "resume.duckdb"
+    first = clinjudge.evaluate(data, model="mock/judge", db=db, samples=2)
+    with RunStore(db) as store:  # a crash lost the second samples of two items
+        store.con.execute(
+            "DELETE FROM samples WHERE run_id = ? AND sample = 2 AND item_id IN "
+            "('item-0001', 'item-0004')",
+            [first.run_id],
+        )
+        store.set_run_status(first.run_id, "interrupted")
+    again = clinjudge.resume(first.run_id, db=db)
+    assert again.status == "completed" and again.samples_ok == 12
+    with RunStore(db, read_only=True) as store:
+        rows = store.query(
+            "SELECT item_id, sample, count(*) AS n FROM samples WHERE run_id = ? AND sample > 0 "
+            "GROUP BY ALL",
+            [first.run_id],
+        )
+    assert len(rows) == 12 and all(r["n"] == 1 for r in rows)
+
+
+def test_agreement_and_compare_are_typed(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(8))
+    db = tmp_path / "agree.duckdb"
+    one = clinjudge.evaluate(data, model="mock/judge", db=db, samples=3)
+    two = clinjudge.evaluate(data, model="mock/judge", db=db, samples=1, seed=7)
+    ratings = [
+        {"item_id": f"item-{n:04d}", "rater_id": rater, "attribute": "accurate", "score": s}
+        for n in range(8)
+        for rater, s in (("dr-a", 1 + n % 5), ("dr-b", 1 + (n + 1) % 5))
+    ]
+    ratings_file = tmp_path / "ratings.jsonl"
+    ratings_file.write_text("".join(json.dumps(r) + "\n" for r in ratings))
+    from typer.testing import CliRunner
+
+    from clinjudge.cli import app
+
+    imported = CliRunner().invoke(
+        app, ["ratings", "import", str(ratings_file), "--db", str(db)], catch_exceptions=False
+    )
+    assert imported.exit_code == 0, imported.output
+    agreement = one.load().agreement(n_boot=50)
+    assert isinstance(agreement, clinjudge.AgreementResult)
+    assert agreement.raters == ["dr-a", "dr-b"] and agreement.n_items_rated == 8
+    assert "accurate" in agreement.per_attribute
+    comparison = clinjudge.compare([one.run_id, two.run_id], db=db, n_boot=50)
+    assert {row["run_id"] for row in comparison.rows} == {one.run_id, two.run_id}
