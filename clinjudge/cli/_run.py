@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -166,6 +167,23 @@ def _execute(
     return execute_batch_run(
         store, run_id, prepared, show_progress=show_progress, poll_interval=batch
     )
+
+
+def limit_items(prepared: PreparedRun, limit: int | None, shuffle: bool) -> PreparedRun:
+    """Keep the first ``limit`` items, or with ``shuffle`` a sample drawn with the run's seed
+    (in dataset order), so a paid model can be tried on a few items first."""
+    if limit is None or limit >= len(prepared.items):
+        if shuffle and limit is None:
+            raise ConfigError("--shuffle goes with --limit N")
+        return prepared
+    if shuffle:
+        keep = sorted(random.Random(prepared.config.seed).sample(range(len(prepared.items)), limit))
+    else:
+        keep = list(range(limit))
+    positions = prepared.positions or list(range(len(prepared.items)))
+    prepared.items = [prepared.items[k] for k in keep]
+    prepared.positions = [positions[k] for k in keep]
+    return prepared
 
 
 def _already_complete(store: Any, run_id: str, prepared: PreparedRun) -> bool:
@@ -336,6 +354,28 @@ def run_command(
         typer.Option(help="--batch: first wait between polls in seconds (doubles to 300).", min=0),
     ] = BATCH_POLL_SECONDS,
     allow_failures: AllowFailuresOption = "0",
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Judge only the first N items (with --shuffle: N items drawn with --seed); "
+            "try a paid model on a few items first.",
+            show_default="all items",
+        ),
+    ] = None,
+    shuffle: Annotated[
+        bool, typer.Option("--shuffle", help="--limit draws a seeded random sample of items.")
+    ] = False,
+    cache: Annotated[
+        bool | None,
+        typer.Option(
+            "--cache/--no-cache",
+            help="Reuse replies stored in the database for identical requests (same model, "
+            "settings, messages and sample number): hits cost $0 and call nothing; calls.cached "
+            "marks them.",
+            show_default="off",
+        ),
+    ] = None,
 ) -> None:
     """Judge a batch of items; prints the run id on stdout.
 
@@ -371,6 +411,7 @@ def run_command(
             "panel_aggregate": panel_aggregate,
             "max_cost": max_cost,
             "shard": shard,
+            "cache": cache,
         }
         judge = {
             "model": model,
@@ -393,7 +434,7 @@ def run_command(
         run_config = build_config(str(config or "flags"), merged)
         if batch:
             check_batch_config(run_config, credentials=not dry_run)
-        prepared = prepare_run(run_config)
+        prepared = limit_items(prepare_run(run_config), limit, shuffle)
         if batch:
             check_batch_config(prepared.config, prepared.rubric, credentials=False)
         if dry_run:

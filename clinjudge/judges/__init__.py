@@ -14,6 +14,7 @@ from clinjudge.judges._batch_api import (
     batch_call_cost,
     batch_price_per_token,
 )
+from clinjudge.judges._cache import ResponseCache, cache_key
 from clinjudge.judges._doclens_citations import source_units
 from clinjudge.judges._doclens_settings import DocLensSettings
 from clinjudge.judges._faults import ProviderFault, classify_fault
@@ -53,11 +54,13 @@ __all__ = [
     "Price",
     "ProviderFault",
     "ReasoningEffort",
+    "ResponseCache",
     "SampleVerdict",
     "SimpleChatCompletionClient",
     "batch_call_cost",
     "batch_price_per_token",
     "build_client",
+    "cache_key",
     "call_cost",
     "classify_fault",
     "count_message_tokens",

@@ -15,12 +15,14 @@ from autogen_core.models import (
     ChatCompletionClient,
     CreateResult,
     LLMMessage,
+    RequestUsage,
     SystemMessage,
     UserMessage,
 )
 
 from clinjudge.judges._accounting import call_cost, count_message_tokens, count_tokens
 from clinjudge.judges._base_client import GENERIC_MODEL_INFO, check_token_count, message_text
+from clinjudge.judges._cache import ResponseCache, cache_key
 from clinjudge.judges._direct_client import DirectChatCompletionClient
 from clinjudge.judges._faults import ProviderFault, classify_fault, remember_secret
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
@@ -48,6 +50,7 @@ class CallOutcome:
         cost_usd: Dollar cost, None when the price is unknown.
         latency_s: Wall-clock seconds of the call.
         result: The AutoGen result itself (text or tool calls), for agents.
+        cached: True when the reply came from the response cache (``--cache``).
     """
 
     text: str
@@ -58,6 +61,8 @@ class CallOutcome:
     cost_usd: float | None
     latency_s: float
     result: CreateResult | None = None
+    cached: bool = False
+    """Answered from the response cache: no provider call, no cost."""
 
 
 def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
@@ -200,6 +205,37 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
     return _litellm_client(settings)
 
 
+def _cache_entry(outcome: CallOutcome) -> dict[str, Any]:
+    return {
+        "text": outcome.text,
+        "finish_reason": outcome.finish_reason,
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "tokens_estimated": outcome.tokens_estimated,
+    }
+
+
+def _cached_outcome(entry: dict[str, Any]) -> CallOutcome:
+    """A reply from the cache: the stored text and token counts, no cost, no wait."""
+    usage = RequestUsage(
+        prompt_tokens=int(entry["prompt_tokens"]), completion_tokens=int(entry["completion_tokens"])
+    )
+    result = CreateResult(
+        finish_reason=entry["finish_reason"], content=entry["text"], usage=usage, cached=True
+    )
+    return CallOutcome(
+        text=entry["text"],
+        finish_reason=entry["finish_reason"],
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        tokens_estimated=bool(entry["tokens_estimated"]),
+        cost_usd=0.0,
+        latency_s=0.0,
+        result=result,
+        cached=True,
+    )
+
+
 def to_autogen_messages(turns: list[ChatTurn], agent: str = "judge") -> list[LLMMessage]:
     """Convert rendered turns into AutoGen messages."""
     converted: list[LLMMessage] = []
@@ -227,6 +263,8 @@ class JudgeModel:
     ):
         self.settings = settings
         self.client = client or build_client(settings, rubric)
+        self.cache: ResponseCache | None = None
+        """Replies to reuse (``--cache``); None sends every request."""
 
     async def complete(self, turns: list[ChatTurn], *, variation: str = "") -> CallOutcome:
         """Send one chat request built from rendered turns; the reply must be text.
@@ -259,6 +297,12 @@ class JudgeModel:
         extra: dict[str, Any] = {"seed": variation} if self.settings.is_mock else {}
         if json_output is None and self.settings.json_mode:
             json_output = True
+        key = None
+        if self.cache is not None:
+            key = cache_key(self.settings, messages, tools, json_output, variation)
+            hit = self.cache.get(key)
+            if hit is not None:
+                return _cached_outcome(hit)
         started = time.perf_counter()
         try:
             result = await asyncio.wait_for(
@@ -276,7 +320,10 @@ class JudgeModel:
             if fault.usage is not None:
                 fault.cost_usd = call_cost(self.settings, *fault.usage)
             raise fault from exc
-        return self._outcome(messages, result, time.perf_counter() - started)
+        outcome = self._outcome(messages, result, time.perf_counter() - started)
+        if key is not None and self.cache is not None and isinstance(result.content, str):
+            self.cache.put(key, self.settings.model, _cache_entry(outcome))
+        return outcome
 
     def _outcome(
         self, messages: Sequence[LLMMessage], result: CreateResult, latency: float

@@ -22,6 +22,7 @@ from clinjudge.judges import (
     JudgeModel,
     ModelSettings,
     ProviderFault,
+    ResponseCache,
     SampleVerdict,
     SimpleChatCompletionClient,
     count_message_tokens,
@@ -58,6 +59,8 @@ class ModelPool:
         self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self.shared_state: dict[str, Any] = {}
+        self.response_cache: ResponseCache | None = None
+        """Replies every model reuses when the run has ``cache`` on (set by the session)."""
         """Run-wide state of workflows, e.g. each item's PRM evidence (scored once per item)."""
         if default is not None:
             self._models[default.settings.model_dump_json()] = default
@@ -113,6 +116,7 @@ class ModelPool:
         model = self._models.get(cache_key)
         if model is None:
             model = self._models[cache_key] = JudgeModel(settings, self._rubric)
+        model.cache = self.response_cache
         return model
 
     @property

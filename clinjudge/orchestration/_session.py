@@ -53,8 +53,10 @@ from clinjudge.runs import (
     item_from_row,
     item_row,
     load_items,
+    load_response_cache,
     now,
     read_records,
+    save_response_cache,
     validate_records,
 )
 
@@ -376,6 +378,8 @@ async def execute_run_async(
     config = prepared.config
     assert config.judge is not None
     judge = ModelPool(config, prepared.rubric, model)
+    if config.cache:
+        judge.response_cache = load_response_cache(store)
     runner = BatchRunner(
         store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
     )
@@ -390,6 +394,8 @@ async def execute_run_async(
         # Finished samples are already stored; the run stays resumable after the fix.
         mark_failed(store, run_id, str(exc))
         raise
+    finally:
+        save_response_cache(store, judge.response_cache)
     if tally.budget_exhausted:
         # Not finalized: the run is resumable and its final scores wait for the missing samples.
         store.set_run_status(run_id, "budget_exhausted")

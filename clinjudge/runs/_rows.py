@@ -70,6 +70,7 @@ def call_row(
             cost_usd=outcome.cost_usd,
             latency_s=outcome.latency_s,
             finish_reason=outcome.finish_reason,
+            cached=outcome.cached,
         )
     return row
 
