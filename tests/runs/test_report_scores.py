@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,14 @@ from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.rubrics import Item
 from clinjudge.runs import Comparison, RunStore, write_report
-from clinjudge.runs._html_report import cost_agreement_scatter, icc_chart, md_text, plain_note
+from clinjudge.runs._html_report import (
+    cost_agreement_scatter,
+    html_page,
+    icc_chart,
+    md_text,
+    plain_note,
+)
+from tests.browser_support import chromium, dialogs_fired
 from tests.cli._helpers import invoke
 from tests.conftest import write_jsonl
 from tests.doclens_fake import ITEMS as DOCLENS_ITEMS
@@ -489,3 +497,99 @@ def test_scatter_labels_of_coinciding_points_are_apart() -> None:
         for b in anchors[i + 1 :]:
             assert abs(a[0] - b[0]) > 20 or abs(a[1] - b[1]) >= 10
     assert svg.count('class="leader"') >= 3  # crowded labels are joined to their points
+
+
+# -- in a real browser -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for this module's browser tests (skips without Chromium)."""
+    with chromium() as driver:
+        yield driver
+
+
+def test_report_in_chromium_shows_scores_and_runs_no_script(
+    scored: tuple[Path, str], tmp_path: Path, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    db, run_id = scored
+    with RunStore(db, read_only=True) as store:
+        files = write_report(store, [run_id], tmp_path / "report", n_boot=BOOT)
+    browser.get(files.html.resolve().as_uri())
+    table = browser.find_element(By.CSS_SELECTOR, 'table[data-table="items"]')
+    assert table.is_displayed()
+    rows = table.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert [r.find_element(By.TAG_NAME, "td").text for r in rows][:3] == [
+        "low-acc",
+        "broken",
+        "injected",
+    ]
+    figures = browser.find_elements(By.CSS_SELECTOR, 'figure[data-chart="score-dist"]')
+    assert len(figures) == 10 and all(f.is_displayed() for f in figures)
+    heights = browser.execute_script(
+        "return [...document.querySelectorAll('figure[data-chart=score-dist] rect.bar')]"
+        ".map(r => r.getBBox().height)"
+    )
+    assert len(heights) >= 10 and min(heights) > 0
+    browser.save_screenshot(str(tmp_path / "report.png"))
+
+    # The summary holding script and an onerror image ran nothing and reads as text.
+    assert dialogs_fired(browser) == []
+    assert browser.execute_script("return document.scripts.length + document.images.length") == 0
+    xss = next(r for r in rows if r.find_element(By.TAG_NAME, "td").text == "xss")
+    cell = xss.find_elements(By.TAG_NAME, "td")[-1]
+    assert cell.get_attribute("textContent") == XSS
+    assert browser.execute_script("return arguments[0].childElementCount", cell) == 0
+
+    # Our style block passed the policy (by its hash); wide tables scroll inside their box
+    # and the page itself never gets wider than the window.
+    overflow = browser.execute_script(
+        "return getComputedStyle(document.querySelector('div.scroll')).overflowX"
+    )
+    assert overflow == "auto"
+    for width in (1280, 760):
+        browser.set_window_size(width, 900)
+        wide = browser.execute_script(
+            "const e = document.documentElement; return [e.scrollWidth, e.clientWidth]"
+        )
+        assert wide[0] <= wide[1], (width, wide)
+        box = browser.execute_script(
+            "const t = document.querySelector('table[data-table=items]').parentElement;"
+            "return [t.scrollWidth > t.clientWidth, t.getBoundingClientRect().right]"
+        )
+        assert box[0] is True and box[1] <= wide[1]
+    browser.save_screenshot(str(tmp_path / "report-narrow.png"))
+
+
+def _intersect(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+def test_scatter_labels_do_not_overlap_in_chromium(tmp_path: Path, browser: Any) -> None:
+    rows = [_row(f"run-{i}", 0.010 + 0.0001 * i, 0.80 + 0.002 * i) for i in range(7)]
+    rows += [_row("cheap", 0.0005, 0.79, simulated=True), _row("far", 0.05, 0.3)]
+    svg = cost_agreement_scatter(Comparison(rows=rows, agreements={}, notes=[], errors={}))
+    assert svg is not None
+    browser.set_window_size(1280, 900)
+    page = tmp_path / "scatter.html"
+    page.write_text(html_page("scatter", [svg]), encoding="utf-8")
+    browser.get(page.resolve().as_uri())
+    boxes = browser.execute_script(
+        "const b = e => { const r = e.getBBox(); return {x: r.x, y: r.y, width: r.width, "
+        "height: r.height}; };"
+        "return [[...document.querySelectorAll('text.label')].map(b),"
+        " [...document.querySelectorAll('circle')].map(b)]"
+    )
+    labels, points = boxes
+    assert len(labels) == len(rows) == len(points)
+    for i, a in enumerate(labels):
+        assert not any(_intersect(a, b) for b in labels[i + 1 :]), a
+        assert not any(_intersect(a, p) for p in points), a
+    browser.save_screenshot(str(tmp_path / "scatter.png"))
