@@ -9,9 +9,8 @@ import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
-from clinjudge.runs import DEFAULT_DB, RunStore, StoreError
+from clinjudge.runs import DB_ENV, RunStore, StoreError, default_db
 
-DB_ENV = "CLINJUDGE_DB"
 DB_HELP = f"DuckDB file; ${DB_ENV} sets the default."
 StoreDbOption = Annotated[
     str,
@@ -19,15 +18,12 @@ StoreDbOption = Annotated[
 ]
 """--db of commands that read or maintain the store (default: $CLINJUDGE_DB, else DEFAULT_DB)."""
 
-
-def default_db() -> str:
-    """The database used when --db is not given: $CLINJUDGE_DB, else runs/clinjudge.duckdb."""
-    return os.environ.get(DB_ENV) or str(DEFAULT_DB)
-
-
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+# Re-exported for the command modules.
+__all__ = ["DB_ENV", "default_db"]
 
 
 class _StdoutConsole(Console):
