@@ -22,8 +22,11 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from clinjudge._api import (
         AgreementResult,
+        AuditResult,
         Run,
         RunResult,
+        audit,
+        audit_async,
         compare,
         evaluate,
         evaluate_async,
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgreementResult",
+    "AuditResult",
+    "audit",
+    "audit_async",
     "Run",
     "RunResult",
     "__version__",

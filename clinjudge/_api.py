@@ -21,6 +21,7 @@ from clinjudge.orchestration import (
     execute_run_async,
     load_stored_run,
     missing_work,
+    prepare_audit,
     prepare_run,
     run_config_from,
     workflow_for,
@@ -29,13 +30,18 @@ from clinjudge.runs import (
     Comparison,
     RunStore,
     agreement_for_run,
+    audit_for_run,
     compare_runs,
     default_db,
     run_counts,
+    write_audit_report,
 )
 
 __all__ = [
     "AgreementResult",
+    "AuditResult",
+    "audit",
+    "audit_async",
     "Run",
     "RunResult",
     "compare",
@@ -103,6 +109,27 @@ class AgreementResult(BaseModel):
     per_attribute: dict[str, Any]
     pooled: dict[str, Any] | None = None
     notes: list[str] = []
+
+
+class AuditResult(BaseModel):
+    """A vendor audit: per-vendor summaries, paired tests between vendors, flagged items.
+
+    Every other part of the analysis (``settings``, ``costs``...) stays available as an extra
+    field (``model_extra``).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    run: RunResult | None = None
+    run_id: str
+    vendors: list[str]
+    attributes: list[str]
+    summaries: dict[str, Any]
+    comparisons: list[dict[str, Any]]
+    flagged: list[dict[str, Any]]
+    flag_rules: list[str]
+    unmatched: list[dict[str, Any]] = []
+    simulated: bool = False
 
 
 class Run:
@@ -320,3 +347,62 @@ def compare(
     """
     with RunStore(_db(db), read_only=True) as store:
         return compare_runs(store, list(run_ids), sort=sort, n_boot=n_boot, seed=seed)
+
+
+async def audit_async(
+    vendors: Sequence[str | Path],
+    *,
+    rules: Sequence[str] | None = None,
+    report_dir: str | Path | None = None,
+    n_boot: int = 2000,
+    progress: bool = False,
+    **options: Any,
+) -> AuditResult:
+    """Judge several vendors' outputs on the same encounters; the async form of :func:`audit`.
+
+    Args:
+        vendors: One file per vendor (the vendor is the file stem unless records carry
+            ``vendor``), or one file whose records all carry ``vendor``.
+        rules: Flag rules such as ``accurate<=2`` (default: those that apply to the rubric).
+        report_dir: Write report.html and report.md here.
+        n_boot: Bootstrap resamples for the confidence intervals.
+        progress: Draw a progress bar on stderr.
+        **options: The settings of ``judge run`` by name (see :func:`evaluate`).
+    """
+    paths = [str(p) for p in vendors]
+    config = run_config_from({**options, "data": ",".join(paths)})
+    prepared, _ = await asyncio.to_thread(prepare_audit, config, paths, rules)
+    with RunStore(config.db) as store:
+        run_id = create_run(store, prepared)
+        await execute_run_async(store, run_id, prepared, show_progress=progress)
+        run = _result(store, run_id, workflow_for(config.mode, prepared.rubric)[0])
+        stats = audit_for_run(store, run_id, rules=rules, n_boot=n_boot, seed=config.seed)
+    if report_dir is not None:
+        write_audit_report(stats, report_dir)
+    return AuditResult.model_validate({**stats, "run": run})
+
+
+def audit(
+    vendors: Sequence[str | Path],
+    *,
+    rules: Sequence[str] | None = None,
+    report_dir: str | Path | None = None,
+    n_boot: int = 2000,
+    progress: bool = False,
+    **options: Any,
+) -> AuditResult:
+    """Audit vendors: one judge configuration over every vendor's outputs, then statistics.
+
+    Args:
+        vendors: One file per vendor (the vendor is the file stem unless records carry
+            ``vendor``), or one file whose records all carry ``vendor``.
+        rules: Flag rules such as ``accurate<=2`` (default: those that apply to the rubric).
+        report_dir: Write report.html and report.md here.
+        n_boot: Bootstrap resamples for the confidence intervals.
+        progress: Draw a progress bar on stderr.
+        **options: The settings of ``judge run`` by name (see :func:`evaluate`).
+    """
+    coroutine = audit_async(
+        vendors, rules=rules, report_dir=report_dir, n_boot=n_boot, progress=progress, **options
+    )
+    return _run_sync(coroutine)

@@ -140,3 +140,23 @@ def test_agreement_and_compare_are_typed(tmp_path: Path) -> None:
     assert "accurate" in agreement.per_attribute
     comparison = clinjudge.compare([one.run_id, two.run_id], db=db, n_boot=50)
     assert {row["run_id"] for row in comparison.rows} == {one.run_id, two.run_id}
+
+
+def test_audit_judges_every_vendor_and_returns_typed_statistics(tmp_path: Path) -> None:
+    vendor_files = []
+    for vendor in ("north", "south"):
+        items = make_items(6)
+        for item in items:
+            item.summary = f"{vendor} scribe: {item.summary}"
+        vendor_files.append(write_jsonl(tmp_path / f"{vendor}.jsonl", items))
+    report = tmp_path / "report"
+    result = clinjudge.audit(
+        vendor_files, model="mock/judge", db=tmp_path / "audit.duckdb", report_dir=report, n_boot=50
+    )
+    assert isinstance(result, clinjudge.AuditResult)
+    assert result.vendors == ["north", "south"]
+    assert result.run is not None and result.run.items == 12 and result.run.status == "completed"
+    assert set(result.summaries) == {"north", "south"}
+    assert all(c["vendor_a"] != c["vendor_b"] for c in result.comparisons)
+    assert result.simulated
+    assert (report / "report.html").is_file() and (report / "report.md").is_file()

@@ -30,61 +30,26 @@ from clinjudge.cli._options import (
 )
 from clinjudge.cli._outcome import AllowFailuresOption, exit_on_failures, parse_allow_failures
 from clinjudge.cli._run import _finish, _merge, _print_estimate, prm_settings
-from clinjudge.judges import ModelConfigError, draw_shots
+from clinjudge.judges import ModelConfigError
 from clinjudge.orchestration import (
     ConfigError,
-    PreparedRun,
-    RunConfig,
-    apply_shard,
     build_config,
     create_run,
     estimate_run,
     load_config_file,
-    load_shot_pool,
+    prepare_audit,
     workflow_for,
 )
-from clinjudge.personas import PersonaError, load_personas
-from clinjudge.rubrics import RubricError, load_rubric
+from clinjudge.personas import PersonaError
+from clinjudge.rubrics import RubricError
 from clinjudge.runs import (
     AuditError,
-    AuditItems,
     InputError,
     StoreError,
     audit_for_run,
-    load_audit_items,
-    parse_flag_rule,
     run_counts,
     write_audit_report,
 )
-
-
-def prepare_audit(
-    config: RunConfig, paths: Sequence[str | Path], rules: Sequence[str] | None = None
-) -> tuple[PreparedRun, AuditItems]:
-    """Validate an audit like a run (rubric, personas, every vendor file, shots, flag rules)
-    and combine the vendors' items into one run; writes nothing.
-
-    Args:
-        config: The run configuration (its ``data`` names the vendor files, for the record).
-        paths: Vendor files.
-        rules: Flag rules, checked against the rubric before anything is judged (default: the
-            defaults that apply to the rubric).
-    """
-    if config.judge is None:
-        raise ConfigError("no judge model: pass --model or set judge.model in the config file")
-    rubric = load_rubric(config.rubric)
-    for rule in rules or ():
-        parse_flag_rule(rule, rubric)
-    if config.mode != "single":
-        load_personas(config.personas)
-    audit_items = load_audit_items(paths, rubric)
-    shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
-    if config.shots:
-        for item in audit_items.items:
-            draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
-    prepared = PreparedRun(config, rubric, audit_items.items, shots)
-    # All vendors of one encounter land in the same shard, so each shard holds whole pairs.
-    return apply_shard(prepared, lambda item: item.meta["encounter_id"]), audit_items
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

@@ -5,6 +5,7 @@ from clinjudge.orchestration import (
     _magentic,  # noqa: F401  (registers --mode magentic)
     _panel,  # noqa: F401  (registers --mode panel)
 )
+from clinjudge.orchestration._audit_prep import prepare_audit
 from clinjudge.orchestration._batch_run import (
     BatchRun,
     check_batch_config,
@@ -75,6 +76,7 @@ from clinjudge.orchestration._workflows import (
 )
 
 __all__ = [
+    "prepare_audit",
     "DEFAULT_MODEL_ENV",
     "FALLBACK_MODEL",
     "default_model",

@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clinjudge.cli._audit import prepare_audit
 from clinjudge.judges import ModelSettings
-from clinjudge.orchestration import RunConfig, create_run, execute_run
+from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_audit
 from clinjudge.rubrics import Item, Rubric
 from clinjudge.runs import (
     AuditError,

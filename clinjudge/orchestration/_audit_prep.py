@@ -1,0 +1,42 @@
+"""Prepare a vendor audit: every vendor's outputs on the same encounters as one run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from clinjudge.judges import draw_shots
+from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.orchestration._session import PreparedRun, apply_shard, load_shot_pool
+from clinjudge.personas import load_personas
+from clinjudge.rubrics import load_rubric
+from clinjudge.runs import AuditItems, load_audit_items, parse_flag_rule
+
+
+def prepare_audit(
+    config: RunConfig, paths: Sequence[str | Path], rules: Sequence[str] | None = None
+) -> tuple[PreparedRun, AuditItems]:
+    """Validate an audit like a run (rubric, personas, every vendor file, shots, flag rules)
+    and combine the vendors' items into one run; writes nothing.
+
+    Args:
+        config: The run configuration (its ``data`` names the vendor files, for the record).
+        paths: Vendor files.
+        rules: Flag rules, checked against the rubric before anything is judged (default: the
+            defaults that apply to the rubric).
+    """
+    if config.judge is None:
+        raise ConfigError("no judge model: set judge.model (or model)")
+    rubric = load_rubric(config.rubric)
+    for rule in rules or ():
+        parse_flag_rule(rule, rubric)
+    if config.mode != "single":
+        load_personas(config.personas)
+    audit_items = load_audit_items(paths, rubric)
+    shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
+    if config.shots:
+        for item in audit_items.items:
+            draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
+    prepared = PreparedRun(config, rubric, audit_items.items, shots)
+    # All vendors of one encounter land in the same shard, so each shard holds whole pairs.
+    return apply_shard(prepared, lambda item: item.meta["encounter_id"]), audit_items
