@@ -14,7 +14,7 @@ _ROWS = (
     ("citation_precision", "citation precision"),
     ("reference_claims", "reference claims"),
     ("output_claims", "output claims"),
-    ("statements", "cited statements"),
+    ("statements", "output statements"),
     ("citations", "citations"),
     ("failed", "failed judgments"),
     ("extraction_failed", "failed extractions"),
@@ -36,7 +36,11 @@ def doclens_table(report: dict[str, Any]) -> Table:
     Args:
         report: What :func:`clinjudge.runs.doclens_report` returns.
     """
-    table = Table(title=f"DocLens pooled (micro) scores, agent {report['agent'] or '-'}")
+    compat = report.get("compat", "clinjudge")
+    arithmetic = "official DocLens arithmetic" if compat == "official" else "clinjudge rules"
+    table = Table(
+        title=f"DocLens pooled (micro) scores, agent {report['agent'] or '-'} ({arithmetic})"
+    )
     table.add_column("metric")
     columns = []
     for row in report["pooled"]:

@@ -36,6 +36,14 @@ from clinjudge.runs import (
 )
 
 runs_app = typer.Typer(help="List, inspect, rename and delete stored runs.", no_args_is_help=True)
+DocLensCompatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--doclens-compat",
+        help="DocLens scores by clinjudge's rules or the official evaluator's arithmetic "
+        "(clinjudge or official; default: the run's own doclens.compat).",
+    ),
+]
 
 
 @runs_app.command("list")
@@ -192,12 +200,13 @@ def show_command(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
     db: StoreDbOption = str(DEFAULT_DB),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    doclens_compat: DocLensCompatOption = None,
 ) -> None:
     """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent."""
     with open_store(db, read_only=True) as store:
         try:
             summary = run_summary(store, run_id)
-            doclens = doclens_report(store, run_id)
+            doclens = doclens_report(store, run_id, doclens_compat)
             agent = deciding_agent(summary["mode"])
             counts = run_counts(store, summary["run_id"], agent) if agent else None
             coerced = _gate_coercions(store, summary["run_id"])
@@ -275,6 +284,7 @@ def export_command(
     force: Annotated[
         bool, typer.Option("--force", help="Replace the output file if it exists.")
     ] = False,
+    doclens_compat: DocLensCompatOption = None,
 ) -> None:
     """Export judgments (one row per item_id, sample, agent, attribute), discussions, DocLens
     claims or scores, or PRM steps; the file appears only once it is complete."""
@@ -288,7 +298,7 @@ def export_command(
         fail(f"{out} exists; pass --force to replace it", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
         try:
-            count = export_run(store, run_id, out, fmt, table)
+            count = export_run(store, run_id, out, fmt, table, doclens_compat)
             simulated = bool(store.get_run(run_id)["simulated"])
         except StoreError as exc:
             fail(str(exc), EXIT_USAGE)

@@ -43,6 +43,10 @@ class Statement:
         written: Citation numbers as written, deduplicated, in order.
         citations: Citations used for scoring (after the uncited policy and the cap).
         borrowed: True when the citations came from the next cited statement.
+        every: Citation numbers as written, in order, repeats kept.
+        official: The citations the official DocLens evaluator counts: the statement's own,
+            deduplicated and uncapped, or else the next cited statement's as written (repeats
+            kept, never deduplicated).
     """
 
     text: str
@@ -50,6 +54,8 @@ class Statement:
     written: tuple[int, ...]
     citations: tuple[int, ...] = ()
     borrowed: bool = False
+    every: tuple[int, ...] = ()
+    official: tuple[int, ...] = ()
 
 
 @dataclass
@@ -76,6 +82,15 @@ def _bracket_numbers(bracket: str) -> list[int]:
         else:
             numbers.append(int(bounds[0]))
     return numbers
+
+
+def all_citation_numbers(text: str) -> list[int]:
+    """Every cited number in a text in the order written, repeats kept.
+
+    Args:
+        text: Text with citation runs.
+    """
+    return [n for bracket in _BRACKET_RE.findall(text) for n in _bracket_numbers(bracket)]
 
 
 def citation_numbers(text: str) -> list[int]:
@@ -163,7 +178,14 @@ def split_statements(text: str) -> list[Statement]:
             clean = remove_citations(piece)
             if not clean or not re.search(r"[A-Za-z0-9]", clean):
                 continue
-            statements.append(Statement(clean, piece, tuple(citation_numbers(piece))))
+            statements.append(
+                Statement(
+                    clean,
+                    piece,
+                    tuple(citation_numbers(piece)),
+                    every=tuple(all_citation_numbers(piece)),
+                )
+            )
     return statements
 
 
@@ -179,11 +201,11 @@ def assign_citations(
     """
     assigned: list[Statement] = []
     for position, statement in enumerate(statements):
+        following = next((s for s in statements[position + 1 :] if s.written), None)
+        official = statement.written or (following.every if following else ())
         cited, borrowed = statement.written, False
-        if not cited and uncited == "borrow_next":
-            following = (s.written for s in statements[position + 1 :] if s.written)
-            cited = next(following, ())
-            borrowed = bool(cited)
+        if not cited and uncited == "borrow_next" and following is not None:
+            cited, borrowed = following.written, True
         assigned.append(
             Statement(
                 statement.text,
@@ -191,6 +213,8 @@ def assign_citations(
                 statement.written,
                 tuple(cited[:max_citations]),
                 borrowed,
+                statement.every,
+                tuple(official),
             )
         )
     return assigned

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 UncitedPolicy = Literal["borrow_next", "zero"]
 SourceUnits = Literal["auto", "markers", "lines", "notes"]
+Compat = Literal["clinjudge", "official"]
 
 
 class DocLensSettings(BaseModel):
@@ -38,6 +39,13 @@ class DocLensSettings(BaseModel):
         nli_stride: Tokens shared by consecutive premise windows when chunking.
         nli_max_length: Tokens per model input (default: the tokenizer's limit, at most 512).
         nli_batch_size: Premise/hypothesis pairs per forward pass.
+        compat: ``clinjudge`` (default: failed judgments count as not entailed, a citation
+            needs to be named or be the only one, an empty ratio is undefined) or ``official``:
+            the official DocLens evaluator's arithmetic (see ``docs/doclens.md``). It sets how
+            the run is reported by default (``judge runs show``, ``export``, the report) and,
+            while judging, accepts an entailed verdict that names none of several citations
+            (no re-ask) and joins the other citations' text with a newline for the NLI model.
+            Both arithmetics can be computed from any run.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -57,6 +65,7 @@ class DocLensSettings(BaseModel):
     nli_stride: int = Field(default=128, ge=0)
     nli_max_length: int | None = Field(default=None, ge=16)
     nli_batch_size: int = Field(default=16, ge=1, le=1024)
+    compat: Compat = "clinjudge"
 
     @model_validator(mode="after")
     def _check_counts(self) -> DocLensSettings:

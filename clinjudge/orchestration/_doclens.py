@@ -149,6 +149,8 @@ def majority(votes: Sequence[UnitVerdict], citations: Sequence[int] = ()) -> Uni
         decided.supporting = [
             c for c in citations if 2 * sum(c in v.supporting for v in yes) > len(yes)
         ]
+        named = [v.supporting if v.named is None else v.named for v in yes]
+        decided.named = [c for c in citations if 2 * sum(c in n for n in named) > len(yes)]
     return decided
 
 
@@ -273,8 +275,9 @@ async def _discuss(
             )
             continue
         verdict = verdict_of(entailment)
+        named = [c for c in entailment.supporting if c in unit.citations]
+        verdict.named = named
         if entailment.entailed:
-            named = [c for c in entailment.supporting if c in unit.citations]
             verdict.supporting = list(unit.citations) if len(unit.citations) == 1 else named
         decided[unit.key] = verdict
     return decided

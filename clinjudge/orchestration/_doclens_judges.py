@@ -60,6 +60,9 @@ class UnitVerdict:
             from a panel.
         supporting: Citations that count towards citation precision (statements only).
         error: Why the judgment failed.
+        named: Citations the judge itself named as support (an LLM's ``supporting`` list, the
+            NLI rule's result), before our rules; None when the same as ``supporting``. The
+            official DocLens arithmetic counts these.
     """
 
     verdict: str
@@ -67,6 +70,7 @@ class UnitVerdict:
     score: float | None = None
     supporting: list[int] = field(default_factory=list)
     error: str | None = None
+    named: list[int] | None = None
 
 
 @dataclass
@@ -82,6 +86,9 @@ class Unit:
         cited: Text of each cited unit, when every citation names a known unit.
         fixed: A verdict decided without a judge (no citation, unknown unit).
         note: Remark stored with the verdict (e.g. borrowed citations).
+        official: The citations the official DocLens evaluator counts (statements).
+        official_unknown: Whether that list names a source unit that does not exist (the
+            official evaluator then scores the statement 0 without judging it).
     """
 
     kind: str
@@ -91,6 +98,8 @@ class Unit:
     cited: dict[int, str] = field(default_factory=dict)
     fixed: UnitVerdict | None = None
     note: str | None = None
+    official: tuple[int, ...] = ()
+    official_unknown: bool = False
 
     @property
     def key(self) -> str:
@@ -157,6 +166,7 @@ class LLMJudge:
         self.max_repairs = ctx.config.max_repairs
         self.transcript = transcript
         self.stance = stance
+        self.official = self.settings.compat == "official"
 
     def _log(self, turns: list[ChatTurn]) -> None:
         self.transcript.extend((self.agent, turn) for turn in turns)
@@ -258,7 +268,7 @@ class LLMJudge:
         def parse(reply: str) -> Entailment:
             entailment = parse_entailment(reply)
             named = [c for c in entailment.supporting if c in citations]
-            if entailment.entailed and len(citations) > 1 and not named:
+            if entailment.entailed and len(citations) > 1 and not named and not self.official:
                 raise DocLensParseError(
                     "the sentence is judged entailed but no cited unit is named as supporting"
                 )
@@ -272,6 +282,7 @@ class LLMJudge:
         if got is None:
             return failed_verdict(error or "no verdict")
         verdict = verdict_of(got)
+        verdict.named = list(got.supporting)
         if got.entailed:
             verdict.supporting = list(citations) if len(citations) == 1 else got.supporting
         return verdict
@@ -294,6 +305,7 @@ class NLIJudge:
         self._ctx = ctx
         self._name = settings.nli_model or ""
         self.threshold = settings.nli_threshold
+        self.official = settings.compat == "official"
         self.model = load_nli(
             settings.nli_model or "",
             device=settings.nli_device,
@@ -348,18 +360,23 @@ class NLIJudge:
                 return verdict
             if len(citations) == 1:
                 verdict.supporting = citations
+                verdict.named = list(citations)
                 return verdict
             alone_probs = await self._probs(
                 [unit.cited[c] for c in citations], [unit.text] * len(citations)
             )
             alone = {c: p >= self.threshold for c, p in zip(citations, alone_probs, strict=True)}
             others = [c for c in citations if not alone[c]]
-            rest = [" ".join(t for n, t in unit.cited.items() if n != c) for c in others]
+            # The official evaluator joins the other citations with a newline here (and with
+            # a space for the joint premise); a tokenizer may tell the two apart.
+            glue = "\n" if self.official else " "
+            rest = [glue.join(t for n, t in unit.cited.items() if n != c) for c in others]
             rest_probs = await self._probs(rest, [unit.text] * len(others)) if others else []
             without = {c: p >= self.threshold for c, p in zip(others, rest_probs, strict=True)}
         except Exception as exc:  # noqa: BLE001 - a model error fails this judgment only
             return failed_verdict(f"nli: {exc}")
         verdict.supporting = counted_citations(citations, True, alone, without)
+        verdict.named = list(verdict.supporting)
         return verdict
 
 

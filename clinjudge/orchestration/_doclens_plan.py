@@ -45,6 +45,9 @@ from clinjudge.runs._doclens_metrics import (
 def statement_unit(position: int, statement: Statement, source: NumberedSource) -> Unit:
     note = "citations borrowed from the next cited sentence" if statement.borrowed else None
     unit = Unit(CITATION, position, statement.text, statement.citations, note=note)
+    unit.official = statement.official
+    # The official evaluator checks the whole list, before its cap, for unknown units.
+    unit.official_unknown = any(c not in source.units for c in statement.official)
     if not statement.citations:
         unit.fixed = UnitVerdict(NOT_ENTAILED, "the sentence cites no source unit", 0.0)
         return unit
@@ -220,5 +223,13 @@ def claim_rows(
         if unit.kind == CITATION:
             row["citations"] = json.dumps(list(unit.citations))
             row["supporting"] = json.dumps(verdict.supporting)
+            named = verdict.supporting if verdict.named is None else verdict.named
+            row["official"] = json.dumps(
+                {
+                    "citations": list(unit.official),
+                    "named": named,
+                    "unknown": unit.official_unknown,
+                }
+            )
         rows.append(row)
     return rows

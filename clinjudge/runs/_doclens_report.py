@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from clinjudge.runs._doclens_metrics import Tally
+from clinjudge.runs._doclens_official import COMPATS, official_pooled, run_compat
 from clinjudge.runs._store import RunStore, StoreError
 
 METRICS = ("claim_recall", "claim_precision", "citation_recall", "citation_precision")
@@ -142,21 +143,34 @@ def macro_scores(store: RunStore, run_id: str) -> dict[str, float | None]:
     return {key: means.get(key) for key in METRICS}
 
 
-def doclens_report(store: RunStore, run_id: str) -> dict[str, Any] | None:
+def doclens_report(
+    store: RunStore, run_id: str, compat: str | None = None
+) -> dict[str, Any] | None:
     """Pooled and macro DocLens scores of a run, or None when its rubric is not a claim rubric.
 
     Args:
         store: The run store.
         run_id: Run id or unique prefix.
+        compat: ``clinjudge`` or ``official`` (the official evaluator's arithmetic, see
+            :mod:`clinjudge.runs._doclens_official`); default: the run's own setting.
     """
+    if compat is not None and compat not in COMPATS:
+        raise StoreError(f"unknown DocLens compat {compat!r}; choose {' or '.join(COMPATS)}")
     run = store.get_run(run_id)
     if not is_claims_run(run):
         return None
     if not store.has_table("claims"):
         raise StoreError(f"{store.path}: no claims table; the database predates DocLens")
     rid = run["run_id"]
+    compat = compat or run_compat(run)
+    agent = deciding_agent(store, rid)
+    if compat == "official":
+        pooled = official_pooled(store, rid, agent, TOTAL) if agent else []
+    else:
+        pooled = pooled_scores(store, rid)
     return {
-        "agent": deciding_agent(store, rid),
-        "pooled": pooled_scores(store, rid),
+        "agent": agent,
+        "compat": compat,
+        "pooled": pooled,
         "macro": macro_scores(store, rid),
     }

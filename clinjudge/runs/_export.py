@@ -118,7 +118,12 @@ def _count(store: RunStore, table: str, run_id: str) -> int:
 
 
 def export_run(
-    store: RunStore, run_id: str, out: str | Path, fmt: str, table: str = "judgments"
+    store: RunStore,
+    run_id: str,
+    out: str | Path,
+    fmt: str,
+    table: str = "judgments",
+    doclens_compat: str | None = None,
 ) -> int:
     """Write one table of a run to a file; the file appears only once it is complete.
 
@@ -138,6 +143,8 @@ def export_run(
             ``claims`` (DocLens claims, statements and verdicts); ``doclens`` (pooled DocLens
             scores per section and total); ``prm_steps`` (PRM step scores, of
             a ``judge prm`` run or a judge run with ``--prm``).
+        doclens_compat: Arithmetic of the ``doclens`` scores: ``clinjudge`` or ``official``
+            (default: the run's own setting).
 
     Returns:
         Number of rows written.
@@ -155,7 +162,7 @@ def export_run(
     if table in ("claims", "doclens"):
         from clinjudge.runs._doclens_export import export_doclens
 
-        return export_doclens(store, run_id, out, fmt, table)
+        return export_doclens(store, run_id, out, fmt, table, doclens_compat)
     if table == "prm_steps":
         if not _count(store, "prm_steps", run["run_id"]):
             raise StoreError(f"run {run['run_id']} has no PRM steps (it ran without a PRM)")
