@@ -1251,12 +1251,17 @@ def render_report(
             doc.html.append(scatter)
         else:
             doc.para("No run has both agreement and cost, so there is no scatter.", "note")
-    doc.notes(comparison.notes)
+    # "agreement not computed" notes are said again in each run's section; keep the rest.
+    doc.notes([n for n in comparison.notes if not _is_run_error(n, comparison.errors)])
     for row in rows:
         agreement = comparison.agreements.get(row["run_id"])
         error = comparison.errors.get(row["run_id"])
         _run_section(doc, store, row, agreement, error, options)
     return html_page(title, doc.html), "\n".join(doc.md)
+
+
+def _is_run_error(note: str, errors: dict[str, str]) -> bool:
+    return any(note == f"{rid}: agreement not computed: {err}" for rid, err in errors.items())
 
 
 def html_page(title: str, body: Sequence[str]) -> str:
