@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,6 +49,7 @@ from clinjudge.cli._outcome import (
 from clinjudge.cli._quiet import third_party_quiet
 from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ReasoningEffort
 from clinjudge.orchestration import (
+    PROGRESS_SECONDS_ENV,
     ConfigError,
     DryRunEstimate,
     PreparedRun,
@@ -184,6 +187,21 @@ def limit_items(prepared: PreparedRun, limit: int | None, shuffle: bool) -> Prep
     prepared.items = [prepared.items[k] for k in keep]
     prepared.positions = [positions[k] for k in keep]
     return prepared
+
+
+@contextlib.contextmanager
+def _progress_interval(seconds: float | None) -> Iterator[None]:
+    """Seconds between progress lines for this invocation (the runner reads the variable)."""
+    old = os.environ.get(PROGRESS_SECONDS_ENV)
+    if seconds is not None:
+        os.environ[PROGRESS_SECONDS_ENV] = str(seconds)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(PROGRESS_SECONDS_ENV, None)
+        else:
+            os.environ[PROGRESS_SECONDS_ENV] = old
 
 
 def _already_complete(store: Any, run_id: str, prepared: PreparedRun) -> bool:
@@ -354,6 +372,16 @@ def run_command(
         typer.Option(help="--batch: first wait between polls in seconds (doubles to 300).", min=0),
     ] = BATCH_POLL_SECONDS,
     allow_failures: AllowFailuresOption = "0",
+    progress_every: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            envvar=PROGRESS_SECONDS_ENV,
+            show_envvar=True,
+            help="Off a terminal (nohup, CI, notebooks): seconds between progress lines.",
+            show_default="30",
+        ),
+    ] = None,
     limit: Annotated[
         int | None,
         typer.Option(
@@ -384,79 +412,82 @@ def run_command(
     """
     batch_poll = poll_interval if batch else None
     parse_allow_failures(allow_failures)
-    try:
-        if resume:
-            _resume(resume, db, progress, max_cost, batch_poll, allow_failures)
-            return
-        file_settings = load_config_file(config) if config else {}
-        top = {
-            "rubric": rubric,
-            "mode": mode,
-            "data": str(data) if data else None,
-            "samples": samples,
-            "shots": shots,
-            "seed": seed,
-            "concurrency": concurrency,
-            "db": db,
-            "name": name,
-            "max_repairs": max_repairs,
-            "explanations": explanations,
-            "shot_pool": str(shot_pool) if shot_pool else None,
-            "personas": personas,
-            "rounds": rounds,
-            "max_turns": max_turns,
-            "max_stalls": max_stalls,
-            "blind_first_round": blind_first_round,
-            "planning": planning,
-            "panel_aggregate": panel_aggregate,
-            "max_cost": max_cost,
-            "shard": shard,
-            "cache": cache,
-        }
-        judge = {
-            "model": model,
-            "base_url": base_url,
-            "temperature": temperature,
-            "top_p": top_p,
-            "max_tokens": max_tokens,
-            "reasoning_effort": reasoning_effort,
-            "timeout": timeout,
-            "rpm": rpm,
-            "tpm": tpm,
-        }
-        merged = _merge(file_settings, top, judge)
-        merged["doclens"] = _doclens_settings(merged.get("doclens") or {}, nli, doclens or [])
-        merged["prm"] = prm_settings(
-            merged.get("prm"),
-            {"model": prm, "preset": prm_preset, "url": prm_url, "device": prm_device},
-        )
-        merged["roles"] = _role_models(merged.get("roles") or {}, role_model or [], merged["judge"])
-        run_config = build_config(str(config or "flags"), merged)
-        if batch:
-            check_batch_config(run_config, credentials=not dry_run)
-        prepared = limit_items(prepare_run(run_config), limit, shuffle)
-        if batch:
-            check_batch_config(prepared.config, prepared.rubric, credentials=False)
-        if dry_run:
-            estimate = estimate_batch_run(prepared) if batch else estimate_run(prepared)
-            _print_estimate(estimate, prepared)
-            return
-        with open_store(run_config.db) as store:
-            run_id = create_run(store, prepared)
-        sys.stdout.write(run_id + "\n")
-        sys.stdout.flush()
-        _finish(run_config.db, run_id, prepared, progress, batch_poll, allow_failures)
-    except (
-        ConfigError,
-        RubricError,
-        InputError,
-        StoreError,
-        ModelConfigError,
-        PersonaError,
-    ) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except ValueError as exc:
-        fail(str(exc), EXIT_USAGE)
+    with _progress_interval(progress_every):
+        try:
+            if resume:
+                _resume(resume, db, progress, max_cost, batch_poll, allow_failures)
+                return
+            file_settings = load_config_file(config) if config else {}
+            top = {
+                "rubric": rubric,
+                "mode": mode,
+                "data": str(data) if data else None,
+                "samples": samples,
+                "shots": shots,
+                "seed": seed,
+                "concurrency": concurrency,
+                "db": db,
+                "name": name,
+                "max_repairs": max_repairs,
+                "explanations": explanations,
+                "shot_pool": str(shot_pool) if shot_pool else None,
+                "personas": personas,
+                "rounds": rounds,
+                "max_turns": max_turns,
+                "max_stalls": max_stalls,
+                "blind_first_round": blind_first_round,
+                "planning": planning,
+                "panel_aggregate": panel_aggregate,
+                "max_cost": max_cost,
+                "shard": shard,
+                "cache": cache,
+            }
+            judge = {
+                "model": model,
+                "base_url": base_url,
+                "temperature": temperature,
+                "top_p": top_p,
+                "max_tokens": max_tokens,
+                "reasoning_effort": reasoning_effort,
+                "timeout": timeout,
+                "rpm": rpm,
+                "tpm": tpm,
+            }
+            merged = _merge(file_settings, top, judge)
+            merged["doclens"] = _doclens_settings(merged.get("doclens") or {}, nli, doclens or [])
+            merged["prm"] = prm_settings(
+                merged.get("prm"),
+                {"model": prm, "preset": prm_preset, "url": prm_url, "device": prm_device},
+            )
+            merged["roles"] = _role_models(
+                merged.get("roles") or {}, role_model or [], merged["judge"]
+            )
+            run_config = build_config(str(config or "flags"), merged)
+            if batch:
+                check_batch_config(run_config, credentials=not dry_run)
+            prepared = limit_items(prepare_run(run_config), limit, shuffle)
+            if batch:
+                check_batch_config(prepared.config, prepared.rubric, credentials=False)
+            if dry_run:
+                estimate = estimate_batch_run(prepared) if batch else estimate_run(prepared)
+                _print_estimate(estimate, prepared)
+                return
+            with open_store(run_config.db) as store:
+                run_id = create_run(store, prepared)
+            sys.stdout.write(run_id + "\n")
+            sys.stdout.flush()
+            _finish(run_config.db, run_id, prepared, progress, batch_poll, allow_failures)
+        except (
+            ConfigError,
+            RubricError,
+            InputError,
+            StoreError,
+            ModelConfigError,
+            PersonaError,
+        ) as exc:
+            fail(str(exc), EXIT_USAGE)
+        except ValueError as exc:
+            fail(str(exc), EXIT_USAGE)
 
 
 def _resume(

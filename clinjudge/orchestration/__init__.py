@@ -34,6 +34,7 @@ from clinjudge.orchestration._doclens import (
     doclens_single,
 )
 from clinjudge.orchestration._limits import FakeClock, MonotonicClock, RateLimiter
+from clinjudge.orchestration._progress import PROGRESS_SECONDS_ENV, RunProgress, progress_line
 from clinjudge.orchestration._retry import call_with_retries, retry_send
 from clinjudge.orchestration._run_settings import (
     DEFAULT_MODEL_ENV,
@@ -76,6 +77,9 @@ from clinjudge.orchestration._workflows import (
 )
 
 __all__ = [
+    "PROGRESS_SECONDS_ENV",
+    "RunProgress",
+    "progress_line",
     "prepare_audit",
     "DEFAULT_MODEL_ENV",
     "FALLBACK_MODEL",

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clinjudge.judges import (
     JudgeModel,
@@ -39,6 +38,7 @@ from clinjudge.judges import (
 )
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._context import ModelPool, SampleContext
+from clinjudge.orchestration._progress import RunProgress
 from clinjudge.orchestration._workflows import JUDGE_AGENT, workflow_for
 from clinjudge.personas import load_personas
 from clinjudge.rubrics import Item, Rubric, Shot, render_messages
@@ -73,20 +73,6 @@ class RunTally:
     requests: int = 0
     achieved_rpm: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("[bold]judging"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("ok [green]{task.fields[ok]}[/] failed [red]{task.fields[failed]}[/]"),
-        TextColumn("cost ${task.fields[cost]:.4f}"),
-        TextColumn("{task.fields[rate]} req/min"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 # Provider answers that hold for every later call too: wrong key, no access, unknown model or
@@ -153,7 +139,7 @@ class BatchRunner:
         self._unwritten: list[tuple[dict[str, list[dict[str, Any]]], int]] = []
         self.write_failure: BaseException | None = None
         """The first failed write; once set, no new sample starts."""
-        self._on_sample: Callable[[SampleVerdict, float | None], None] = lambda v, c: None
+        self._on_sample: Callable[[SampleVerdict, float | None, int], None] = lambda v, c, t: None
         self._in_flight = 0
         self._started = time.monotonic()
         self._calls_per_sample = 1
@@ -254,7 +240,10 @@ class BatchRunner:
             self.tally.failed += 1
             reason = (verdict.error or "unknown").split(":")[0]
             self.tally.errors[reason] = self.tally.errors.get(reason, 0) + 1
-        self._on_sample(verdict, cost)
+        tokens = sum(
+            (c.get("prompt_tokens") or 0) + (c.get("completion_tokens") or 0) for c in calls
+        )
+        self._on_sample(verdict, cost, tokens)
         self._collect_writer()
         due = self._buffered >= self.flush_every or (
             time.monotonic() - self._last_flush >= self.flush_seconds
@@ -365,22 +354,11 @@ class BatchRunner:
         self._started = time.monotonic()
         if self.config.max_cost is not None and self.config.mode != "single":
             self._calls_per_sample = max(len(load_personas(self.config.personas)), 1)
-        progress = _progress(self.console) if self.show_progress else None
+        progress = RunProgress(self.console, len(units)) if self.show_progress else None
         if progress is not None:
-            task = progress.add_task(
-                "judging", total=len(units), ok=0, failed=0, cost=0.0, rate="-"
-            )
 
-            def on_sample(verdict: SampleVerdict, cost: float | None) -> None:
-                rate = self.achieved_rpm()
-                progress.update(
-                    task,
-                    advance=1,
-                    ok=self.tally.ok,
-                    failed=self.tally.failed,
-                    cost=self.tally.cost_usd,
-                    rate="-" if rate is None else f"{rate:,.0f}",
-                )
+            def on_sample(verdict: SampleVerdict, cost: float | None, tokens: int = 0) -> None:
+                progress.advance(verdict.status == "ok", tokens, cost or 0.0)
 
             self._on_sample = on_sample
             progress.start()

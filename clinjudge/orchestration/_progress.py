@@ -1,0 +1,180 @@
+"""Progress of a run that people can read anywhere.
+
+On a terminal: a bar with done/total, ok/failed, samples per minute, elapsed time, ETA, tokens
+and cost so far. Elsewhere (nohup, CI logs, notebooks): the same numbers as one plain line every
+``CLINJUDGE_PROGRESS_SECONDS`` seconds (default 30), and once more at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+PROGRESS_SECONDS_ENV = "CLINJUDGE_PROGRESS_SECONDS"
+DEFAULT_PROGRESS_SECONDS = 30.0
+
+
+def progress_interval() -> float:
+    """Seconds between progress lines off a terminal: ``$CLINJUDGE_PROGRESS_SECONDS`` or 30."""
+    raw = os.environ.get(PROGRESS_SECONDS_ENV, "").strip()
+    try:
+        return max(float(raw), 0.0) if raw else DEFAULT_PROGRESS_SECONDS
+    except ValueError:
+        return DEFAULT_PROGRESS_SECONDS
+
+
+@dataclass
+class ProgressState:
+    """The numbers shown: samples done of total, outcomes, tokens and dollars so far."""
+
+    total: int
+    done: int = 0
+    ok: int = 0
+    failed: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def progress_line(state: ProgressState, elapsed: float) -> str:
+    """One plain line: done/total, ok/failed, rate, elapsed, ETA, tokens, cost.
+
+    Args:
+        state: The numbers so far.
+        elapsed: Seconds since the run started.
+    """
+    share = f" ({100 * state.done / state.total:.0f}%)" if state.total else ""
+    rate = state.done / elapsed * 60 if elapsed > 0 and state.done else None
+    if state.done >= state.total:
+        eta = "0s"
+    elif rate:
+        eta = _duration((state.total - state.done) / rate * 60)
+    else:
+        eta = "unknown"
+    rate_text = "-" if rate is None else f"{rate:,.1f}"
+    return (
+        f"progress: {state.done}/{state.total} samples{share}, ok {state.ok}, failed "
+        f"{state.failed}, {rate_text} samples/min, elapsed {_duration(elapsed)}, ETA {eta}, "
+        f"tokens {state.tokens:,}, cost ${state.cost_usd:.4f}"
+    )
+
+
+class RunProgress:
+    """Shows a run's progress on a terminal bar or as periodic plain lines.
+
+    Args:
+        console: Where progress goes (stderr).
+        total: Samples to do.
+        interval: Seconds between plain lines; default :func:`progress_interval`.
+        clock: Time source (tests inject one).
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        total: int,
+        *,
+        interval: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console = console
+        self.state = ProgressState(total)
+        self.interval = progress_interval() if interval is None else interval
+        self._clock = clock
+        self._started = clock()
+        self._last_line = self._started
+        self._bar: Progress | None = None
+        self._task = None
+
+    def start(self) -> None:
+        """Draw the bar (terminal) or print the first line."""
+        self._started = self._last_line = self._clock()
+        if self.console.is_terminal:
+            self._bar = Progress(
+                TextColumn("[bold]judging"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("ok [green]{task.fields[ok]}[/] failed [red]{task.fields[failed]}[/]"),
+                TextColumn("{task.fields[rate]}/min"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[tokens]:,} tok"),
+                TextColumn("${task.fields[cost]:.4f}"),
+                console=self.console,
+                transient=False,
+                # Library chatter on stdout must not land above the bar (it goes to debug logs).
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._task = self._bar.add_task(
+                "judging", total=self.state.total, ok=0, failed=0, rate="-", tokens=0, cost=0.0
+            )
+            self._bar.start()
+        else:
+            self._print_line()
+
+    def advance(self, ok: bool, tokens: int, cost_usd: float) -> None:
+        """Count one finished sample.
+
+        Args:
+            ok: Whether it ended with a valid judgment.
+            tokens: Prompt and completion tokens of its calls.
+            cost_usd: Its cost.
+        """
+        state = self.state
+        state.done += 1
+        state.ok += int(ok)
+        state.failed += int(not ok)
+        state.tokens += tokens
+        state.cost_usd += cost_usd
+        now = self._clock()
+        if self._bar is not None and self._task is not None:
+            elapsed = now - self._started
+            rate = state.done / elapsed * 60 if elapsed > 0 else None
+            self._bar.update(
+                self._task,
+                completed=state.done,
+                ok=state.ok,
+                failed=state.failed,
+                rate="-" if rate is None else f"{rate:,.1f}",
+                tokens=state.tokens,
+                cost=state.cost_usd,
+            )
+        elif now - self._last_line >= self.interval:
+            self._print_line(now)
+
+    def stop(self) -> None:
+        """Finish the bar, or print the last line."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        else:
+            self._print_line()
+
+    def _print_line(self, now: float | None = None) -> None:
+        now = self._clock() if now is None else now
+        self._last_line = now
+        self.console.print(
+            progress_line(self.state, now - self._started), highlight=False, soft_wrap=True
+        )
