@@ -24,7 +24,8 @@ from clinjudge.judges._base_client import (
     to_openai_messages,
     tool_schema,
 )
-from clinjudge.judges._faults import ProviderFault, status_fault
+from clinjudge.judges._faults import ProviderFault, redirect_fault, status_fault
+from clinjudge.judges._http_guard import DEFAULT_MAX_REPLY_BYTES, read_capped
 
 
 class DirectChatCompletionClient(SimpleChatCompletionClient):
@@ -35,6 +36,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         base_url: Server root ending in ``/v1`` (or wherever ``/chat/completions`` lives).
         api_key: Bearer token, if the server wants one.
         timeout: Seconds per request.
+        max_reply_bytes: Most bytes of reply body read before the call fails.
         model_info: Capabilities reported to AutoGen.
         **sampling: Request fields sent with every call (temperature, top_p, max_tokens, seed...).
     """
@@ -46,6 +48,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         *,
         api_key: str | None = None,
         timeout: float = 120.0,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         model_info: ModelInfo | None = None,
         **sampling: Any,
     ):
@@ -56,6 +59,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._max_reply_bytes = max_reply_bytes
         self._sampling = {k: v for k, v in sampling.items() if v is not None}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -89,8 +93,14 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         session = self._get_session()
-        async with session.post(self._url, data=json.dumps(body), headers=self._headers) as resp:
-            raw = await resp.read()
+        payload = json.dumps(body)
+        # A redirect would carry the prompt to another origin: refuse it, never follow it.
+        async with session.post(
+            self._url, data=payload, headers=self._headers, allow_redirects=False
+        ) as resp:
+            if 300 <= resp.status < 400:
+                raise redirect_fault(resp.status, resp.headers.get("Location"))
+            raw = await read_capped(resp, self._max_reply_bytes)
             if resp.status >= 400:
                 raise status_fault(resp.status, raw.decode("utf-8", "replace")[:300], resp.headers)
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import math
 import os
 import re
 import time
@@ -92,10 +93,41 @@ def _parse_retry_after(headers: Any) -> float | None:
     if not value:
         return None
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(parsed.timestamp() - time.time(), 0.0) if parsed else None
+        # An unparseable header means "no advice": the runner's own backoff applies.
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if parsed is None or parsed.tzinfo is None:
+            return None
+        seconds = parsed.timestamp() - time.time()
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def redirect_fault(status: int, location: str | None) -> ProviderFault:
+    """A refused redirect: following it would send the prompt to another address.
+
+    Args:
+        status: The 3xx status.
+        location: The Location header, if any.
+    """
+    where = (location or "(no Location header)")[:200]
+    return ProviderFault(
+        f"redirect refused: HTTP {status} to {where}; model calls never follow redirects "
+        "(set base_url to the final address if it is trusted)",
+        retryable=False,
+    )
+
+
+def reply_too_large(limit: int) -> ProviderFault:
+    """A reply body past ``max_reply_bytes``; reading stopped at the limit.
+
+    Args:
+        limit: The cap in bytes.
+    """
+    return ProviderFault(f"reply too large: body exceeds max_reply_bytes={limit}", retryable=False)
 
 
 def status_fault(status: int, message: str, headers: Any) -> ProviderFault:
@@ -106,6 +138,8 @@ def status_fault(status: int, message: str, headers: Any) -> ProviderFault:
         message: Error text from the provider.
         headers: Response headers (any mapping with ``get``).
     """
+    if 300 <= status < 400:
+        return redirect_fault(status, headers.get("location") if headers is not None else None)
     retryable = status in _RETRYABLE_STATUS or status >= 500
     label = "rate limited" if status == 429 else f"HTTP {status}"
     return ProviderFault(
@@ -124,17 +158,22 @@ def _error_headers(exc: BaseException) -> Any:
     return getattr(getattr(exc, "response", None), "headers", None)
 
 
-def _connection_error_cause(exc: BaseException) -> ConnectionError | None:
-    # httpx-aiohttp reports a reset as ConnectTimeout, which the openai SDK turns into
-    # APITimeoutError; the ConnectionError underneath says what really happened.
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, ConnectionError):
+        if isinstance(current, kind):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def _connection_error_cause(exc: BaseException) -> ConnectionError | None:
+    # httpx-aiohttp reports a reset as ConnectTimeout, which the openai SDK turns into
+    # APITimeoutError; the ConnectionError underneath says what really happened.
+    found = _cause(exc, ConnectionError)
+    return found if isinstance(found, ConnectionError) else None
 
 
 def classify_fault(exc: BaseException) -> ProviderFault:
@@ -145,6 +184,10 @@ def classify_fault(exc: BaseException) -> ProviderFault:
     """
     if isinstance(exc, ProviderFault):
         return exc
+    ours = _cause(exc, ProviderFault)
+    if isinstance(ours, ProviderFault):
+        # Raised by our own HTTP hooks (redirect, size cap) and wrapped by an SDK.
+        return ours
     if isinstance(exc, openai.APIStatusError):
         return status_fault(exc.status_code, exc.message or str(exc), _error_headers(exc))
     if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):

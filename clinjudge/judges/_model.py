@@ -25,6 +25,7 @@ from clinjudge.judges._base_client import GENERIC_MODEL_INFO, check_token_count,
 from clinjudge.judges._cache import ResponseCache, cache_key
 from clinjudge.judges._direct_client import DirectChatCompletionClient
 from clinjudge.judges._faults import ProviderFault, classify_fault, remember_secret
+from clinjudge.judges._http_guard import guarded_httpx_args
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges._mock_client import MockChatCompletionClient
 from clinjudge.judges._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
@@ -97,7 +98,9 @@ def _http_client(settings: ModelSettings) -> Any:
     # with a socket poll each), which dominates CPU at high concurrency; aiohttp's pool does not.
     import openai
 
-    return openai.DefaultAioHttpClient(timeout=settings.timeout)
+    return openai.DefaultAioHttpClient(
+        timeout=settings.timeout, **guarded_httpx_args(settings.max_reply_bytes)
+    )
 
 
 def _autogen_client_args(settings: ModelSettings) -> dict[str, Any]:
@@ -139,6 +142,7 @@ def _direct_client(settings: ModelSettings) -> ChatCompletionClient:
         settings.base_url,
         api_key=_api_key(settings, required=False),
         timeout=settings.timeout,
+        max_reply_bytes=settings.max_reply_bytes,
         **_sampling_args(settings),
     )
 

@@ -40,7 +40,9 @@ class ModelSettings(BaseModel):
         max_tokens: Cap on generated tokens.
         seed: Provider-side sampling seed, where supported.
         reasoning_effort: For reasoning models.
-        timeout: Seconds before one call is abandoned and retried.
+        timeout: Seconds before one call is abandoned and retried (finite, above zero).
+        max_reply_bytes: Most bytes of reply body read; a longer reply fails the call (the
+            body is read in chunks and dropped at the limit, never buffered whole).
         json_mode: Ask the provider for a JSON object response.
         client: For ``openai/`` models: ``autogen`` uses autogen-ext's OpenAI client, ``direct``
             our lean HTTP client; ``auto`` picks ``direct`` when ``base_url`` is set
@@ -62,7 +64,8 @@ class ModelSettings(BaseModel):
     max_tokens: int | None = Field(default=400, gt=0)
     seed: int | None = None
     reasoning_effort: ReasoningEffort | None = None
-    timeout: float = Field(default=120.0, gt=0)
+    timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    max_reply_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     json_mode: bool = False
     client: Literal["auto", "autogen", "direct"] = "auto"
     rpm: int | None = Field(default=None, gt=0)

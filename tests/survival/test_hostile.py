@@ -1,0 +1,96 @@
+"""A hostile or misconfigured endpoint cannot redirect the prompt or flood memory.
+
+Each client path clinjudge builds for ``openai/`` models (our direct aiohttp client and
+autogen-ext's OpenAI client over the openai SDK) is pointed at :class:`HostileServer`:
+
+* a ``307`` to another origin fails the call, naming the Location, and the other origin never
+  receives a request (the prompt is clinical text);
+* a reply body past ``max_reply_bytes`` fails the call while it is being read: the server
+  manages to send only a small multiple of the cap, not the whole body;
+* both faults are final (not retried), so a run stores one call per sample with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from autogen_core.models import UserMessage
+
+from clinjudge.judges import ModelSettings, ProviderFault, build_client, classify_fault
+from clinjudge.rubrics import load_rubric
+from clinjudge.runs import RunStore
+from tests.conftest import make_items, write_jsonl
+from tests.fake_openai import FakeOpenAIServer
+from tests.survival._hostile_server import HostileServer
+from tests.survival.conftest import make_config, run_in_process
+
+CLIENTS = ["direct", "autogen"]
+CAP = 256 * 1024
+
+
+def _call(base_url: str, client: str, **settings: object) -> ProviderFault:
+    """One chat call through the client clinjudge builds; the fault it ends with."""
+    model = ModelSettings(
+        model="openai/local-judge", base_url=base_url, client=client, timeout=20, **settings
+    )
+    built = build_client(model, load_rubric("pdsqi9"))
+
+    async def go() -> ProviderFault:
+        try:
+            await built.create([UserMessage(content="Summary: patient well.", source="user")])
+        except Exception as exc:  # noqa: BLE001 - the fault is what we inspect
+            return classify_fault(exc)
+        finally:
+            await built.close()
+        raise AssertionError("the call succeeded against a hostile endpoint")
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_redirect_is_refused_and_the_other_origin_gets_nothing(client: str) -> None:
+    with FakeOpenAIServer() as elsewhere:
+        target = elsewhere.base_url + "/chat/completions"
+        with HostileServer("redirect", location=target) as hostile:
+            fault = _call(hostile.base_url, client)
+        assert elsewhere.request_count == 0
+    assert "redirect refused" in fault.reason and "307" in fault.reason
+    assert target in fault.reason
+    assert not fault.retryable
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("declare_length", [False, True])
+def test_reply_body_is_capped_while_reading(client: str, declare_length: bool) -> None:
+    total = 200 * CAP  # 50 MiB offered
+    with HostileServer("huge", body_bytes=total, declare_length=declare_length) as hostile:
+        fault = _call(hostile.base_url, client, max_reply_bytes=CAP)
+        sent = hostile.bytes_sent
+    assert "reply too large" in fault.reason and str(CAP) in fault.reason
+    assert not fault.retryable
+    # Socket buffers let the server write ahead of the reader, but far from the whole body.
+    assert sent < total // 4, sent
+
+
+def test_default_cap_is_a_few_megabytes() -> None:
+    default = ModelSettings(model="openai/x").max_reply_bytes
+    assert 1 << 20 <= default <= 64 << 20
+
+
+def test_run_stores_the_redirect_as_a_final_failure(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    db = tmp_path / "runs.duckdb"
+    with FakeOpenAIServer() as elsewhere:
+        location = elsewhere.base_url + "/chat/completions"
+        with HostileServer("redirect", location=location) as hostile:
+            config = make_config(data, hostile, db)  # type: ignore[arg-type]
+            store, run_id, tally = run_in_process(config)
+            store.close()
+            requests = hostile.requests
+        assert elsewhere.request_count == 0
+    assert tally.failed == 2 and requests == 2  # one request per sample: never retried
+    with RunStore(db, read_only=True) as store:
+        rows = store.query("SELECT error FROM calls WHERE run_id = ?", [run_id])
+    assert len(rows) == 2 and all(location in r["error"] for r in rows)
