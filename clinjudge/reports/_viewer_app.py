@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -51,14 +52,15 @@ def _int(value: str | None, default: int = 1) -> int:
         return default
 
 
-def create_app(db: str | Path, *, n_boot: int = 1000) -> Starlette:
+def create_app(db: str | Path, *, n_boot: int = 1000, items_per_page: int = 100) -> Starlette:
     """The viewer as an ASGI app over one database, opened read-only for each page.
 
     Args:
         db: The DuckDB run store.
         n_boot: Bootstrap resamples for agreement and audit statistics.
+        items_per_page: Rows of a run's item list.
     """
-    viewer = Viewer(Path(db), n_boot=n_boot)
+    viewer = Viewer(Path(db), n_boot=n_boot, items_per_page=items_per_page)
     links = Links()
 
     def page(build: Callable[[Request], str]) -> Callable[[Request], Response]:
@@ -147,13 +149,14 @@ class ViewerServer:
         db: The DuckDB run store.
         host: Bind address.
         port: Port (0 picks a free one).
+        app: Settings of :func:`create_app` (``n_boot``, ``items_per_page``).
     """
 
-    def __init__(self, db: str | Path, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, db: str | Path, host: str = "127.0.0.1", port: int = 0, **app: Any):
         import uvicorn
 
         config = uvicorn.Config(
-            create_app(db), host=host, port=port, log_level="warning", access_log=False
+            create_app(db, **app), host=host, port=port, log_level="warning", access_log=False
         )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)

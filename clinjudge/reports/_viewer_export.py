@@ -132,7 +132,9 @@ def _write_pages(writer: _Writer, ids: list[str], info: dict, groups: list) -> N
     listed = [(list(g), writer.links("index.html").compare(g)) for g in groups]
     writer.write(
         "index.html",
-        viewer.runs(writer.links("index.html"), per_page=max(len(ids), 1), compares=listed),
+        viewer.runs(
+            writer.links("index.html"), per_page=max(len(ids), 1), compares=listed, only=ids
+        ),
     )
     for rid in ids:
         paging = clamp_page(1, info[rid]["n"], viewer.items_per_page)

@@ -6,6 +6,7 @@ object differs.
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -44,6 +45,8 @@ from clinjudge.runs import (
     doclens_report,
     run_rubric,
 )
+
+log = logging.getLogger(__name__)
 
 RUN_COLUMNS = (
     ("run_id", "run"),
@@ -121,13 +124,15 @@ class Viewer:
         page: int = 1,
         compares: Sequence[tuple[Sequence[str], str]] = (),
         per_page: int = 50,
+        only: list[str] | None = None,
     ) -> str:
-        """The runs page."""
+        """The runs page (``only``: just these runs; ``compares``: links to comparisons)."""
         sort = sort if sort in RUN_SORTS else "created"
         with self.reading() as store:
             data = runs_page(
-                store, sort=sort, desc=desc, query=q, status=status, page=page, per_page=per_page
-            )
+                store, sort=sort, desc=desc, query=q, status=status, page=page,
+                per_page=per_page, only=only,
+            )  # fmt: skip
         params = {"sort": sort, "desc": desc, "q": q, "status": status}
 
         def page_link(n: int) -> str | None:
@@ -216,6 +221,9 @@ class Viewer:
             )
         except (AgreementError, ValueError, StoreError) as exc:
             return {"agreement_error": str(exc)}
+        except Exception as exc:  # the page still shows everything else
+            log.exception("agreement of run %s", rid)
+            return {"agreement_error": f"{type(exc).__name__}: {exc}"}
         rows = [
             (a, block_summary(agreement["per_attribute"].get(a))) for a in agreement["attributes"]
         ]
@@ -232,6 +240,9 @@ class Viewer:
                 "audit", (run_id,), lambda: audit_for_run(store, run_id, n_boot=self.n_boot)
             )
         except (AuditError, StoreError):
+            return None
+        except Exception:  # the page still shows everything else
+            log.exception("audit statistics of run %s", run_id)
             return None
 
     @staticmethod
@@ -348,9 +359,14 @@ class Viewer:
                 raise PageNotFound(str(exc)) from exc
             ids = list(dict.fromkeys(r["run_id"] for r in runs))
             runs = [next(r for r in runs if r["run_id"] == i) for i in ids]
-            comparison = self._cached(
-                "compare", tuple(ids), lambda: compare_runs(store, ids, n_boot=self.n_boot)
-            )
+            try:
+                comparison = self._cached(
+                    "compare", tuple(ids), lambda: compare_runs(store, ids, n_boot=self.n_boot)
+                )
+                table, notes = comparison.rows, comparison.notes
+            except Exception as exc:  # the items side by side still show
+                log.exception("compare %s", ids)
+                table, notes = [], [f"agreement table not computed: {type(exc).__name__}: {exc}"]
             listing = compare_items(store, ids, page=page)
             keys = _shared_keys(runs)
 
@@ -361,8 +377,8 @@ class Viewer:
             "compare.html",
             **self._common(links, "Compare runs", any(r["simulated"] for r in runs)),
             runs=runs,
-            table=comparison.rows,
-            notes=comparison.notes,
+            table=table,
+            notes=notes,
             listing=listing,
             keys=keys,
             page_link=page_link,

@@ -81,6 +81,7 @@ def runs_page(
     status: str = "",
     page: int = 1,
     per_page: int = 50,
+    only: list[str] | None = None,
 ) -> dict[str, Any]:
     """Runs with their headline numbers, filtered, sorted and paged.
 
@@ -92,6 +93,7 @@ def runs_page(
         status: Only runs with this status.
         page: Page number.
         per_page: Runs per page.
+        only: Just these runs (full ids).
     """
     column = RUN_SORTS.get(sort, "created_at")
     where, params = ["1=1"], []
@@ -104,6 +106,9 @@ def runs_page(
     if status:
         where.append("status = ?")
         params.append(status)
+    if only is not None:
+        where.append("run_id IN (SELECT unnest(?))")
+        params.append(list(only))
     clause = " AND ".join(where)
     total = store.query(f"SELECT count(*) AS n FROM runs WHERE {clause}", params)[0]["n"]
     paging = clamp_page(page, total, per_page)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.browser_support import browser  # noqa: F401 - the fixture, for the tests here
 from tests.reports._store import ViewerStore, build_store
 
 
