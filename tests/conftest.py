@@ -55,3 +55,18 @@ def items_file(tmp_path: Path) -> Path:
 def db_path(tmp_path: Path) -> Path:
     """Path for a fresh DuckDB file."""
     return tmp_path / "runs" / "test.duckdb"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs_judge_script: the test runs the installed `judge` console script"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Checked per test, so a missing script skips only those tests (and fails them under CI).
+    if item.get_closest_marker("needs_judge_script") is not None:
+        from tests.cli._helpers import JUDGE
+        from tests.requirements import require_judge_script
+
+        require_judge_script(JUDGE)

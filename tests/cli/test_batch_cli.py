@@ -121,7 +121,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.skipif(not Path(JUDGE).exists(), reason="judge console script missing")
+@pytest.mark.needs_judge_script
 def test_sigkill_while_polling_then_resume_polls_the_same_batch(tmp_path: Path) -> None:
     n_items = 8
     data = write_jsonl(tmp_path / "items.jsonl", make_items(n_items))

@@ -22,7 +22,7 @@ from tests.fake_openai import FakeOpenAIServer
 N_ITEMS, N_SAMPLES = 40, 2
 TOTAL = N_ITEMS * N_SAMPLES
 
-pytestmark = pytest.mark.skipif(not Path(JUDGE).exists(), reason="judge console script missing")
+pytestmark = pytest.mark.needs_judge_script
 
 
 def _env() -> dict[str, str]:

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from tests.requirements import optional_module
+
+torch = optional_module("torch")
+transformers = optional_module("transformers")
 
 from clinjudge.judges import DocLensSettings, ModelSettings  # noqa: E402
 from clinjudge.judges._nli import (  # noqa: E402

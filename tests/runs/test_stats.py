@@ -27,9 +27,10 @@ from clinjudge.runs._stats import (
     substitution_bootstrap,
     wilcoxon_paired,
 )
+from tests.requirements import optional_module, require_module
 
-pingouin = pytest.importorskip("pingouin")
-krippendorff = pytest.importorskip("krippendorff")
+pingouin = optional_module("pingouin")
+krippendorff = optional_module("krippendorff")
 
 # pingouin 0.7 calls a pandas API that pandas 3 deprecates; not our concern here.
 pytestmark = pytest.mark.filterwarnings("ignore:The inplace keyword:Warning")
@@ -332,7 +333,7 @@ def test_fleiss_kappa_published_example() -> None:
     data = np.array([np.repeat(np.arange(1, 6), row) for row in table], dtype=float)
     assert fleiss_kappa(data) == pytest.approx(0.210, abs=5e-4)
     assert percent_agreement(data) == pytest.approx(0.378, abs=5e-4)
-    inter_rater = pytest.importorskip("statsmodels.stats.inter_rater")
+    inter_rater = require_module("statsmodels.stats.inter_rater")
     assert fleiss_kappa(data) == pytest.approx(inter_rater.fleiss_kappa(table), abs=1e-12)
 
 

@@ -19,7 +19,7 @@ from tests.cli._helpers import JUDGE, invoke, query
 from tests.conftest import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
-pytestmark = pytest.mark.skipif(not Path(JUDGE).exists(), reason="judge console script missing")
+pytestmark = pytest.mark.needs_judge_script
 N_ITEMS = 24
 
 

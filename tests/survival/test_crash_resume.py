@@ -33,7 +33,7 @@ from tests.survival.conftest import make_config, run_in_process
 REPO = Path(__file__).resolve().parents[2]
 N_KEYS = 11
 
-pytestmark = pytest.mark.skipif(not Path(JUDGE).exists(), reason="judge console script missing")
+pytestmark = pytest.mark.needs_judge_script
 
 
 def _env() -> dict[str, str]:

@@ -48,7 +48,7 @@ def _judge(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.skipif(not Path(JUDGE).exists(), reason="judge console script missing")
+@pytest.mark.needs_judge_script
 def test_canary_key_never_stored_logged_or_exported(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "items.jsonl", make_items(5))
     db = tmp_path / "private" / "runs.duckdb"
