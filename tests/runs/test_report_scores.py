@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import re
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -316,6 +317,37 @@ def test_item_table_is_capped_with_the_count_stated(
                      "--flag", "stigma>=1")  # fmt: skip
     assert unknown.exit_code == 2 and "unknown attribute 'stigma'" in unknown.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_prm_rule_and_unjudged_items(scored: tuple[Path, str], tmp_path: Path) -> None:
+    source, run_id = scored
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(source, db)
+    steps = [("plain-0", 1, 0.9), ("plain-0", 2, 0.3), ("plain-2", 1, 0.8)]
+    with RunStore(db) as store:
+        store.con.executemany(
+            "INSERT INTO prm_steps (run_id, item_id, candidate, step, kind, text, score) "
+            "VALUES (?, ?, 'summary', ?, 'sentence', 'step', ?)",
+            [[run_id, item, step, score] for item, step, score in steps],
+        )
+        # As if the run stopped before the last item: no samples, no final scores.
+        for table in ("judgments", "samples", "calls"):
+            store.con.execute(
+                f"DELETE FROM {table} WHERE run_id = ? AND item_id = 'plain-6'", [run_id]
+            )
+        files = write_report(store, [run_id], tmp_path / "r", n_boot=BOOT)
+    page = _page(files.html)
+    _, rows = _rows(page, "items")
+    by_id = {r["item"]: r for r in rows}
+    assert by_id["plain-0"]["flags"] == "lowest PRM step 0.300 (prm<0.5)"
+    assert by_id["plain-2"]["flags"] == ""
+    assert by_id["plain-6"]["status"] == "not judged"
+    assert by_id["plain-6"]["failure reason"].startswith("not judged")
+    assert [r["item"] for r in rows][:5] == ["plain-0", "low-acc", "broken", "injected", "plain-6"]
+    _, rules = _rows(page, "flag-rules")
+    assert {r["flag"]: r["items"] for r in rules}["prm<0.5"] == "1"
+    _, failures = _rows(page, "failures")
+    assert failures[-1]["reason"].startswith("not judged") and failures[-1]["items"] == "1"
 
 
 def test_untrusted_text_is_escaped_in_html_and_markdown(
