@@ -300,18 +300,24 @@ def cost_agreement_scatter(comparison: Comparison) -> str | None:
         label = _config_label(r)
         label = label if len(label) <= 22 else label[:21] + "..."
         labels.append(label + (" (sim.)" if r["simulated"] else ""))
-    placed = place_labels(centres, labels, (0.0, 0.0, float(width), float(top + plot_h)))
-    if placed is None:  # too crowded: number the points and list them in a legend below
+    area = (0.0, 0.0, float(width), float(top + plot_h))
+    placed = place_labels(centres, labels, area)
+    if None in placed:  # too crowded: number the points and list them in a legend below
         numbers = [str(i + 1) for i in range(len(points))]
-        placed = place_labels(centres, numbers, (0.0, 0.0, float(width), float(top + plot_h)))
+        placed = place_labels(centres, numbers, area)
         legend_top = height + 4
         height += 16 * len(points) + 8
-        for index, label in enumerate(labels):
-            body.append(_text(left, legend_top + 12 + 16 * index, f"{index + 1}  {label}", size=10))
+        for index, r in enumerate(points):
+            full = _config_label(r) + (" (sim.)" if r["simulated"] else "")
+            hidden = "" if placed[index] else " (its number did not fit beside the point)"
+            body.append(
+                _text(left, legend_top + 12 + 16 * index, f"{index + 1}  {full}{hidden}", size=10)
+            )
         labels = numbers
         body[0] = f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>'
-    for label, (cx, cy), spot in zip(labels, centres, placed or [], strict=False):
-        body.extend(_label_svg(label, cx, cy, spot))
+    for label, (cx, cy), spot in zip(labels, centres, placed, strict=True):
+        if spot is not None:
+            body.extend(_label_svg(label, cx, cy, spot))
     return _figure(
         "cost-agreement",
         _svg(width, height, body, "Pooled ICC(3,k) against cost per item"),
@@ -363,9 +369,9 @@ def place_labels(
     points: Sequence[tuple[float, float]],
     labels: Sequence[str],
     bounds: tuple[float, float, float, float],
-) -> list[LabelSpot] | None:
+) -> list[LabelSpot | None]:
     """Greedy label placement: beside each point if free, else further out with a leader line,
-    never over another label or point and inside ``bounds``; None when some label finds no
+    never over another label or point and inside ``bounds``; None for a label that finds no
     place (the caller then numbers the points and adds a legend).
 
     Args:
@@ -389,9 +395,8 @@ def place_labels(
                     break
             if chosen:
                 break
-        if chosen is None:
-            return None
-        taken.append(chosen.box)
+        if chosen is not None:
+            taken.append(chosen.box)
         spots.append(chosen)
     return spots
 

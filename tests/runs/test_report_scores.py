@@ -625,3 +625,18 @@ def test_scatter_labels_do_not_overlap_in_chromium(tmp_path: Path, browser: Any)
         assert not any(_intersect(a, b) for b in labels[i + 1 :]), a
         assert not any(_intersect(a, p) for p in points), a
     browser.save_screenshot(str(tmp_path / "scatter.png"))
+
+
+def test_scatter_too_crowded_for_names_numbers_points_and_adds_a_legend() -> None:
+    rows = [_row(f"configuration-with-a-long-name-{i}", 0.01, 0.8) for i in range(40)]
+    rows.append(_row("alone", 0.02, 0.5))
+    svg = cost_agreement_scatter(Comparison(rows=rows, agreements={}, notes=[], errors={}))
+    assert svg is not None
+    numbers = [t for _, _, t in _label_boxes(svg)]
+    assert numbers and all(t.isdigit() for t in numbers) and "41" in numbers
+    legend = re.findall(r">(\d+)  (config-[^<(]+?)(?: \(its number did not fit[^<]*)?</text>", svg)
+    assert [(int(n), name) for n, name in legend] == [
+        (i + 1, f"config-{r['run_id']}") for i, r in enumerate(rows)
+    ]
+    hidden = svg.count("did not fit beside the point")
+    assert hidden == len(rows) - len(numbers) > 0
