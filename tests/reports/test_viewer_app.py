@@ -1,0 +1,219 @@
+"""`judge view` over HTTP without a browser: headers, read-only access, a locked database,
+paging and filters, the static export's folder rules, and the command line."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clinjudge.reports import ExportError, create_app, export_site, is_loopback
+from tests.cli._helpers import JUDGE, invoke, query
+from tests.reports._store import FAILING_ID, HOSTILE_ID, ViewerStore
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+
+@pytest.fixture(scope="module")
+def client(viewer_store: ViewerStore) -> Iterator[TestClient]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield TestClient(create_app(viewer_store.db, n_boot=50, items_per_page=2))
+
+
+def _pages(s: ViewerStore) -> list[str]:
+    runs = [s.single, s.magentic, s.doclens, s.audit] + ([s.prm] if s.prm else [])
+    items = query(s.db, "SELECT run_id, item_id FROM items WHERE run_id IN (?, ?, ?)",
+                  [s.single, s.magentic, s.doclens])  # fmt: skip
+    return [
+        "/",
+        "/?sort=name&desc=0&q=fake",
+        *[f"/runs/{r}/" for r in runs],
+        f"/runs/{s.single}/?show=failed",
+        f"/runs/{s.audit}/audit",
+        f"/compare?run={s.single}&run={s.magentic}",
+        *[f"/runs/{r}/items/{i}" for r, i in items],
+    ]
+
+
+def test_every_page_sends_a_policy_that_forbids_inline_script(
+    client: TestClient, viewer_store: ViewerStore
+) -> None:
+    for path in [*_pages(viewer_store), "/runs/nope/", "/static/viewer.js"]:
+        response = client.get(path)
+        assert response.status_code in (200, 404), path
+        policy = response.headers["content-security-policy"]
+        directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
+        assert directives["script-src"] == "'self'" and directives["default-src"] == "'none'"
+        assert "unsafe" not in policy
+        assert response.headers["x-content-type-options"] == "nosniff"
+        if response.headers["content-type"].startswith("text/html"):
+            html = response.text
+            assert '<meta http-equiv="Content-Security-Policy"' in html
+            # Nothing is loaded from another origin, and no inline script or handler exists.
+            assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html), path
+            assert re.findall(r"<script\b[^>]*>", html) == [
+                '<script src="/static/viewer.js" defer>'
+            ]
+            assert not re.search(r"<[^>]+\son\w+\s*=", html), path
+            assert " style=" not in html
+
+
+def _fingerprint(db: Path) -> tuple[str, int, list[str]]:
+    return (
+        hashlib.sha256(db.read_bytes()).hexdigest(),
+        db.stat().st_mtime_ns,
+        sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name)),
+    )
+
+
+def test_viewing_and_exporting_never_write_the_database(
+    client: TestClient, viewer_store: ViewerStore, tmp_path: Path
+) -> None:
+    before = _fingerprint(viewer_store.db)
+    for path in _pages(viewer_store):
+        assert client.get(path).status_code == 200, path
+    export_site(viewer_store.db, tmp_path / "site", n_boot=20)
+    assert _fingerprint(viewer_store.db) == before
+
+
+_HOLD = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+con.execute("CREATE TABLE IF NOT EXISTS lock_probe (x INTEGER)")
+print("locked", flush=True)
+sys.stdin.readline()
+con.close()
+"""
+
+
+def test_a_database_held_by_a_writer_gets_a_retry_page(
+    viewer_store: ViewerStore, tmp_path: Path
+) -> None:
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(viewer_store.db.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = TestClient(create_app(db, n_boot=20))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "locked"
+        for path in ("/", f"/runs/{viewer_store.single}/"):
+            busy = client.get(path)
+            assert busy.status_code == 503
+            assert "Database busy" in busy.text and "in use by another process" in busy.text
+            assert busy.headers["retry-after"] == "3"
+            assert '<meta http-equiv="refresh" content="3">' in busy.text
+    finally:
+        assert writer.stdin is not None
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        writer.wait(timeout=30)
+    assert client.get("/").status_code == 200  # the next try succeeds
+
+
+def test_item_list_is_paged_and_filtered_in_the_database(
+    client: TestClient, viewer_store: ViewerStore
+) -> None:
+    s = viewer_store
+    order = [r[0] for r in query(s.db, "SELECT item_id FROM items WHERE run_id = ? "
+                                 "ORDER BY position", [s.single])]  # fmt: skip
+    seen = []
+    for page in (1, 2, 3):
+        html = client.get(f"/runs/{s.single}/?page={page}").text
+        assert f"page {page} of 3" in html
+        seen += re.findall(r'<a href="/runs/[^/]+/items/([^"]+)">', html.split('id="items"')[1])
+    assert seen == order
+    failed = client.get(f"/runs/{s.single}/?show=failed").text.split('id="items"')[1]
+    assert re.findall(r"/items/([^\"]+)\"", failed) == [FAILING_ID]
+    flagged = client.get(f"/runs/{s.single}/?show=flagged").text.split('id="items"')[1]
+    assert re.findall(r"/items/([^\"]+)\"", flagged) == [HOSTILE_ID]
+
+
+def test_runs_page_sorts_and_filters(client: TestClient, viewer_store: ViewerStore) -> None:
+    s = viewer_store
+
+    def listed(url: str) -> list[str]:
+        return re.findall(r'<a href="/runs/([^/]+)/">', client.get(url).text)
+
+    assert listed("/?q=doclens") == [s.doclens]
+    assert listed("/?q=DocLens+MOCK") == [s.doclens]
+    names = dict(query(s.db, "SELECT run_id, name FROM runs"))
+    by_name = listed("/?sort=name&desc=0")
+    assert [names[r] for r in by_name] == sorted(names.values())
+    assert listed("/?sort=name&desc=1") == by_name[::-1]
+    assert listed("/?status=nonsense") == []
+
+
+def test_export_folder_rules(viewer_store: ViewerStore, tmp_path: Path) -> None:
+    s = viewer_store
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ExportError, match="not empty"):
+        export_site(s.db, foreign, runs=[s.doclens], n_boot=20)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    export_site(s.db, foreign, runs=[s.doclens], n_boot=20, force=True)
+    assert (foreign / "notes.txt").read_text() == "keep me" and (foreign / "index.html").exists()
+
+    site = tmp_path / "site"
+    first = export_site(s.db, site, runs=[s.single], n_boot=20)
+    assert first.pages == 1 + 1 + 5  # runs page, the run's page, its five items
+    assert len(list(site.rglob("*.html"))) == first.pages
+    (site / "stale.html").write_text("old")
+    export_site(s.db, site, runs=[s.doclens], n_boot=20)  # a previous export is replaced
+    assert not (site / "stale.html").exists()
+    assert not any(s.single in str(p) for p in site.rglob("*"))
+    assert not list(tmp_path.glob(".site-*"))  # no temporary folder left behind
+
+
+def test_view_command_exports_and_checks_its_flags(
+    viewer_store: ViewerStore, tmp_path: Path
+) -> None:
+    s = viewer_store
+    result = invoke(
+        "view", "--db", str(s.db), "--export", str(tmp_path / "out"), "--run", s.doclens
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "wrote" in result.stderr and (tmp_path / "out" / "index.html").exists()
+    assert invoke("view", "--db", str(s.db), "--run", s.doclens).exit_code == 2
+    missing = invoke("view", "--db", str(tmp_path / "none.duckdb"))
+    assert missing.exit_code == 2 and "no such database" in missing.stderr
+
+
+def test_listening_beyond_loopback_warns(viewer_store: ViewerStore) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [JUDGE, "view", "--db", str(viewer_store.db), "--host", "0.0.0.0", "--port", "0"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if "judge view: http" in line or not line:
+                break
+        text = "".join(lines)
+        assert "warning" in text and "clinical text" in text, text
+        assert "judge view: http://0.0.0.0:" in text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
