@@ -640,3 +640,35 @@ def test_scatter_too_crowded_for_names_numbers_points_and_adds_a_legend() -> Non
     ]
     hidden = svg.count("did not fit beside the point")
     assert hidden == len(rows) - len(numbers) > 0
+
+
+def test_probsum_run_report_without_ratings(tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parents[2] / "examples" / "probsum_demo.jsonl"
+    db = tmp_path / "runs.duckdb"
+    ran = invoke("run", "--rubric", "probsum", "--data", str(data), "--model", "mock/judge",
+                 "--samples", "3", "--db", str(db), "--no-progress")  # fmt: skip
+    assert ran.exit_code == 0, ran.stderr
+    run_id = ran.stdout.strip().splitlines()[-1]
+    out = tmp_path / "report"
+    result = invoke("report", run_id, "--out", str(out), "--db", str(db), "--boot", "20")
+    assert result.exit_code == 0, result.stderr
+    page = _page(out / "report.html")
+    finals = _finals(db, run_id)
+    keys = ["correct", "complete", "grounded", "specific", "organized"]
+    _, dists = _rows(page, "distributions")
+    assert [d["attribute"] for d in dists] == keys
+    for d in dists:
+        values = Counter(f[d["attribute"]] for f in finals.values())
+        expected = ", ".join(f"{v}: {values.get(float(v), 0)}" for v in range(1, 6))
+        assert d["counts"] == expected  # medians of 3 whole scores are whole
+        assert d["items"] == str(len(finals)) and d["scale"] == "likert"
+    _, rules = _rows(page, "flag-rules")
+    assert [r["flag"] for r in rules] == [
+        "prm<0.5",  # the only default rule ProbSum has an attribute for
+        "text addresses the judge (items.flags)",
+        "any of these",
+    ]
+    header, items = _rows(page, "items")
+    assert header[: header.index("correct")] == ["item", "vendor", "status"]
+    assert len(items) == len(finals) == 4
+    assert "SIMULATED" in (out / "report.md").read_text().splitlines()[0]
