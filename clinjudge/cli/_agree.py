@@ -253,8 +253,8 @@ def report_command(
         list[str] | None,
         typer.Option(
             help="Flag rule attribute<=V, >=V, ==V, <V or >V (repeatable); prm<P flags items whose "
-            "lowest PRM step score is below P [default: accurate<=2, voice_summ>=1, prm<0.5, "
-            "those the rubric has]."
+            "lowest PRM step score is below P. Default: those of accurate<=2, voice_summ>=1 and "
+            "prm<0.5 that the rubric has."
         ),
     ] = None,
     max_items: Annotated[
