@@ -303,7 +303,13 @@ def failure_reason(row: dict[str, Any]) -> str:
 
 def _flag_texts(row: dict[str, Any], rules: Sequence[FlagRuleLike], values: dict) -> list[str]:
     found = json.loads(row["flags"]) if isinstance(row["flags"], str) else row["flags"] or []
-    texts = [f"text addresses the judge: {f['name']} in {f['field']}" for f in found]
+    by_field: dict[str, list[str]] = {}
+    for flag in found:
+        by_field.setdefault(flag["field"], []).append(flag["name"])
+    texts = [
+        f"text addresses the judge: {', '.join(names)} in {field}"
+        for field, names in by_field.items()
+    ]
     for index, rule in enumerate(rules):
         if not row.get(f"rule_{index}"):
             continue

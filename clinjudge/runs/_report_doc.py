@@ -39,6 +39,7 @@ th,td{border:1px solid #d0d7de;padding:.25rem .55rem;text-align:right;white-spac
  vertical-align:top}
 th{background:#f6f8fa;position:sticky;top:0}td.l,th.l{text-align:left}
 td.w,th.w{white-space:normal;text-align:left;min-width:16rem;max-width:32rem;overflow-wrap:anywhere}
+td.wide,th.wide{min-width:30rem;max-width:40rem}
 tr.pooled td{font-weight:700;background:#f6f8fa}tr.sim td{background:#fff4e5}
 tr.bad td{background:#fff1f0}tr.flag td{background:#fff8c5}
 .scroll{overflow:auto;max-width:100%;margin:.5rem 0 1rem}.scroll.tall{max-height:75vh}
@@ -166,11 +167,13 @@ class _Table:
     left: int = 1  # leading columns aligned left
     classes: list[str] | None = None  # one CSS class per row
     wrap: frozenset[int] = frozenset()  # columns of running text, wrapped
+    wide: frozenset[int] = frozenset()  # wrapped columns of longer text, given more room
     name: str = ""  # data-table attribute, for tests and styling
     tall: bool = False  # many rows: scroll inside a box of bounded height
 
     def _cell(self, tag: str, index: int, text: str) -> str:
         css = "w" if index in self.wrap else "l" if index < self.left else ""
+        css = (css + (" wide" if index in self.wide else "")).strip()
         attr = f' class="{css}"' if css else ""
         return f"<{tag}{attr}>{_esc(text)}</{tag}>"
 

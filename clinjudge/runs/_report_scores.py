@@ -219,6 +219,7 @@ def item_table(
         left=len(lead),
         classes=classes,
         wrap=frozenset({n - 3, n - 2, n - 1}),
+        wide=frozenset({n - 1}),
         name="items",
         tall=True,
     )

@@ -261,9 +261,10 @@ def test_item_table_orders_failed_and_flagged_first_with_reasons(
     assert by_id["broken"]["failure reason"] == f"all 2 sample(s) failed: {error} (x2)"
     assert by_id["broken"]["accurate"] == "-"
     assert by_id["low-acc"]["flags"] == "accurate=2 (accurate<=2)"
-    expected_injection = "; ".join(
-        f"text addresses the judge: {f['name']} in {f['field']}" for f in injected["injected"]
-    )
+    fields = {f["field"] for f in injected["injected"]}
+    assert fields == {"summary"}
+    names = ", ".join(f["name"] for f in injected["injected"])
+    expected_injection = f"text addresses the judge: {names} in summary"
     assert by_id["injected"]["flags"] == expected_injection
     for item_id, values in finals.items():
         if item_id != "broken":
