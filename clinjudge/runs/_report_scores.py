@@ -280,7 +280,9 @@ def _scores_section(
         doc.para(
             "Pooled (micro) scores as DocLens reports them: entailed claims over all claims of "
             "all items in the section (failed verdicts count as not entailed). The last row is "
-            "the mean of the per-instance scores, for comparison.",
+            "the mean of the per-instance scores, for comparison. Arithmetic: "
+            f"{claims.get('compat') or 'clinjudge'} (the run's DocLens compat setting; the "
+            "per-item counts below use clinjudge's).",
             "note",
         )
     if not full:
