@@ -16,7 +16,6 @@ and its variance; Cohen (1960) and Fleiss (1971) for the kappas.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -308,11 +307,17 @@ def _category_counts(data: np.ndarray, categories: Sequence[float]) -> np.ndarra
         raise ValueError(f"data must be 2-D (units x raters), got shape {x.shape}")
     cats = np.asarray(categories, dtype=float)
     present = ~np.isnan(x)
-    known = np.isclose(x[..., None], cats).any(axis=-1)
+    # One category at a time: temporaries stay units x raters, not units x raters x categories.
+    known = np.zeros(x.shape, dtype=bool)
+    counts = np.empty((x.shape[0], cats.size))
+    for c, value in enumerate(cats):
+        hit = np.isclose(x, value)
+        known |= hit
+        counts[:, c] = hit.sum(axis=1)
     stray = np.unique(x[present & ~known])
     if stray.size:
         raise ValueError(f"values {stray.tolist()} are not in the category set {cats.tolist()}")
-    return np.isclose(x[:, :, None], cats[None, None, :]).sum(axis=1).astype(float)
+    return counts
 
 
 def gwet_ac2(data: np.ndarray, categories: Sequence[float], weights: str) -> dict[str, Any]:
@@ -539,18 +544,14 @@ BOOT_CHUNK_ROWS = 32
 _SMALL_CHUNK_CELLS = 1 << 20
 """Below this many (resample, unit) cells per chunk, chunks grow (fewer, larger products)."""
 
-_SINGLE_THREAD_CELLS = 1 << 24
-"""Bootstraps with fewer (resample, unit) cells run BLAS on one thread: for products this
-small, extra threads cost more CPU in start-up and spinning than they save."""
-
 _threads: ThreadpoolController | None = None
 
 
-def _blas_threads(cells: int) -> Any:
-    """A context limiting BLAS to one thread for small bootstraps (no limit for large ones)."""
+def _one_blas_thread() -> Any:
+    """A context running BLAS on one thread. The bootstrap products are thin (a chunk of
+    resamples by a few dozen per-unit columns): extra BLAS threads spin and, on a busy or
+    shared machine, made them up to 15x slower in wall time while using more CPU."""
     global _threads
-    if cells >= _SINGLE_THREAD_CELLS:
-        return contextlib.nullcontext()
     if _threads is None:
         _threads = ThreadpoolController()
     return _threads.limit(limits=1, user_api="blas")
@@ -601,10 +602,13 @@ def bootstrap_chunks(
     step = _chunk_rows(n_units, n_boot, chunk_rows)
     for start in range(0, n_boot, step):
         stop = min(n_boot, start + step)
-        yield (
-            slice(start, stop),
-            bootstrap_weights(rng.integers(0, n_units, size=(stop - start, n_units))),
-        )
+        if (stop - start) * n_units <= _SMALL_CHUNK_CELLS:
+            weights = bootstrap_weights(rng.integers(0, n_units, size=(stop - start, n_units)))
+        else:  # row by row: no (rows x units) index matrix next to the weights
+            weights = np.empty((stop - start, n_units))
+            for row in range(stop - start):
+                weights[row] = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units)
+        yield slice(start, stop), weights
 
 
 @dataclass
@@ -641,14 +645,12 @@ def bootstrap_totals(
             for i in members:
                 out[i] = np.full((n_boot, mats[i].shape[1]), np.nan)
             continue
-        stacked = mats[members[0]] if len(members) == 1 else np.hstack([mats[i] for i in members])
-        totals = np.empty((n_boot, stacked.shape[1]))
-        with _blas_threads(n_units * n_boot):
+        for i in members:
+            out[i] = np.empty((n_boot, mats[i].shape[1]))
+        with _one_blas_thread():
             for rows, weights in bootstrap_chunks(n_units, n_boot, seed, chunk_rows):
-                totals[rows] = weights @ stacked
-        edges = np.cumsum([0, *(mats[i].shape[1] for i in members)])
-        for i, lo, hi in zip(members, edges[:-1], edges[1:], strict=True):
-            out[i] = totals[:, lo:hi]
+                for i in members:
+                    out[i][rows] = weights @ mats[i]  # type: ignore[index]
     return [t for t in out if t is not None]
 
 

@@ -485,7 +485,9 @@ def test_bootstraps_with_fleiss_kappa_and_bad_inputs() -> None:
 # Streamed bootstrap
 
 
-@pytest.mark.parametrize(("n", "n_boot", "chunk"), [(7, 50, 3), (100, 1000, None), (31, 64, 64)])
+@pytest.mark.parametrize(
+    ("n", "n_boot", "chunk"), [(7, 50, 3), (100, 1000, None), (31, 64, 64), (40_000, 40, 32)]
+)
 def test_chunked_weights_are_the_resamples_of_bootstrap_indices(
     n: int, n_boot: int, chunk: int | None
 ) -> None:
