@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +54,13 @@ def _dump(value: Any) -> None:
 # Headline statistics per scale: which cells are expected (a "-" elsewhere means not applicable).
 _ORDINAL_STATS = {"icc3k": "ICC(3,k)", "alpha_ordinal": "alpha", "ac2_ordinal": "AC2"}
 _BINARY_STATS = {"percent_agreement": "% agree", "kappa": "kappa"}
+
+
+def _keeps_cache(db: str) -> bool:
+    """Open an existing, writable store for writing, so agreement analyses are kept in its
+    cache for the next compare or report; a missing --db is still an error, never created."""
+    path = Path(db)
+    return path.is_file() and os.access(path, os.W_OK)
 
 
 def _undefined_reason(summary: dict[str, Any]) -> str:
@@ -200,7 +208,7 @@ def compare_command(
     """One table of judge configurations: agreement, failures, cost and latency per item."""
     if sort is not None and sort not in SORT_COLUMNS:
         fail(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}", EXIT_USAGE)
-    with open_store(db, read_only=True) as store:
+    with open_store(db, read_only=not _keeps_cache(db)) as store:
         try:
             with _quiet_numerics():
                 comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
@@ -268,7 +276,7 @@ def report_command(
     attribute, failures, flags and items, and agreement where physicians' ratings exist."""
     if not compare and len(runs) != 1:
         fail("a run report takes one run; add --compare to compare several", EXIT_USAGE)
-    with open_store(db, read_only=True) as store:
+    with open_store(db, read_only=not _keeps_cache(db)) as store:
         try:
             files = write_report(
                 store,

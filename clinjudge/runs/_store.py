@@ -180,6 +180,16 @@ CREATE TABLE IF NOT EXISTS prm_steps (
     model VARCHAR,
     PRIMARY KEY (run_id, item_id, candidate, step)
 );
+-- Agreement analyses of runs against human_ratings, reused while the fingerprint of their
+-- input (ratings, judgments, rubric) and the settings (resamples, seed, version) are unchanged.
+CREATE TABLE IF NOT EXISTS agreement_cache (
+    run_id VARCHAR,
+    settings VARCHAR,
+    fingerprint VARCHAR,
+    analysis JSON,
+    computed_at TIMESTAMPTZ,
+    PRIMARY KEY (run_id, settings)
+);
 """
 
 FINAL_SAMPLE = 0
@@ -234,6 +244,7 @@ class RunStore:
 
     def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such database")

@@ -141,6 +141,91 @@ def test_compare_rows(runs: dict[str, str], db_path: Path) -> None:
             compare_runs(store, [runs["matched"]], sort="nonsense")
 
 
+def _without_cached_flag(agreements: dict) -> dict:
+    return {
+        rid: a if a is None else {k: v for k, v in a.items() if k != "cached"}
+        for rid, a in agreements.items()
+    }
+
+
+def test_compare_reuses_stored_agreement_until_its_input_changes(
+    runs: dict[str, str], db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clinjudge.runs import _agreement_run
+
+    computed: list[int] = []
+    real = _agreement_run.analyse_ratings
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        computed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_agreement_run, "analyse_ratings", counting)
+    ids = [runs["matched"], runs["other"], runs["unrated"]]
+    with RunStore(db_path) as store:
+        first = compare_runs(store, ids, n_boot=BOOT)
+    assert len(computed) == 2  # the unrated run has nothing to analyse
+    assert not any(a and a["cached"] for a in first.agreements.values())
+    with RunStore(db_path) as store:
+        second = compare_runs(store, ids, n_boot=BOOT)
+        report_dir = db_path.parent / "cached-report"
+        write_report(store, ids, report_dir, compare=True, n_boot=BOOT)
+    with RunStore(db_path, read_only=True) as store:  # reading the cache needs no write access
+        third = compare_runs(store, ids, n_boot=BOOT)
+        fresh = agreement_for_run(store, runs["matched"], n_boot=BOOT, cache=False)
+    assert len(computed) == 3  # only the cache=False call
+    assert second.agreements[runs["matched"]]["cached"] is True
+    assert second.rows == first.rows == third.rows
+    assert _without_cached_flag(second.agreements) == _without_cached_flag(first.agreements)
+    assert (
+        _without_cached_flag({"m": fresh})["m"]
+        == _without_cached_flag(first.agreements)[runs["matched"]]
+    )
+
+    # Other settings are another cache entry.
+    with RunStore(db_path) as store:
+        compare_runs(store, [runs["matched"]], n_boot=BOOT, seed=1)
+    assert len(computed) == 4
+
+    # A changed rating changes the fingerprint of both runs on these items: recomputed.
+    with RunStore(db_path) as store:
+        item, attribute = store.query(
+            "SELECT item_id, attribute FROM human_ratings WHERE rater_id = 'dr_a' "
+            "AND attribute = 'accurate' ORDER BY item_id LIMIT 1"
+        )[0].values()
+        store.con.execute(
+            "UPDATE human_ratings SET score = CASE WHEN score = 1 THEN 5 ELSE 1 END "
+            "WHERE item_id = ? AND attribute = ? AND rater_id IN ('dr_a', 'dr_b')",
+            [item, attribute],
+        )
+        changed = compare_runs(store, ids, n_boot=BOOT)
+    assert len(computed) == 6
+    before = first.agreements[runs["matched"]]["per_attribute"]["accurate"]
+    after = changed.agreements[runs["matched"]]["per_attribute"]["accurate"]
+    assert after["differences"] != before["differences"]
+    assert changed.rows[0]["icc3k"] < 1.0  # the judge no longer equals the human median
+
+    # A new rater's ratings change it again; an unchanged repeat does not.
+    with RunStore(db_path) as store:
+        store.con.execute(
+            "INSERT INTO human_ratings (item_id, rater_id, attribute, score) "
+            "SELECT item_id, 'dr_d', attribute, score FROM human_ratings WHERE rater_id = 'dr_a'"
+        )
+        compare_runs(store, ids, n_boot=BOOT)
+        compare_runs(store, ids, n_boot=BOOT)
+    assert len(computed) == 8
+
+
+def test_older_databases_gain_the_agreement_cache_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    with RunStore(path) as store:
+        store.con.execute("DROP TABLE agreement_cache")
+    with RunStore(path, read_only=True) as store:
+        assert not store.has_table("agreement_cache")
+    with RunStore(path) as store:
+        assert store.has_table("agreement_cache")
+
+
 def _charts(html: str) -> tuple[int, int]:
     return html.count('<figure class="chart"'), html.count("<svg")
 
