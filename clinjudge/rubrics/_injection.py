@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from clinjudge.rubrics._confusables import IGNORED, skeleton, visible
 from clinjudge.rubrics._item import Item
-from clinjudge.rubrics._render import FENCE_TAGS
+from clinjudge.rubrics._render import FENCE_TAGS, fence_pattern
 from clinjudge.rubrics._schema import Rubric
 
 _EXCERPT = 60
@@ -109,9 +110,9 @@ _RULES: tuple[_Rule, ...] = (
         "role_marker",
         "contains a chat role marker or template token",
         re.compile(
-            r"<\|[a-z_]+\|>|\[/?INST\]|<</?SYS>>|</?s>"
-            r"|^[ \t>#*\[(]*(?:system|assistant|developer|user)\s*[\])]?\s*:"
-            r"|^#{2,}\s*(?:instruction|system|response)\b",
+            r"<\|[a-z_]++\|>|\[/?INST\]|<</?SYS>>|</?s>"
+            r"|^[ \t>#*\[(]*+(?:system|assistant|developer|user)\s*+(?:[\])]\s*+)?:"
+            r"|^#{2,}+\s*+(?:instruction|system|response)\b",
             re.IGNORECASE | re.MULTILINE,
         ),
         ("<|", "inst]", "<<sys>>", "<s>", "</s>", "system", "assistant", "developer", "user", "##"),
@@ -121,8 +122,8 @@ _RULES: tuple[_Rule, ...] = (
         "section_lookalike",
         "repeats a section heading of the judge's prompt",
         re.compile(
-            r"^[ \t]*(?:OUTPUT FORMAT|SAFETY|RUBRIC|TASK|DOCUMENT TO GRADE|"
-            r"CLINICAL SUMMARY TO EVALUATE|EXAMPLES)[ \t]*:?[ \t]*$",
+            r"^[ \t]*+(?:OUTPUT FORMAT|SAFETY|RUBRIC|TASK|DOCUMENT TO GRADE|"
+            r"CLINICAL SUMMARY TO EVALUATE|EXAMPLES)[ \t]*+(?::[ \t]*+)?$",
             re.MULTILINE,
         ),
         ("output format", "safety", "rubric", "task", "to grade", "to evaluate", "examples"),
@@ -137,22 +138,20 @@ def _tag_pattern(rubric: Rubric | None) -> re.Pattern[str]:
     keys = tuple(rubric.keys) if rubric is not None else ()
     pattern = _TAG_CACHE.get(keys)
     if pattern is None:
-        names = sorted({*FENCE_TAGS, *(k.upper() for k in keys)}, key=len, reverse=True)
-        alternatives = "|".join(re.escape(n) for n in names)
-        pattern = _TAG_CACHE[keys] = re.compile(
-            rf"(?:<|&lt;|\uff1c|\u2039)\s*[/\\]?\s*(?:{alternatives})(?![A-Za-z0-9_])",
-            re.IGNORECASE,
-        )
+        names = {*FENCE_TAGS, *(k.upper() for k in keys)}
+        pattern = _TAG_CACHE[keys] = fence_pattern(names, entities=True)
     return pattern
 
 
 def _scores_pattern(rubric: Rubric) -> re.Pattern[str]:
     keys = "|".join(re.escape(k) for k in rubric.keys)
-    return re.compile(rf"""["']\s*(?:{keys})\s*["']\s*:\s*["']?\s*(?:-?\d|null)""", re.IGNORECASE)
+    return re.compile(
+        rf"""["']\s*+(?:{keys})\s*+["']\s*+:\s*+(?:["']\s*+)?(?:-?\d|null)""", re.IGNORECASE
+    )
 
 
 def _excerpt(match: re.Match[str]) -> str:
-    found = " ".join(match.group(0).split())
+    found = " ".join(match.group(0).replace(IGNORED, "").split())
     return found if len(found) <= _EXCERPT else found[: _EXCERPT - 3] + "..."
 
 
@@ -169,18 +168,19 @@ def detect_injection(
     if not text:
         return []
     flags: list[InjectionFlag] = []
-    folded = " ".join(text.split()).lower()
-    checks = [
-        *_RULES,
-        _Rule("fence_lookalike", "imitates a prompt fence tag", _tag_pattern(rubric), (), False),
-    ]
+    # Words are matched on NFKC text without invisible characters ("ig\u200bnore" is
+    # "ignore"); fence tags on the skeleton, which also folds homoglyphs.
+    plain = visible(text)
+    folded = " ".join(plain.split()).lower()
+    fence = _Rule("fence_lookalike", "imitates a prompt fence tag", _tag_pattern(rubric), (), False)
+    checks = [*_RULES, fence]
     if rubric is not None:
         reason = "holds pre-filled rubric scores"
         checks.append(_Rule("embedded_scores", reason, _scores_pattern(rubric), (), False))
     for rule in checks:
         if rule.needles and not any(needle in folded for needle in rule.needles):
             continue
-        target = folded if rule.folded else text
+        target = skeleton(text) if rule is fence else folded if rule.folded else plain
         match = rule.pattern.search(target)
         if match:
             excerpt = _excerpt(match)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from clinjudge.rubrics._confusables import skeleton, spelled
 from clinjudge.rubrics._item import Item
 from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind
 
@@ -46,12 +48,28 @@ class Shot:
     scores: dict[str, int | None]
 
 
-def _lookalike_pattern(rubric: Rubric) -> re.Pattern[str]:
-    names = sorted(
-        {*FENCE_TAGS, *(a.key.upper() for a in rubric.attributes)}, key=len, reverse=True
+def fence_pattern(names: Iterable[str], *, entities: bool = False) -> re.Pattern[str]:
+    """A pattern for an opening or closing fence tag among ``names``, on a text's skeleton.
+
+    Linear by construction: every repetition is possessive or bounded by a character it
+    cannot contain, so no input makes it backtrack (untrusted text can be megabytes).
+    Slashes, backslashes, whitespace and invisible characters may sit between the bracket and
+    the name (``<//TAG>``, ``< / TAG``), and invisible ones between the letters of the name.
+
+    Args:
+        names: Reserved tag names (matched case-insensitively).
+        entities: Also match ``&lt;`` and numeric character references as the bracket.
+    """
+    ordered = sorted(set(names), key=len, reverse=True)
+    alternatives = "|".join(spelled(n) for n in ordered)
+    bracket = r"(?:<|&lt;|&#0*60;|&#x0*3c;)" if entities else "<"
+    return re.compile(
+        rf"{bracket}[\s\x00/\\]*+(?:{alternatives})(?!\x00*[A-Za-z0-9_])", re.IGNORECASE
     )
-    alternatives = "|".join(re.escape(n) for n in names)
-    return re.compile(rf"<(\s*[/\\]?\s*(?:{alternatives})(?![A-Za-z0-9_]))", re.IGNORECASE)
+
+
+def _reserved_names(rubric: Rubric) -> set[str]:
+    return {*FENCE_TAGS, *(a.key.upper() for a in rubric.attributes)}
 
 
 _PATTERN_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
@@ -60,6 +78,10 @@ _PATTERN_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
 def neutralise(text: str, rubric: Rubric) -> str:
     """Defuse anything in untrusted text that looks like one of our fence tags.
 
+    Look-alikes count (fullwidth or homoglyph brackets and letters, invisible characters
+    inside the name, doubled slashes): their opening bracket becomes ``&lt;``, and nothing
+    else in the text changes.
+
     Args:
         text: Untrusted text (a note, a summary, a reference).
         rubric: The rubric whose attribute tags are also reserved.
@@ -67,8 +89,18 @@ def neutralise(text: str, rubric: Rubric) -> str:
     cache_key = tuple(rubric.keys)
     pattern = _PATTERN_CACHE.get(cache_key)
     if pattern is None:
-        pattern = _PATTERN_CACHE[cache_key] = _lookalike_pattern(rubric)
-    return pattern.sub(r"&lt;\1", text)
+        pattern = _PATTERN_CACHE[cache_key] = fence_pattern(_reserved_names(rubric))
+    # The skeleton has one character per character of the text, so positions carry over.
+    starts = [m.start() for m in pattern.finditer(skeleton(text))]
+    if not starts:
+        return text
+    parts: list[str] = []
+    previous = 0
+    for start in starts:
+        parts.extend((text[previous:start], "&lt;"))
+        previous = start + 1
+    parts.append(text[previous:])
+    return "".join(parts)
 
 
 def _attribute_block(attribute: Attribute) -> str:
