@@ -107,7 +107,9 @@ def _chains(opts: _Options, fmt: Any, path: Path, *, need_labels: bool = False):
     if segment not in ("medprm", "chain", "note", "lines"):
         fail(f"--segment {segment!r}: choose medprm, chain, note or lines", EXIT_USAGE)
     try:
-        return load_chains(path, segment, need_labels=need_labels)  # type: ignore[arg-type]
+        return load_chains(  # type: ignore[arg-type]
+            path, segment, need_labels=need_labels, section=fmt.section
+        )
     except InputError as exc:
         fail(str(exc), EXIT_USAGE)
 

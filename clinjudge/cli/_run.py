@@ -118,7 +118,9 @@ def prm_settings(settings: Any, flags: dict[str, Any]) -> dict[str, Any] | None:
     merged = {"model": settings} if isinstance(settings, str) else dict(settings or {})
     merged.update({k: v for k, v in flags.items() if v is not None})
     if merged and "model" not in merged:
-        raise ConfigError("--prm-preset/--prm-url/--prm-device need --prm MODEL (or prm.model)")
+        raise ConfigError(
+            "--prm-preset/--prm-url/--prm-device/--prm-section need --prm MODEL (or prm.model)"
+        )
     return merged or None
 
 
@@ -337,11 +339,19 @@ def run_command(
     prm_device: Annotated[
         str | None, typer.Option(help="--prm device: auto, cpu or cuda[:N].")
     ] = None,
+    prm_section: Annotated[
+        str | None,
+        typer.Option(
+            help="--prm: part of the summary scored: all, assessment_plan or a heading name "
+            "(default: the preset's; assessment_plan for prm-clinic)."
+        ),
+    ] = None,
     doclens: Annotated[
         list[str] | None,
         typer.Option(
             help="doclens setting KEY=VALUE (repeatable), e.g. citation_base=1, uncited=zero, "
-            "max_citations=3, min_claims=2, nli_truncate_words=500; see docs/doclens.md."
+            "max_citations=3, min_claims=2, nli_truncate_words=500, compat=official; see "
+            "docs/doclens.md."
         ),
     ] = None,
     rpm: Annotated[
@@ -457,7 +467,13 @@ def run_command(
             merged["doclens"] = _doclens_settings(merged.get("doclens") or {}, nli, doclens or [])
             merged["prm"] = prm_settings(
                 merged.get("prm"),
-                {"model": prm, "preset": prm_preset, "url": prm_url, "device": prm_device},
+                {
+                    "model": prm,
+                    "preset": prm_preset,
+                    "url": prm_url,
+                    "device": prm_device,
+                    "section": prm_section,
+                },
             )
             merged["roles"] = _role_models(
                 merged.get("roles") or {}, role_model or [], merged["judge"]

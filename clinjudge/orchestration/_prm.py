@@ -107,6 +107,7 @@ async def _score(ctx: SampleContext, settings: PRMRunSettings) -> PRMEvidence:
             ctx.item,
             threshold=settings.threshold,
             segmenter=settings.segmenter,
+            section=settings.section,
         )
     except Exception as exc:  # noqa: BLE001 - a PRM failure must not cost the judgment
         return PRMEvidence(

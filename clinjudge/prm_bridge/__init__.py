@@ -36,11 +36,20 @@ from clinjudge.prm_bridge._presets import (
 )
 from clinjudge.prm_bridge._render import Encoded, PRMInputError, encode, render
 from clinjudge.prm_bridge._scorer import INSTALL_HINT, PRMDependencyError, TransformersPRM
+from clinjudge.prm_bridge._sections import (
+    Section,
+    SectionError,
+    heading_of,
+    select_sections,
+    split_sections,
+)
 from clinjudge.prm_bridge._segment import (
     Chain,
     Step,
+    segment_note,
     split_chain,
     split_lines,
+    split_medprm,
     split_note,
     split_sentences,
     steps_from_note_json,
@@ -97,6 +106,8 @@ __all__ = [
     "PRMInputError",
     "PRMModelError",
     "PRMScorer",
+    "Section",
+    "SectionError",
     "Step",
     "StepMetrics",
     "StepScore",
@@ -112,9 +123,14 @@ __all__ = [
     "parse_overrides",
     "preset_names",
     "render",
+    "heading_of",
+    "segment_note",
+    "select_sections",
     "split_chain",
     "split_lines",
+    "split_medprm",
     "split_note",
+    "split_sections",
     "split_sentences",
     "steps_from_note_json",
     "token_batches",

@@ -29,14 +29,15 @@ from pydantic import (
 )
 
 from clinjudge.prm_bridge._presets import StepKind
+from clinjudge.prm_bridge._sections import ALL, SectionError, select_sections
 from clinjudge.prm_bridge._segment import (
     Chain,
     Step,
     label_value,
+    segment_note,
     split_chain,
     split_lines,
     split_medprm,
-    split_note,
     steps_from_note_json,
     strip_step_prefix,
 )
@@ -138,7 +139,14 @@ class PRMRecord(BaseModel):
         return self
 
 
-def _steps_of(record: PRMRecord, segmenter: Segmenter) -> tuple[str, list[Step]]:
+def _section_text(text: str, section: str) -> str:
+    """The lines of the chosen sections (headings left out), for segmenters other than note."""
+    if section == ALL:
+        return text
+    return "\n".join(line for part in select_sections(text, section) for line in part.lines)
+
+
+def _steps_of(record: PRMRecord, segmenter: Segmenter, section: str) -> tuple[str, list[Step]]:
     """(preamble, steps) of a record."""
     if record.note is not None:
         return "", steps_from_note_json(record.note)
@@ -151,12 +159,13 @@ def _steps_of(record: PRMRecord, segmenter: Segmenter) -> tuple[str, list[Step]]
         return "", steps
     assert record.text is not None
     if segmenter == "note":
-        return "", split_note(record.text)
+        return segment_note(record.text, section)
+    text = _section_text(record.text, section)
     if segmenter == "medprm":
-        return split_medprm(record.text)
+        return split_medprm(text)
     if segmenter == "lines":
-        return "", [Step(text=strip_step_prefix(t)) for t in split_lines(record.text)]
-    preamble, texts = split_chain(record.text)
+        return "", [Step(text=strip_step_prefix(t)) for t in split_lines(text)]
+    preamble, texts = split_chain(text)
     return preamble, [Step(text=t) for t in texts]
 
 
@@ -176,11 +185,19 @@ def _apply_labels(where: str, record: PRMRecord, steps: list[Step], problems: li
 
 
 def record_chain(
-    where: str, record: PRMRecord, segmenter: Segmenter, position: int, problems: list[str]
+    where: str,
+    record: PRMRecord,
+    segmenter: Segmenter,
+    position: int,
+    problems: list[str],
+    section: str = ALL,
 ) -> Chain | None:
     """The chain of one validated record, or None (with problems recorded)."""
     try:
-        preamble, steps = _steps_of(record, segmenter)
+        preamble, steps = _steps_of(record, segmenter, section)
+    except SectionError as exc:
+        problems.append(f"{where}: field text: {exc}")
+        return None
     except ValueError as exc:
         problems.append(f"{where}: field note: {exc}")
         return None
@@ -200,7 +217,11 @@ def record_chain(
 
 
 def load_chains(
-    path: str | Path, segmenter: Segmenter = "chain", *, need_labels: bool = False
+    path: str | Path,
+    segmenter: Segmenter = "chain",
+    *,
+    need_labels: bool = False,
+    section: str = ALL,
 ) -> list[Chain]:
     """Read and validate every candidate of a JSONL/CSV/Parquet file.
 
@@ -208,6 +229,8 @@ def load_chains(
         path: The input file.
         segmenter: How ``text`` fields are split into steps.
         need_labels: Every record must carry at least one step label (``judge prm eval``).
+        section: Which part of each ``text`` is scored (``all``, ``assessment_plan`` or a
+            heading name); a record without it is an error.
 
     Raises:
         InputError: Every problem found (file, line or row, field); nothing is returned then.
@@ -222,7 +245,7 @@ def load_chains(
     counts: dict[str, int] = {}
     for where, record in validated:
         counts[record.id] = counts.get(record.id, 0) + 1
-        chain = record_chain(where, record, segmenter, counts[record.id], problems)
+        chain = record_chain(where, record, segmenter, counts[record.id], problems, section)
         if chain is None:
             continue
         key = (chain.id, chain.candidate)
@@ -248,6 +271,7 @@ def chain_from_text(
     candidate: str = "1",
     question: str = "",
     documents: list[str] | None = None,
+    section: str = ALL,
 ) -> Chain:
     """A chain from free text (the judged item's summary, for instance).
 
@@ -258,6 +282,7 @@ def chain_from_text(
         candidate: Candidate name.
         question: Text the PRM reads first.
         documents: Retrieved documents; given (even empty) means document-grounded mode.
+        section: Which part of the text is scored.
 
     Raises:
         ValueError: No steps were found.
@@ -266,7 +291,7 @@ def chain_from_text(
         id=item_id, candidate=candidate, text=text, question=question, documents=documents
     )
     problems: list[str] = []
-    chain = record_chain(item_id, record, segmenter, 1, problems)
+    chain = record_chain(item_id, record, segmenter, 1, problems, section)
     if chain is None:
         raise ValueError("; ".join(problems))
     return chain

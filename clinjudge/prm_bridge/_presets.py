@@ -77,6 +77,9 @@ class PRMFormat(BaseModel):
             kept as written), ``chain`` (``Step n:`` or lines, steps rebuilt by
             ``step_format``), ``note`` (assessment-and-plan problems and sentences) or
             ``lines``.
+        section: The part of a note to score: ``all``, ``assessment_plan`` (the
+            assessment-and-plan sections; a note without headings is taken whole) or a heading
+            name; a note without that section is an input error.
         vllm_plus_index: Column of P('+') in rows returned by a vLLM pooling server.
         aggregate: Default candidate-level score for best-of-n.
     """
@@ -108,6 +111,7 @@ class PRMFormat(BaseModel):
     max_length: int | None = Field(default=None, gt=0)
     truncation: Literal["error", "context", "steps"] = "context"
     segmenter: Literal["medprm", "chain", "note", "lines"] = "chain"
+    section: str = Field(default="all", min_length=1)
     vllm_plus_index: int = Field(default=0, ge=0)
     aggregate: Literal[
         "product", "min", "last", "mean", "geomean", "median", "max", "sum", "threshold"
@@ -217,6 +221,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "step_format": "{text}",
         "joiner": "",
         "segmenter": "note",
+        "section": "assessment_plan",  # trained on assessment-and-plan notes only
         "aggregate": "product",
     },
     # Math-Shepherd (peiyi9979/math-shepherd-mistral-7b-prm): the vocabulary's own "ки" piece,

@@ -96,8 +96,10 @@ def _solution(
     for n, step in enumerate(chain.steps, start=1):
         body = _step_body(fmt, step, n, reserved, warnings)
         if pieces:
-            pieces.append(fmt.joiner)
-            length += len(fmt.joiner)
+            # A preamble needs a separator even where steps are glued together (PRM-Clinic).
+            glue = fmt.joiner or ("\n" if n == 1 else "")
+            pieces.append(glue)
+            length += len(glue)
         marker = fmt.marker(step.kind)
         start = length + len(body)
         spans.append((start, start + len(marker)))

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from clinjudge.prm_bridge._presets import StepKind
+from clinjudge.prm_bridge._sections import ALL, Section, select_sections
 
 
 class Step(BaseModel):
@@ -124,9 +125,16 @@ def split_medprm(text: str) -> tuple[str, list[Step]]:
 
 # -- A&P notes -------------------------------------------------------------------------------
 
-_NUMBERED = re.compile(r"^\s*(?:#+\s*)?(?:problem\s*)?#?\s*\d+\s*[.):]\s*(?P<rest>\S.*)$", re.I)
-_FOLLOW_UP = re.compile(r"^\s*(?P<head>follow[- ]?up instructions\s*:?)\s*(?P<rest>.*)$", re.I)
-_SECTION_TITLE = re.compile(r"^\s*#*\s*assessment\s*(?:and|&)\s*plan\s*:?\s*$", re.I)
+_NUMBERED = re.compile(
+    r"^\s*(?:#+\s*\d+\s*[.):]?|(?:problem\s*)?#?\s*\d+\s*[.):])\s*(?P<rest>\S.*)$", re.I
+)
+_HASH = re.compile(r"^\s*#+\s*(?P<rest>[^#\s\d].*)$")  # "# Fatigue": a problem
+# Labelled lines that are problems of their own, never part of the problem above them.
+_LABELLED = re.compile(
+    r"^\s*(?:[-*\u2022]\s*)?(?P<head>(?:follow[- ]?up(?: instructions)?|patient agreements?"
+    r"|disposition|return precautions)\s*:)\s*(?P<rest>.*)$",
+    re.I,
+)
 _LABEL_ONLY = re.compile(r"^\s*(assessment|plan)\s*:\s*$", re.I)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022\u00b7\u2013\u25e6]|\d+[.)](?=\s))\s+")
 _ABBREVIATIONS = {
@@ -154,11 +162,10 @@ def split_sentences(text: str) -> list[str]:
 
 def _header(line: str) -> tuple[str, str] | None:
     """(problem description, rest of the line) when the line starts a problem."""
-    follow = _FOLLOW_UP.match(line)
-    if follow:
-        head = follow.group("head").strip()
-        return (head if head.endswith(":") else head + ":"), follow.group("rest").strip()
-    numbered = _NUMBERED.match(line)
+    labelled = _LABELLED.match(line)
+    if labelled:
+        return labelled.group("head").strip(), labelled.group("rest").strip()
+    numbered = _NUMBERED.match(line) or _HASH.match(line)
     rest = numbered.group("rest").strip() if numbered else ""
     if not numbered:
         stripped = line.strip()
@@ -211,32 +218,140 @@ def note_steps(problems: list[tuple[str, list[str]]]) -> list[Step]:
     return steps
 
 
-def split_note(text: str) -> list[Step]:
-    """Steps of a free-text A&P note.
+def _diagnosis(line: str) -> tuple[str, str] | None:
+    """A short line (or bullet) of an ASSESSMENT/IMPRESSION section: a problem title."""
+    text = _BULLET.sub("", line).strip()
+    if not text or text.endswith(":") or len(text.split()) > _DIAGNOSIS_WORDS:
+        return None
+    return text, ""
 
-    Problems start at numbered lines (``1.``, ``#2``, ``Problem 3:``), at short lines ending in a
-    colon, at short titles ending in a full stop with bullets below (ambient-scribe notes) and
-    at ``Follow-up instructions:``; text before the first problem forms a problem without a
-    description step.
+
+_DIAGNOSIS_WORDS = 12
+
+
+def _title_key(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+class _Problems:
+    """Problems as they are found: (description, lines), an intro before the first problem."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, list[str]]] = []
+        self.current: list[str] | None = None
+        self.intro: list[str] = []
+        self.preamble = ""
+
+    def start(self, head: str, rest: str = "") -> None:
+        self._flush_intro()
+        self.current = [rest] if rest else []
+        self.problems.append((head, self.current))
+
+    def resume(self, title: str) -> bool:
+        """Continue an earlier problem with this title (PLAN repeating ASSESSMENT's problems)."""
+        key = _title_key(title)
+        for head, lines in self.problems:
+            if head and _title_key(head) == key:
+                self.current = lines
+                return True
+        return False
+
+    def add(self, line: str) -> None:
+        if self.current is None:
+            self.intro.append(line)
+        else:
+            self.current.append(line)
+
+    def block(self, lines: list[str]) -> None:
+        """An untitled problem of its own (a section that is not assessment and plan)."""
+        self.close()
+        if lines:
+            self._flush_intro()
+            self.problems.append(("", list(lines)))
+
+    def close(self) -> None:
+        self.current = None
+
+    def _flush_intro(self) -> None:
+        if not self.intro:
+            return
+        if self.problems:  # text between problems: a problem without a description
+            self.problems.append(("", self.intro))
+        else:  # the note's opening summary: read by the model, not scored
+            self.preamble = "\n".join(line.strip() for line in self.intro)
+        self.intro = []
+
+    def finish(self) -> tuple[str, list[tuple[str, list[str]]]]:
+        if self.intro:  # no problem followed: the text is one problem
+            self.problems.append(("", self.intro))
+            self.intro = []
+        found = [(head, _body_sentences(lines)) for head, lines in self.problems]
+        return self.preamble, [(h, b) for h, b in found if h or b]
+
+
+def _assessment_plan_lines(problems: _Problems, section: Section) -> None:
+    kind = section.kind
+    lines = [line for line in section.lines if line.strip()]
+    if kind == "instructions":
+        problems.close()
+        problems.block([])
+        problems.start("")
+    for index, line in enumerate(lines):
+        following = lines[index + 1 : index + 2]
+        found = _header(line) if kind != "instructions" else None
+        found = found or (_LABELLED.match(line) and _header(line))
+        if found is None and kind in ("assessment", "plan", "combined", "none"):
+            if kind != "assessment" and problems.resume(_BULLET.sub("", line)):
+                continue
+            found = _titled_problem(line, following)
+            if found is None and kind == "assessment":
+                found = _diagnosis(line)
+        if found is None:
+            problems.add(line)
+        else:
+            problems.start(*found)
+
+
+def segment_note(text: str, section: str = ALL) -> tuple[str, list[Step]]:
+    """(preamble, steps) of a free-text note in the clinical-note step scheme.
+
+    Section headings (``ASSESSMENT``, ``PLAN``, ``A/P``, ``IMPRESSION AND PLAN``, ``HPI:`` ...)
+    are never steps. In assessment-and-plan sections problems start at numbered lines (``1.``,
+    ``#2``, ``Problem 3:``), at short lines ending in a colon, at short titles ending in a full
+    stop with bullets below, at labelled lines (``Follow up:``, ``Patient Agreements:``), at the
+    short lines of a separate ``ASSESSMENT``/``IMPRESSION`` section (the diagnoses), and a
+    ``PLAN`` line repeating one of those diagnoses continues that problem. An
+    ``INSTRUCTIONS``/``FOLLOW UP`` section is a problem without a description. Text before the
+    first problem is the untagged preamble; without any problem it is one problem. With
+    ``section="all"`` every other section is a problem without a description.
+
+    Args:
+        text: The note.
+        section: ``all``, ``assessment_plan`` or a heading name.
+
+    Raises:
+        SectionError: The section is not in the text.
+    """
+    sections = select_sections(text, section)
+    headed = any(s.heading for s in sections)
+    problems = _Problems()
+    for part in sections:
+        if part.kind == "other" or (part.kind == "none" and headed):
+            problems.block([line for line in part.lines if line.strip()])
+        else:
+            _assessment_plan_lines(problems, part)
+    preamble, found = problems.finish()
+    return preamble, note_steps(found)
+
+
+def split_note(text: str) -> list[Step]:
+    """Steps of a free-text note (all sections; see :func:`segment_note`, which also returns
+    the preamble).
 
     Args:
         text: The note.
     """
-    problems: list[tuple[str, list[str]]] = []
-    head, body = "", []
-    lines = [line for line in text.splitlines() if line.strip() and not _SECTION_TITLE.match(line)]
-    for index, line in enumerate(lines):
-        found = _header(line) or _titled_problem(line, lines[index + 1 : index + 2])
-        if found is None:
-            body.append(line)
-            continue
-        if head or body:
-            problems.append((head, _body_sentences(body)))
-        head, rest = found
-        body = [rest] if rest else []
-    if head or body:
-        problems.append((head, _body_sentences(body)))
-    return note_steps(problems)
+    return segment_note(text, ALL)[1]
 
 
 # -- the clinical-note JSON schema ----------------------------------------------------------------

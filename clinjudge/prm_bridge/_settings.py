@@ -18,6 +18,8 @@ class PRMRunSettings(BaseModel):
         preset: Format preset (``medprm``, ``prm-clinic``, ``math-shepherd``, ``custom``).
         overrides: Format fields replacing the preset's.
         segmenter: How the summary is cut into steps; default: the preset's.
+        section: Which part of the summary is scored (``all``, ``assessment_plan`` or a heading
+            name); default: the preset's (``assessment_plan`` for ``prm-clinic``).
         threshold: Steps scoring below it are flagged.
         device: ``auto``, ``cpu`` or ``cuda[:N]``.
         dtype: ``auto``, ``bfloat16``, ``float16`` or ``float32``.
@@ -33,6 +35,7 @@ class PRMRunSettings(BaseModel):
     preset: str = "medprm"
     overrides: dict[str, Any] = Field(default_factory=dict)
     segmenter: Literal["medprm", "chain", "note", "lines"] | None = None
+    section: str | None = Field(default=None, min_length=1)
     threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0.0, le=1.0)
     device: str = "auto"
     dtype: str = "auto"

@@ -140,6 +140,7 @@ def score_text(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     segmenter: Segmenter | None = None,
+    section: str | None = None,
 ) -> PRMEvidence:
     """Score an item's summary (or ``text``) with the PRM (blocking).
 
@@ -149,6 +150,8 @@ def score_text(
         text: Text to score instead of the summary.
         threshold: Steps below it are flagged.
         segmenter: Default: the format's.
+        section: Part of the text scored (``all``, ``assessment_plan``, a heading); default:
+            the format's. A text without it gets an error naming the headings found.
     """
     question, documents = item_context(item)
     evidence = PRMEvidence(
@@ -161,6 +164,7 @@ def score_text(
             segmenter or scorer.format.segmenter,
             question=question,
             documents=documents,
+            section=section or scorer.format.section,
         )
     except ValueError as exc:
         evidence.error = str(exc)
@@ -182,10 +186,17 @@ async def score_item(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     segmenter: Segmenter | None = None,
+    section: str | None = None,
 ) -> PRMEvidence:
     """:func:`score_text` in a worker thread, off the event loop."""
     return await asyncio.to_thread(
-        score_text, scorer, item, text, threshold=threshold, segmenter=segmenter
+        score_text,
+        scorer,
+        item,
+        text,
+        threshold=threshold,
+        segmenter=segmenter,
+        section=section,
     )
 
 
@@ -250,6 +261,7 @@ def make_prm_tool(
     threshold: float = DEFAULT_THRESHOLD,
     segmenter: Segmenter | None = None,
     name: str = PRM_TOOL_NAME,
+    section: str | None = None,
 ) -> FunctionTool:
     """An async AutoGen tool returning the PRM's step scores for the item under judgment.
 
@@ -259,6 +271,7 @@ def make_prm_tool(
         threshold: Steps below it are flagged.
         segmenter: Default: the format's.
         name: Tool name.
+        section: Part of the text scored; default: the format's.
     """
     cache: dict[str, str] = {}
 
@@ -269,7 +282,12 @@ def make_prm_tool(
     ) -> str:
         if text not in cache:
             evidence = await score_item(
-                scorer, item, text or None, threshold=threshold, segmenter=segmenter
+                scorer,
+                item,
+                text or None,
+                threshold=threshold,
+                segmenter=segmenter,
+                section=section,
             )
             cache[text] = evidence.model_dump_json()
         return cache[text]
@@ -297,6 +315,7 @@ class PRMVerifierAgent(BaseChatAgent):
         description: How the chair sees this member.
         evidence: The item's evidence when it was already scored (it is then not scored again).
         render: Turns the evidence into the message text (e.g. fenced for a judge prompt).
+        section: Part of the text scored; default: the format's.
     """
 
     def __init__(
@@ -310,6 +329,7 @@ class PRMVerifierAgent(BaseChatAgent):
         description: str | None = None,
         evidence: PRMEvidence | None = None,
         render: Callable[[PRMEvidence], str] = evidence_text,
+        section: str | None = None,
     ):
         super().__init__(
             name,
@@ -321,6 +341,7 @@ class PRMVerifierAgent(BaseChatAgent):
         self._item = item
         self._threshold = threshold
         self._segmenter = segmenter
+        self._section = section
         self._evidence: PRMEvidence | None = evidence
         self._render = render
 
@@ -332,7 +353,11 @@ class PRMVerifierAgent(BaseChatAgent):
         """The item's evidence (scored once, then reused)."""
         if self._evidence is None:
             self._evidence = await score_item(
-                self._scorer, self._item, threshold=self._threshold, segmenter=self._segmenter
+                self._scorer,
+                self._item,
+                threshold=self._threshold,
+                segmenter=self._segmenter,
+                section=self._section,
             )
         return self._evidence
 

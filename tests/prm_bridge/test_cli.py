@@ -196,3 +196,62 @@ def test_prm_runs_export_steps_and_refuse_judgment_commands(exact, tmp_path, db_
         refused = invoke(*command, "--db", str(db_path))
         assert refused.exit_code == 2, command
         assert "PRM scoring run" in " ".join(refused.stderr.split())
+
+
+def test_judge_run_prm_section(exact, tmp_path, db_path):
+    """--prm-section scores only that section; an item without it gets a PRM error naming the
+    headings, and its judgment still happens."""
+    from clinjudge.rubrics import Item
+    from tests.conftest import write_jsonl
+
+    model, p = exact
+    with_plan = "CHIEF COMPLAINT\nCough.\nPLAN\nRest at home. Drink fluids."
+    items = [
+        Item(id="a", notes=["n1", "n2", "n3"], summary=with_plan, specialty="Primary Care"),
+        Item(id="b", notes=["n1", "n2", "n3"], summary="HPI:\nCough.", specialty="Primary Care"),
+    ]
+    data = write_jsonl(tmp_path / "items.jsonl", items)
+    result = invoke(
+        "run", "--data", str(data), "--model", "mock/judge", "--prm", model,
+        "--prm-section", "plan", "--db", str(db_path), "--no-progress",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    run_id = result.stdout.strip()
+    rows = query(
+        db_path,
+        "SELECT item_id, text FROM prm_steps WHERE run_id = ? ORDER BY item_id, step",
+        [run_id],
+    )
+    assert rows == [("a", "Rest at home. Drink fluids.")]  # medprm: one unmarked step
+    errors = query(
+        db_path,
+        "SELECT item_id, error FROM calls WHERE run_id = ? AND role = 'prm' ORDER BY item_id",
+        [run_id],
+    )
+    assert errors[0] == ("a", None)
+    assert "section headed 'plan'" in errors[1][1] and "HPI" in errors[1][1]
+
+
+def test_prm_clinic_scores_the_assessment_and_plan_by_default(tmp_path, db_path):
+    from tests.prm_bridge._tiny import save_tiny
+
+    save_tiny(tmp_path / "clinic", "prm-clinic", seed=4)
+    soap = "HPI:\nCough.\nASSESSMENT AND PLAN\nAsthma.\n• Continue the inhaler."
+    data = _write(
+        tmp_path / "in.jsonl", [{"id": "a", "text": soap}, {"id": "b", "text": "HPI:\nCough."}]
+    )
+    args = ["prm", "score", "--model", str(tmp_path / "clinic"), "--preset", "prm-clinic",
+            "--input", str(data), "--device", "cpu", "--no-store", "--json"]  # fmt: skip
+    failed = invoke(*args)
+    assert failed.exit_code == 2
+    assert "line 2: field text: no assessment-and-plan section" in failed.stderr
+    assert "headings found: HPI" in failed.stderr
+    whole = invoke(*args, "--set", "section=all")
+    assert whole.exit_code == 0, whole.stderr
+    steps = [s["text"] for s in json.loads(whole.stdout)["results"][0]["steps"]]
+    assert steps[:3] == ["Cough.", "", "Asthma."] and "HPI" not in steps
+    data.write_text(json.dumps({"id": "a", "text": soap}) + "\n", encoding="utf-8")
+    ap = invoke(*args)
+    assert ap.exit_code == 0, ap.stderr
+    kinds = [(s["kind"], s["text"]) for s in json.loads(ap.stdout)["results"][0]["steps"]]
+    assert kinds[:2] == [("problem", "Asthma."), ("sentence", "Continue the inhaler.")]

@@ -177,9 +177,8 @@ Knee pain.
 The patient agrees with the plan.
 """
     kinds = [(s.kind, s.text) for s in split_note(note)]
+    # The opening summary is the untagged preamble (see test_sections.py), not a problem.
     assert kinds == [
-        ("sentence", "Ms. Doe is a 61-year-old woman seen for follow-up."),
-        ("problem_completeness", ""),
         ("problem", "Asthma."),
         ("sentence", "Medical Reasoning: Symptoms are controlled."),
         ("sentence", "Medical Treatment: Continue the inhaler."),
