@@ -27,7 +27,8 @@ from clinjudge.reports._viewer_runs import (
     has_vendors,
     is_audit_run,
     item_rows,
-    run_overview,
+    run_and_rubric,
+    run_totals,
     runs_page,
     score_distributions,
 )
@@ -165,29 +166,20 @@ class Viewer:
         """A run's page."""
         with self.reading() as store:
             try:
-                overview = run_overview(store, run_id)
+                run, rubric = run_and_rubric(store, run_id)
             except StoreError as exc:
                 raise PageNotFound(str(exc)) from exc
-            run, rubric = overview["run"], overview["rubric"]
             rid = run["run_id"]
             keys = [a.key for a in rubric.attributes] if rubric else []
             listing = item_rows(
                 store, rid, keys, show=show, reason=reason, page=page,
                 per_page=self.items_per_page,
             )  # fmt: skip
-            context = {
-                "run": run,
-                "summary": overview["summary"],
-                "keys": keys,
-                "listing": listing,
-                "distributions": score_distributions(store, rid, rubric) if rubric else [],
-                "failures": failure_groups(store, rid),
-                "flags": flag_counts(store, rid),
-                "has_vendor": has_vendors(store, rid),
-                "doclens": (doclens_report(store, rid) or {}).get("sections"),
-            }
+            # Aggregates change only when the file does: paging a long item list reuses them.
+            context = self._cached("run", (rid,), lambda: _run_aggregates(store, run, rubric))
+            context = {**context, "run": run, "keys": keys, "listing": listing}
             context.update(self._agreement(store, run, rubric))
-            audit = self._audit(store, rid) if is_audit_run(store, rid) else None
+            audit = self._audit(store, rid) if context["is_audit"] else None
         context.update(self._personas(run))
 
         def item_page_link(n: int) -> str | None:
@@ -276,10 +268,9 @@ class Viewer:
         """An item's page."""
         with self.reading() as store:
             try:
-                overview = run_overview(store, run_id)
+                run, rubric = run_and_rubric(store, run_id)
             except StoreError as exc:
                 raise PageNotFound(str(exc)) from exc
-            run, rubric = overview["run"], overview["rubric"]
             data = item_page(store, run, rubric, item_id)
             if not data:
                 raise PageNotFound(f"no item {item_id!r} in run {run['run_id']}")
@@ -410,6 +401,21 @@ class Viewer:
             refresh=refresh,
             kind="busy" if refresh else "error",
         )
+
+
+def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[str, Any]:
+    """Everything on a run's page that summarises the whole run."""
+    rid = run["run_id"]
+    totals = run_totals(store, rid, rubric)
+    return {
+        "summary": totals,
+        "distributions": score_distributions(rubric, totals["final_counts"]) if rubric else [],
+        "failures": failure_groups(store, rid),
+        "flags": flag_counts(store, rid),
+        "has_vendor": has_vendors(store, rid),
+        "is_audit": is_audit_run(store, rid),
+        "doclens": (doclens_report(store, rid) or {}).get("sections"),
+    }
 
 
 def _agreement_for(store: RunStore, run_id: str, n_boot: int) -> dict[str, Any]:

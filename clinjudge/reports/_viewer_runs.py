@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore, run_rubric, run_summary
+from clinjudge.runs import RunStore, StoreError, run_rubric
 
 RUN_SORTS: dict[str, str] = {
     "created": "created_at",
@@ -176,21 +176,32 @@ def _histogram(values: list[tuple[float, int]], lo: float, hi: float, integer: b
     return [(f"{lo + i * width:.1f}", n) for i, n in enumerate(bins)]
 
 
-def score_distributions(store: RunStore, run_id: str, rubric: Rubric) -> list[dict[str, Any]]:
-    """Per attribute: final-score histogram, mean, count of items without a score."""
-    rows = store.query(
+def _final_counts(store: RunStore, run_id: str) -> dict[str, list[tuple[Any, str, int]]]:
+    """attribute -> (value, status, items) from one scan of the run's final judgments."""
+    out: dict[str, list[tuple[Any, str, int]]] = {}
+    for row in store.query(
         """
-        SELECT attribute, value, count(*) AS n FROM judgments
-        WHERE run_id = ? AND final AND sample = ? AND agent = ?
-        GROUP BY attribute, value""",
-        [run_id, FINAL_SAMPLE, FINAL_AGENT],
-    )
-    by_attribute: dict[str, list[tuple[float | None, int]]] = {}
-    for row in rows:
-        by_attribute.setdefault(row["attribute"], []).append((row["value"], row["n"]))
+        SELECT attribute, value, status, count(*) AS n FROM judgments
+        WHERE run_id = ? AND final
+        GROUP BY attribute, value, status""",
+        [run_id],
+    ):
+        out.setdefault(row["attribute"], []).append((row["value"], row["status"], row["n"]))
+    return out
+
+
+def score_distributions(
+    rubric: Rubric, counts: dict[str, list[tuple[Any, str, int]]]
+) -> list[dict[str, Any]]:
+    """Per attribute: final-score histogram, mean, count of items without a score.
+
+    Args:
+        rubric: The run's rubric (attribute order, scales).
+        counts: From one scan of the final judgments (see :func:`run_totals`).
+    """
     out = []
     for attribute in rubric.attributes:
-        pairs = by_attribute.get(attribute.key, [])
+        pairs = [(v, n) for v, _, n in counts.get(attribute.key, [])]
         numbers = [(v, n) for v, n in pairs if v is not None]
         count = sum(n for _, n in numbers)
         proportion = attribute.scale.value == "proportion"
@@ -212,6 +223,66 @@ def score_distributions(store: RunStore, run_id: str, rubric: Rubric) -> list[di
             }
         )
     return out
+
+
+def run_totals(store: RunStore, run_id: str, rubric: Rubric | None) -> dict[str, Any]:
+    """The headline numbers of `judge runs show` for a run, in fewer scans of big tables.
+
+    Items ok/failed come from the final judgments of the rubric's first attribute (every
+    attribute of an item's final has the same status); calls are grouped by item once, giving
+    the totals and the per-item latency and cost percentiles together.
+
+    Returns:
+        ``items_ok``, ``items_failed``, ``samples_ok``, ``samples_failed``, ``calls``,
+        ``calls_failed``, ``tokens_in``, ``tokens_out``, ``tokens_estimated``, ``cost_usd``,
+        ``calls_unpriced``, ``item_latency_p50_s``, ``item_latency_p95_s``,
+        ``item_cost_p50_usd``, ``by_agent`` and ``final_counts`` (for the distributions).
+    """
+    counts = _final_counts(store, run_id) if rubric is not None else {}
+    first = counts.get(rubric.keys[0], []) if rubric is not None else []
+    totals: dict[str, Any] = {
+        "items_ok": sum(n for _, status, n in first if status == "ok"),
+        "items_failed": sum(n for _, status, n in first if status == "failed"),
+        "final_counts": counts,
+    }
+    totals.update(
+        store.query(
+            "SELECT count(*) FILTER (WHERE status = 'ok') AS samples_ok, "
+            "count(*) FILTER (WHERE status = 'failed') AS samples_failed "
+            "FROM samples WHERE run_id = ?",
+            [run_id],
+        )[0]
+    )
+    totals.update(
+        store.query(
+            """
+            SELECT coalesce(sum(n), 0) AS calls, coalesce(sum(failed), 0) AS calls_failed,
+                   coalesce(sum(tin), 0) AS tokens_in, coalesce(sum(tout), 0) AS tokens_out,
+                   bool_or(estimated) AS tokens_estimated, sum(c) AS cost_usd,
+                   coalesce(sum(unpriced), 0) AS calls_unpriced,
+                   quantile_cont(t, 0.5) AS item_latency_p50_s,
+                   quantile_cont(t, 0.95) AS item_latency_p95_s,
+                   quantile_cont(c, 0.5) AS item_cost_p50_usd
+            FROM (SELECT item_id, count(*) AS n, count(*) FILTER (WHERE status <> 'ok') AS failed,
+                         sum(prompt_tokens) AS tin, sum(completion_tokens) AS tout,
+                         bool_or(tokens_estimated) AS estimated, sum(latency_s) AS t,
+                         sum(cost_usd) AS c,
+                         count(*) FILTER (WHERE status = 'ok' AND cost_usd IS NULL) AS unpriced
+                  FROM calls WHERE run_id = ? GROUP BY item_id)""",
+            [run_id],
+        )[0]
+    )
+    totals["by_agent"] = store.query(
+        """
+        SELECT role, agent, model, count(*) AS calls,
+               coalesce(sum(prompt_tokens), 0) AS tokens_in,
+               coalesce(sum(completion_tokens), 0) AS tokens_out,
+               sum(cost_usd) AS cost_usd, coalesce(sum(latency_s), 0) AS latency_s_sum
+        FROM calls WHERE run_id = ?
+        GROUP BY role, agent, model ORDER BY role, agent, model""",
+        [run_id],
+    )
+    return totals
 
 
 def failure_groups(store: RunStore, run_id: str, examples: int = 5) -> list[dict[str, Any]]:
@@ -287,8 +358,10 @@ def item_rows(
         for row in store.query(
             """
             SELECT item_id, attribute, value, status FROM judgments
-            WHERE run_id = ? AND final AND item_id IN (SELECT unnest(?))""",
-            [run_id, ids],
+            WHERE run_id = ? AND final AND item_id IN (SELECT unnest(?))
+              AND item_id BETWEEN ? AND ?""",
+            # The range is redundant but lets DuckDB skip row groups by their min/max.
+            [run_id, ids, min(ids), max(ids)],
         ):
             finals[row["item_id"]][row["attribute"]] = row["value"]
             status[row["item_id"]] = row["status"]
@@ -334,16 +407,11 @@ def has_vendors(store: RunStore, run_id: str) -> bool:
     return bool(rows[0]["n"])
 
 
-def run_overview(store: RunStore, run_id: str) -> dict[str, Any]:
-    """The run's settings, totals, cost per role and agent, and its rubric (None for PRM runs).
-
-    Uses the same summary as ``judge runs show`` (flagged items are counted separately).
-    """
+def run_and_rubric(store: RunStore, run_id: str) -> tuple[dict[str, Any], Rubric | None]:
+    """A run's row and its rubric (None for a PRM scoring run, which has none)."""
     run = store.get_run(run_id)
-    summary = run_summary(store, run["run_id"])
-    summary.pop("flagged_items", None)
     try:
         rubric: Rubric | None = run_rubric(run)
-    except Exception:  # a PRM scoring run has no rubric
+    except StoreError:
         rubric = None
-    return {"run": run, "summary": summary, "rubric": rubric}
+    return run, rubric

@@ -217,3 +217,25 @@ def test_listening_beyond_loopback_warns(viewer_store: ViewerStore) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_run_totals_match_judge_runs_show(viewer_store: ViewerStore) -> None:
+    """The viewer's cheaper scans give the numbers of `runs show` (run_summary)."""
+    from clinjudge.reports._viewer_runs import run_and_rubric, run_totals
+    from clinjudge.runs import RunStore, run_summary
+
+    s = viewer_store
+    with RunStore(s.db, read_only=True) as store:
+        for run_id in filter(None, (s.single, s.magentic, s.doclens, s.audit, s.prm)):
+            run, rubric = run_and_rubric(store, run_id)
+            ours = run_totals(store, run_id, rubric)
+            reference = run_summary(store, run_id)
+            for key in ("items_ok", "items_failed", "samples_ok", "samples_failed", "calls",
+                        "calls_failed", "tokens_in", "tokens_out", "calls_unpriced",
+                        "item_latency_p50_s", "item_latency_p95_s"):  # fmt: skip
+                assert ours[key] == pytest.approx(reference[key]), (run_id, key)
+            assert [
+                {**a, "latency_s_sum": round(a["latency_s_sum"], 9)} for a in ours["by_agent"]
+            ] == [
+                {**a, "latency_s_sum": round(a["latency_s_sum"], 9)} for a in reference["by_agent"]
+            ]

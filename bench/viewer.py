@@ -1,0 +1,235 @@
+"""Speed of `judge view` pages on a 100,000-item run, against bare DuckDB queries of their rows.
+
+Builds (once, cached under --work) a run store holding one single-judge PDSQI-9 run of
+``--items`` items with ``--samples`` samples each: items with three short notes, judgments
+(every sample and the final per attribute), samples, calls and transcripts (system, user and
+assistant messages), about 1% failed samples and 0.5% flagged items. Rows are written in bulk by
+DuckDB itself (``INSERT ... SELECT FROM range(n)``), not through the runner.
+
+Then times, through the viewer's ASGI app (Starlette TestClient, one fresh read-only connection
+per page as in `judge view`): the run page on first view (a new app, so the run's aggregates
+are computed afresh), then again and on a deep page of its item list (the aggregates are cached
+while the file is unchanged; only the item page is queried), and item pages (first, middle,
+last and random items). Each is compared with a bare DuckDB query of the
+same rows: connect read-only, then select the rows the page shows (the run page: its 100 items
+and their final scores; an item page: the item's rows of items, judgments, samples, calls and
+messages). Prints the median of ``--repeats`` timings after one warm-up, and the ratio.
+
+Target (issue 12): the run page and any item page under 300 ms on this machine.
+
+Usage: python bench/viewer.py [--items 100000] [--samples 3] [--repeats 5] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import duckdb
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from clinjudge.reports import create_app  # noqa: E402
+from clinjudge.rubrics import load_rubric  # noqa: E402
+from clinjudge.runs import RunStore  # noqa: E402
+
+RUN_ID = "bench-viewer-run"
+KEYS = [a.key for a in load_rubric("pdsqi9").attributes]
+
+
+def build(db: Path, items: int, samples: int) -> None:
+    """Write the benchmark run in bulk (a few seconds per 100,000 items)."""
+    rubric = load_rubric("pdsqi9")
+    with RunStore(db) as store:
+        con = store.con
+        con.execute(
+            "INSERT INTO runs (run_id, name, created_at, updated_at, finished_at, status, mode, "
+            "rubric, rubric_version, rubric_json, models, config, versions, data_source, "
+            "simulated, n_items, n_samples) VALUES (?, 'bench viewer', now(), now(), now(), "
+            "'completed', 'single', 'pdsqi9', ?, ?, '{\"judge\": \"openai/bench\"}', "
+            "'{\"mode\": \"single\"}', '{}', 'bench', false, ?, ?)",
+            [RUN_ID, rubric.version, rubric.model_dump_json(), items, samples],
+        )
+        con.execute(
+            """
+            INSERT INTO items (run_id, item_id, position, notes, summary, specialty, reference,
+              vendor, meta, flags) SELECT ?, printf('item-%06d', i), i,
+              json_array(
+                json_object('id', '1', 'text', 'Visit 1 for patient ' || i || '. ' || repeat('History and exam text. ', 20)),
+                json_object('id', '2', 'text', 'Visit 2: labs ' || (i % 97) || '. ' || repeat('Lab values and plan. ', 20)),
+                json_object('id', '3', 'text', 'Visit 3: follow-up. ' || repeat('Medication changes. ', 20))),
+              'Summary of patient ' || i || ' [Note 1] with plan [Note 3]. ' || repeat('Findings. ', 15),
+              'Primary Care', NULL, NULL, '{}',
+              CASE WHEN i % 200 = 7 THEN '[{"name": "score_request", "field": "summary", "match": "score 5"}]'
+                   ELSE '[]' END
+            FROM range(?) t(i)""",  # noqa: E501
+            [RUN_ID, items],
+        )
+        # Sample s of item i fails when (i * 7 + s) % 100 == 0: about 1% of samples.
+        con.execute(
+            """
+            INSERT INTO samples (run_id, item_id, sample, agent, status, error, raw_text,
+              rationale, n_calls, latency_s, finished_at)
+            SELECT ?, printf('item-%06d', i), s, 'judge',
+              CASE WHEN (i * 7 + s) % 100 = 0 THEN 'failed' ELSE 'ok' END,
+              CASE WHEN (i * 7 + s) % 100 = 0 THEN 'invalid reply: citation=9 is outside 1..5' END,
+              NULL, 'The summary cites its notes; sample ' || s || ' of item ' || i || '.',
+              1, 0.5 + (i % 13) / 10.0, now()
+            FROM range(?) t(i), range(1, ? + 1) u(s)""",
+            [RUN_ID, items, samples],
+        )
+        keys = "[" + ", ".join(f"'{k}'" for k in KEYS) + "]"
+        con.execute(
+            f"""
+            INSERT INTO judgments (run_id, item_id, sample, agent, attribute, value, final,
+              status, error, rationale) SELECT ?, printf('item-%06d', i), s, 'judge', k,
+              CASE WHEN (i * 7 + s) % 100 = 0 THEN NULL ELSE 1 + (i * 31 + s * 7 + ki) % 5 END,
+              false, CASE WHEN (i * 7 + s) % 100 = 0 THEN 'failed' ELSE 'ok' END, NULL,
+              'Reason for ' || k
+            FROM range(?) t(i), range(1, ? + 1) u(s),
+                 (SELECT unnest({keys}) AS k, generate_subscripts({keys}, 1) AS ki)""",
+            [RUN_ID, items, samples],
+        )
+        con.execute(
+            f"""
+            INSERT INTO judgments (run_id, item_id, sample, agent, attribute, value, final,
+              status, error, rationale) SELECT ?, printf('item-%06d', i), 0, 'final', k,
+              1 + (i * 31 + ki) % 5, true, 'ok', NULL, 'median of valid samples'
+            FROM range(?) t(i), (SELECT unnest({keys}) AS k, generate_subscripts({keys}, 1) AS ki)""",  # noqa: E501
+            [RUN_ID, items],
+        )
+        con.execute(
+            """
+            INSERT INTO calls (call_id, run_id, item_id, sample, seq, role, agent, model,
+              prompt_tokens, completion_tokens, tokens_estimated, cost_usd, latency_s, status,
+              error, finish_reason, started_at)
+            SELECT ? || '/' || printf('item-%06d', i) || '/' || s || '/judge/0',
+              ?, printf('item-%06d', i), s, 0, 'judge', 'judge', 'openai/bench',
+              1500 + i % 300, 120 + i % 40, false, 0.0004, 0.4 + (i % 17) / 10.0,
+              CASE WHEN (i * 7 + s) % 100 = 0 THEN 'error' ELSE 'ok' END, NULL, 'stop', now()
+            FROM range(?) t(i), range(1, ? + 1) u(s)""",
+            [RUN_ID, RUN_ID, items, samples],
+        )
+        con.execute(
+            """
+            INSERT INTO messages (run_id, item_id, sample, agent, seq, role, content)
+            SELECT ?, printf('item-%06d', i), s, 'judge', m,
+              ['system', 'user', 'assistant'][m + 1],
+              CASE m WHEN 0 THEN 'You are an experienced physician grading a summary.'
+                     WHEN 1 THEN 'DOCUMENT ' || i || ' ' || repeat('notes and summary ', 25)
+                     ELSE '{"citation": 3, "accurate": 4, "rationale": "ok"}' END
+            FROM range(?) t(i), range(1, ? + 1) u(s), range(3) v(m)""",
+            [RUN_ID, items, samples],
+        )
+        con.execute("CHECKPOINT")
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up: template compilation, file cache
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def _bare_run_page(db: Path, page: int) -> None:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        ids = [r[0] for r in con.execute(
+            "SELECT item_id FROM items WHERE run_id = ? ORDER BY position LIMIT 100 OFFSET ?",
+            [RUN_ID, (page - 1) * 100]).fetchall()]  # fmt: skip
+        con.execute(
+            "SELECT item_id, attribute, value FROM judgments WHERE run_id = ? AND final "
+            "AND item_id IN (SELECT unnest(?))",
+            [RUN_ID, ids],
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def _bare_item_page(db: Path, item_id: str) -> None:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        for table in ("items", "judgments", "samples", "calls", "messages"):
+            con.execute(
+                f"SELECT * FROM {table} WHERE run_id = ? AND item_id = ?", [RUN_ID, item_id]
+            ).fetchall()
+    finally:
+        con.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "out")
+    args = parser.parse_args()
+    db = args.work / f"viewer-{args.items}x{args.samples}.duckdb"
+    if not db.exists():
+        args.work.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        build(db, args.items, args.samples)
+        size = db.stat().st_size / 2**20
+        print(f"built {db} ({size:.0f} MiB) in {time.perf_counter() - start:.1f} s")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+        client = TestClient(create_app(db))
+
+    def page(url: str):
+        def get() -> None:
+            response = client.get(url)
+            assert response.status_code == 200, (url, response.status_code, response.text[-500:])
+
+        return get
+
+    def cold(url: str):
+        # A new app has an empty cache: the page computes the run's aggregates afresh.
+        def get() -> None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                response = TestClient(create_app(db)).get(url)
+            assert response.status_code == 200, (url, response.status_code)
+
+        return get
+
+    last_page = (args.items + 99) // 100
+    rng = random.Random(0)
+    picks = [0, args.items // 2, args.items - 1, *rng.sample(range(args.items), 3)]
+    cases = [
+        ("run page, first view (cold)", cold(f"/runs/{RUN_ID}/"), lambda: _bare_run_page(db, 1)),
+        ("run page, items 1-100", page(f"/runs/{RUN_ID}/"), lambda: _bare_run_page(db, 1)),
+        (
+            f"run page, items page {last_page}",
+            page(f"/runs/{RUN_ID}/?page={last_page}"),
+            lambda: _bare_run_page(db, last_page),
+        ),
+    ]
+    for n in picks:
+        item = f"item-{n:06d}"
+        cases.append((f"item page {item}", page(f"/runs/{RUN_ID}/items/{item}"),
+                      lambda item=item: _bare_item_page(db, item)))  # fmt: skip
+    print(f"{args.items:,} items x {args.samples} samples; median of {args.repeats} after warm-up")
+    print(f"{'page':34} {'viewer ms':>10} {'bare ms':>9} {'ratio':>7}  target < 300 ms")
+    worst = 0.0
+    for label, viewer, bare in cases:
+        ours = _median_ms(viewer, args.repeats)
+        base = _median_ms(bare, args.repeats)
+        worst = max(worst, ours)
+        verdict = "met" if ours < 300 else "MISSED"
+        print(f"{label:34} {ours:10.1f} {base:9.1f} {ours / base:6.1f}x  {verdict}")
+    print(f"slowest page: {worst:.1f} ms ({'met' if worst < 300 else 'missed'})")
+
+
+if __name__ == "__main__":
+    main()
