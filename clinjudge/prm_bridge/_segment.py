@@ -242,8 +242,10 @@ class _Problems:
         self.intro: list[str] = []
         self.preamble = ""
 
-    def start(self, head: str, rest: str = "") -> None:
-        self._flush_intro()
+    def start(self, head: str, rest: str = "", *, clinical: bool = True) -> None:
+        """Open a problem; ``clinical`` False for untitled and labelled ones (``Follow up:``),
+        which do not turn the text before them into the preamble."""
+        self._flush_intro(clinical and bool(head))
         self.current = [rest] if rest else []
         self.problems.append((head, self.current))
 
@@ -266,19 +268,19 @@ class _Problems:
         """An untitled problem of its own (a section that is not assessment and plan)."""
         self.close()
         if lines:
-            self._flush_intro()
+            self._flush_intro(False)
             self.problems.append(("", list(lines)))
 
     def close(self) -> None:
         self.current = None
 
-    def _flush_intro(self) -> None:
+    def _flush_intro(self, titled: bool) -> None:
         if not self.intro:
             return
-        if self.problems:  # text between problems: a problem without a description
-            self.problems.append(("", self.intro))
-        else:  # the note's opening summary: read by the model, not scored
+        if titled and not self.problems:  # the opening summary: read by the model, not scored
             self.preamble = "\n".join(line.strip() for line in self.intro)
+        else:  # text that is not a summary before titled problems: a problem of its own
+            self.problems.append(("", self.intro))
         self.intro = []
 
     def finish(self) -> tuple[str, list[tuple[str, list[str]]]]:
@@ -293,19 +295,21 @@ def _assessment_plan_lines(problems: _Problems, section: Section) -> None:
     kind = section.kind
     lines = [line for line in section.lines if line.strip()]
     if kind == "instructions":
-        problems.close()
-        problems.block([])
-        problems.start("")
+        problems.start("", clinical=False)
     for index, line in enumerate(lines):
-        following = lines[index + 1 : index + 2]
-        found = _header(line) if kind != "instructions" else None
-        found = found or (_LABELLED.match(line) and _header(line))
-        if found is None and kind in ("assessment", "plan", "combined", "none"):
-            if kind != "assessment" and problems.resume(_BULLET.sub("", line)):
-                continue
-            found = _titled_problem(line, following)
-            if found is None and kind == "assessment":
-                found = _diagnosis(line)
+        labelled = _LABELLED.match(line)
+        if labelled:
+            head, rest = labelled.group("head").strip(), labelled.group("rest").strip()
+            problems.start(head, rest, clinical=False)
+            continue
+        if kind == "instructions":
+            problems.add(line)
+            continue
+        if kind != "assessment" and problems.resume(_BULLET.sub("", line)):
+            continue
+        found = _header(line) or _titled_problem(line, lines[index + 1 : index + 2])
+        if found is None and kind == "assessment":
+            found = _diagnosis(line)
         if found is None:
             problems.add(line)
         else:

@@ -275,3 +275,24 @@ def test_input_file_error_names_line_and_headings(tmp_path: Path):
     one.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
     [chain] = load_chains(one, "note", section="assessment_plan")
     assert chain.preamble.startswith("Mr. Stone")
+
+
+def test_prose_before_instructions_or_agreements_is_scored_not_a_preamble():
+    note = "PLAN\nRest at home.\nINSTRUCTIONS\nCall if worse."
+    assert steps(note) == (
+        "",
+        [("sentence", "Rest at home."), PC, ("sentence", "Call if worse."), PC, NC, EON],
+    )
+    note = "ASSESSMENT AND PLAN\nRest at home.\nPatient Agreements: The patient agrees."
+    assert steps(note) == (
+        "",
+        [
+            ("sentence", "Rest at home."),
+            PC,
+            ("problem", "Patient Agreements:"),
+            ("sentence", "The patient agrees."),
+            PC,
+            NC,
+            EON,
+        ],
+    )
