@@ -7,7 +7,9 @@ returned unless every record is valid, so a bad file never leaves a half-written
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import duckdb
 from pydantic import BaseModel, ValidationError
 
 from clinjudge.rubrics import Item, Rubric
+from clinjudge.runs._store import connect_duckdb
 
 MAX_REPORTED_ERRORS = 20
 _JSON_FIELDS = ("notes", "meta", "scores")
@@ -36,11 +39,27 @@ def _quote(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _jsonl_records(con: duckdb.DuckDBPyConnection, path: Path) -> list[tuple[str, Any]]:
+@contextmanager
+def _literal(path: Path) -> Iterator[Path]:
+    """A name for ``path`` that DuckDB cannot read as anything else.
+
+    DuckDB treats a file name as a glob (``items[1].jsonl`` would read ``items1.jsonl``,
+    ``x_*.jsonl`` every match) and may expand ``~`` or URL prefixes. It reads, instead, a link
+    with a plain name in a private temporary folder, pointing at the file the user named.
+    """
+    with tempfile.TemporaryDirectory(prefix="clinjudge-input-") as folder:
+        link = Path(folder) / f"input{path.suffix.lower()}"
+        link.symlink_to(path.resolve())
+        yield link
+
+
+def _jsonl_records(
+    con: duckdb.DuckDBPyConnection, source: Path, path: Path
+) -> list[tuple[str, Any]]:
     rows = con.execute(
         f"""
         SELECT row_number() OVER () AS line, text, TRY_CAST(text AS JSON) IS NOT NULL AS ok
-        FROM read_csv({_quote(path)}, columns = {{'text': 'VARCHAR'}}, delim = chr(1),
+        FROM read_csv({_quote(source)}, columns = {{'text': 'VARCHAR'}}, delim = chr(1),
                       quote = '', escape = '', header = false, auto_detect = false,
                       parallel = false, max_line_size = 268435456)
         """
@@ -54,7 +73,10 @@ def _jsonl_records(con: duckdb.DuckDBPyConnection, path: Path) -> list[tuple[str
         if not ok:
             problems.append(f"{where}: not valid JSON")
             continue
-        records.append((where, json.loads(text)))
+        try:
+            records.append((where, json.loads(text)))
+        except RecursionError:
+            problems.append(f"{where}: JSON nested too deeply for Python to read")
     if problems:
         raise InputError(problems)
     return records
@@ -101,15 +123,16 @@ def read_records(path: str | Path) -> list[tuple[str, Any]]:
     if not path.is_file():
         raise InputError([f"{path}: no such file"])
     suffix = path.suffix.lower()
-    con = duckdb.connect()
+    con = connect_duckdb()
     try:
-        if suffix in {".jsonl", ".ndjson", ".json"}:
-            return _jsonl_records(con, path)
-        if suffix in {".csv", ".tsv"}:
-            reader = f"read_csv({_quote(path)}, header = true, all_varchar = true)"
-            return _table_records(con, path, reader)
-        if suffix == ".parquet":
-            return _table_records(con, path, f"read_parquet({_quote(path)})")
+        with _literal(path) as source:
+            if suffix in {".jsonl", ".ndjson", ".json"}:
+                return _jsonl_records(con, source, path)
+            if suffix in {".csv", ".tsv"}:
+                reader = f"read_csv({_quote(source)}, header = true, all_varchar = true)"
+                return _table_records(con, path, reader)
+            if suffix == ".parquet":
+                return _table_records(con, path, f"read_parquet({_quote(source)})")
     except duckdb.Error as exc:
         problem = None if suffix == ".parquet" else _text_problem(path, suffix not in _TABLES)
         problem = problem or f"{path}: cannot read: {str(exc).strip().splitlines()[0]}"
@@ -128,6 +151,8 @@ def _decode_json_fields(where: str, record: dict[str, Any], problems: list[str])
                 decoded[field] = json.loads(value)
             except json.JSONDecodeError as exc:
                 problems.append(f"{where}: field {field}: not valid JSON ({exc.msg})")
+            except RecursionError:
+                problems.append(f"{where}: field {field}: JSON nested too deeply to read")
     for key, value in list(decoded.items()):
         if value is None or (isinstance(value, str) and not value.strip() and key != "summary"):
             decoded.pop(key)  # empty CSV cells and Parquet nulls mean "not given"

@@ -33,6 +33,26 @@ def default_db() -> str:
 
 SCHEMA_VERSION = 1
 
+_NO_EXTENSION_DOWNLOADS = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+"""DuckDB would otherwise fetch an extension from the internet for a file it does not know
+(an SQLite file given as --db): clinical data never leads to a network call."""
+
+
+def connect_duckdb(
+    database: str = ":memory:", *, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that never installs or loads extensions on its own.
+
+    Args:
+        database: File name, or ``:memory:``.
+        read_only: Open without write access.
+    """
+    return duckdb.connect(database, read_only=read_only, config=dict(_NO_EXTENSION_DOWNLOADS))
+
+
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 CREATE TABLE IF NOT EXISTS runs (
