@@ -224,6 +224,30 @@ def item_calls(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any
     )
 
 
+def attach_replies(calls: list[dict[str, Any]], samples: list[SampleView]) -> None:
+    """Give each successful call the reply it produced, where that is unambiguous.
+
+    The store keeps replies in the transcript, not in ``calls``. When an agent's successful
+    calls in a sample are exactly as many as its assistant messages, they pair up in order;
+    otherwise (a chair's ledger calls, whose replies are not transcript messages) the call
+    keeps no reply and the transcript stays the place to read.
+    """
+    replies: dict[tuple[int, str], list[str]] = {}
+    for view in samples:
+        for turn in view.turns:
+            if turn.role == "assistant":
+                replies.setdefault((view.sample, turn.agent), []).append(turn.content)
+    by_agent: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for call in calls:
+        if call["status"] == "ok":
+            by_agent.setdefault((call["sample"], call["agent"]), []).append(call)
+    for key, ok_calls in by_agent.items():
+        texts = replies.get(key, [])
+        if len(texts) == len(ok_calls):
+            for call, text in zip(sorted(ok_calls, key=lambda c: c["seq"]), texts, strict=True):
+                call["reply"] = text
+
+
 def item_claims(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any]]:
     """DocLens claims and cited sentences by sample and agent, each kind in its own list."""
     rows = store.query(
@@ -281,11 +305,14 @@ def item_page(store: RunStore, run: dict[str, Any], rubric: Rubric | None, item_
     inputs = item_inputs(store, run, item_id, claims_run)
     if not inputs:
         return {}
+    scores = sample_views(store, run, item_id)
+    calls = item_calls(store, run["run_id"], item_id)
+    attach_replies(calls, scores["samples"])
     return {
         "inputs": inputs,
-        "scores": sample_views(store, run, item_id),
+        "scores": scores,
         "humans": human_ratings(store, item_id),
-        "calls": item_calls(store, run["run_id"], item_id),
+        "calls": calls,
         "claims": item_claims(store, run["run_id"], item_id),
         "prm": item_prm_steps(store, run, item_id),
         "claims_run": claims_run,

@@ -1,7 +1,8 @@
 """A run store for the viewer tests, built by real runs (fake server and mock provider).
 
 Runs: a single judge against the fake OpenAI server (one item with hostile text, one item that
-always fails, physicians' ratings for the others), a MagenticOne discussion against the fake
+always fails, physicians' ratings for the others), a two-member panel on the same server, a
+MagenticOne discussion against the fake
 panel, a DocLens run and a vendor audit with the mock provider, and, when torch is present, a
 single judge with a tiny PRM (step scores).
 """
@@ -44,6 +45,7 @@ class ViewerStore:
     db: Path
     single: str = ""
     magentic: str = ""
+    panel: str = ""
     doclens: str = ""
     audit: str = ""
     prm: str | None = None
@@ -155,6 +157,11 @@ def build_store(tmp: Path) -> ViewerStore:
             "run", "--data", str(data), "--model", "openai/local-judge", "--base-url",
             srv.base_url, "--db", str(db), "--samples", "2", "--name", "single fake",
             "--max-repairs", "0", "--allow-failures", "1",
+        )  # fmt: skip
+        out.panel = _cli(
+            "run", "--data", str(write_jsonl(tmp / "panel.jsonl", make_items(2))), "--mode",
+            "panel", "--personas", "high_scorer,low_scorer", "--model", "openai/local-judge",
+            "--base-url", srv.base_url, "--db", str(db), "--name", "panel fake",
         )  # fmt: skip
     out.ratings = _ratings(tmp / "ratings.jsonl")
     assert invoke("ratings", "import", str(tmp / "ratings.jsonl"), "--db", str(db)).exit_code == 0

@@ -109,6 +109,20 @@ def test_runs_run_item_discussion_compare(
     assert browser.execute_script("return location.hash") == "#note-3"
     assert browser.find_element(By.ID, "note-3").is_displayed()
 
+    # every call with its raw reply (collapsed)
+    replies = [
+        r[0]
+        for r in query(
+            s.db,
+            "SELECT content FROM messages WHERE run_id = ? AND item_id = 'item-0000' "
+            "AND role = 'assistant' ORDER BY sample, seq",
+            [s.single],
+        )
+    ]
+    shown = browser.find_elements(By.CSS_SELECTOR, "table.calls tr.reply pre")
+    assert [p.get_attribute("textContent") for p in shown] == replies and len(replies) == 2
+    assert not shown[0].is_displayed()
+
     # the magentic discussion
     browser.get(f"{server.url}/runs/{s.magentic}/items/item-0000")
     text = _text(browser)
@@ -129,6 +143,21 @@ def test_runs_run_item_discussion_compare(
     members = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "table.members th")]
     assert members[1:] == ["orchestrator (decision)", "high_scorer", "low_scorer"]
     _shot(browser, tmp_path, "4-discussion")
+
+    # a panel: each member's scores beside the panel's decision
+    browser.get(f"{server.url}/runs/{s.panel}/items/item-0001")
+    members = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "table.members th")]
+    assert members[1:] == ["panel (decision)", "high_scorer", "low_scorer"]
+    stored = dict(
+        query(
+            s.db,
+            "SELECT agent, value FROM judgments WHERE run_id = ? AND item_id = 'item-0001' "
+            "AND sample = 1 AND attribute = 'accurate'",
+            [s.panel],
+        )
+    )
+    cells = _row(browser, "table.members", "accurate")
+    assert cells[1:] == [_fmt(stored[a]) for a in ("panel", "high_scorer", "low_scorer")]
 
     # runs -> pick two -> compare
     browser.get(server.url + "/")
