@@ -212,16 +212,25 @@ def human_ratings(store: RunStore, item_id: str) -> dict[str, dict[str, float | 
 
 
 def item_calls(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any]]:
-    """Every model (and PRM/NLI) call of the item, with its attempt number within its agent."""
-    return store.query(
+    """Every model (and PRM/NLI) call of the item, each with its attempt number.
+
+    The store has one row per attempt; a call that follows a failed call of the same agent and
+    role is a retry of it, so ``attempt`` is one more than the failures just before it.
+    """
+    calls = store.query(
         """
         SELECT sample, seq, role, agent, model, prompt_tokens, completion_tokens,
-               tokens_estimated, cost_usd, latency_s, status, error, finish_reason, started_at,
-               row_number() OVER (PARTITION BY sample, agent, role ORDER BY seq) AS attempt,
-               count(*) OVER (PARTITION BY sample, agent, role) AS attempts
-        FROM calls WHERE run_id = ? AND item_id = ? ORDER BY sample, started_at, seq""",
+               tokens_estimated, cost_usd, latency_s, status, error, finish_reason, started_at
+        FROM calls WHERE run_id = ? AND item_id = ? ORDER BY sample, agent, role, seq""",
         [run_id, item_id],
     )
+    failures_before: dict[tuple[int, str, str], int] = {}
+    for call in calls:
+        key = (call["sample"], call["agent"], call["role"])
+        call["attempt"] = failures_before.get(key, 0) + 1
+        failures_before[key] = failures_before.get(key, 0) + 1 if call["status"] != "ok" else 0
+    calls.sort(key=lambda c: (c["sample"], str(c["started_at"]), c["seq"]))
+    return calls
 
 
 def attach_replies(calls: list[dict[str, Any]], samples: list[SampleView]) -> None:

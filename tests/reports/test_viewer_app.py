@@ -239,3 +239,24 @@ def test_run_totals_match_judge_runs_show(viewer_store: ViewerStore) -> None:
             ] == [
                 {**a, "latency_s_sum": round(a["latency_s_sum"], 9)} for a in reference["by_agent"]
             ]
+
+
+def test_item_page_numbers_retried_attempts(tmp_path: Path) -> None:
+    from tests.conftest import make_items, write_jsonl
+    from tests.fake_openai import FakeOpenAIServer, Fault
+
+    db = tmp_path / "retry.duckdb"
+    data = write_jsonl(tmp_path / "one.jsonl", make_items(1))
+    with FakeOpenAIServer(faults=[Fault("server_error"), Fault("server_error")]) as srv:
+        result = invoke("run", "--data", str(data), "--model", "openai/local-judge",
+                        "--base-url", srv.base_url, "--db", str(db), "--no-progress")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    run_id = result.stdout.strip().splitlines()[-1]
+    statuses = [r[0] for r in query(db, "SELECT status FROM calls ORDER BY seq")]
+    assert statuses == ["error", "error", "ok"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        html = TestClient(create_app(db)).get(f"/runs/{run_id}/items/item-0000").text
+    table = html.split('<table class="calls">')[1].split("</table>")[0]
+    attempts = re.findall(r'<td class="(?:bad)?">(\d)(?: \(retry\))?</td>', table)
+    assert attempts == ["1", "2", "3"]
