@@ -139,8 +139,9 @@ def audit_command(
         list[str] | None,
         typer.Option(
             help="Flag rule attribute<=V, >=V, ==V, <V or >V (repeatable); prm<P flags items whose "
-            "lowest PRM step score is below P [default: accurate<=2, voice_summ>=1, prm<0.5, "
-            "those the rubric has]."
+            "lowest PRM step score is below P.",
+            show_default="accurate<=2 and voice_summ>=1 where the rubric has them; prm<0.5 when "
+            "the run used a PRM",
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write report.html + report.md here.")] = None,

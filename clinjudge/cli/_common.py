@@ -14,7 +14,7 @@ from clinjudge.runs import DB_ENV, RunStore, StoreError, default_db
 DB_HELP = f"DuckDB file; ${DB_ENV} sets the default."
 StoreDbOption = Annotated[
     str,
-    typer.Option("--db", envvar=DB_ENV, help=DB_HELP, show_envvar=False, rich_help_panel="Output"),
+    typer.Option("--db", envvar=DB_ENV, help=DB_HELP, show_envvar=False),
 ]
 """--db of commands that read or maintain the store (default: $CLINJUDGE_DB, else DEFAULT_DB)."""
 

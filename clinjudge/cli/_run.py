@@ -24,6 +24,7 @@ from clinjudge.cli._common import (
     fail,
     open_store,
 )
+from clinjudge.cli._help import PANELS
 from clinjudge.cli._options import (
     BaseUrlOption,
     ConcurrencyOption,
@@ -47,12 +48,13 @@ from clinjudge.cli._outcome import (
     print_outcome,
 )
 from clinjudge.cli._quiet import third_party_quiet
-from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ReasoningEffort
+from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ModelSettings, ReasoningEffort
 from clinjudge.orchestration import (
     PROGRESS_SECONDS_ENV,
     ConfigError,
     DryRunEstimate,
     PreparedRun,
+    RunConfig,
     RunTally,
     RunWriteError,
     build_config,
@@ -74,6 +76,13 @@ from clinjudge.rubrics import RubricError
 from clinjudge.runs import InputError, StoreError, run_counts
 
 DEFAULT_MODEL_ENV = "CLINJUDGE_MODEL"
+
+# Help panels of `judge run` (the shared options in _options.py carry theirs).
+DATA, MODEL, SAMPLING, PANEL = PANELS.data, PANELS.model, PANELS.sampling, PANELS.panel
+DOCLENS, PRM, LIMITS, OUTPUT = PANELS.doclens, PANELS.prm, PANELS.limits, PANELS.output
+# Defaults shown in --help for options that fall back to the config file, then to these.
+_RUN_DEFAULTS = {k: str(f.default) for k, f in RunConfig.model_fields.items()}
+_JUDGE_DEFAULTS = {k: str(f.default) for k, f in ModelSettings.model_fields.items()}
 BATCH_POLL_SECONDS = 10.0
 FALLBACK_MODEL = "mock/judge"
 
@@ -269,53 +278,147 @@ def run_command(
     rubric: RubricOption = None,
     mode: ModeOption = None,
     data: Annotated[
-        Path | None, typer.Option(help="Items to judge: JSONL, CSV or Parquet.")
+        Path | None,
+        typer.Option(
+            rich_help_panel=DATA,
+            show_default="required (or data: in --config)",
+            help="Items to judge: JSONL, CSV or Parquet.",
+        ),
     ] = None,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     config: ConfigOption = None,
     samples: SamplesOption = None,
-    shots: Annotated[int | None, typer.Option(help="Few-shot examples per prompt.")] = None,
-    shot_pool: Annotated[Path | None, typer.Option(help="Examples with human scores.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for drawing examples.")] = None,
+    shots: Annotated[
+        int | None,
+        typer.Option(rich_help_panel=DATA, show_default="0", help="Few-shot examples per prompt."),
+    ] = None,
+    shot_pool: Annotated[
+        Path | None,
+        typer.Option(rich_help_panel=DATA, show_default="none", help="Examples with human scores."),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(rich_help_panel=SAMPLING, show_default="0", help="Seed for drawing examples."),
+    ] = None,
     concurrency: ConcurrencyOption = None,
     db: DbOption = None,
     name: NameOption = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Cap on generated tokens.")] = None,
-    reasoning_effort: Annotated[
-        ReasoningEffort | None, typer.Option(help="Reasoning effort for reasoning models.")
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            rich_help_panel=MODEL,
+            show_default=_JUDGE_DEFAULTS["temperature"],
+            help="Sampling temperature.",
+        ),
     ] = None,
-    timeout: Annotated[float | None, typer.Option(help="Seconds per model call.")] = None,
-    max_repairs: Annotated[int | None, typer.Option(help="Re-asks after an invalid reply.")] = None,
+    top_p: Annotated[
+        float | None,
+        typer.Option(
+            rich_help_panel=MODEL,
+            show_default=_JUDGE_DEFAULTS["top_p"],
+            help="Nucleus sampling mass.",
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=MODEL,
+            show_default=_JUDGE_DEFAULTS["max_tokens"],
+            help="Cap on generated tokens.",
+        ),
+    ] = None,
+    reasoning_effort: Annotated[
+        ReasoningEffort | None,
+        typer.Option(
+            rich_help_panel=MODEL,
+            show_default="the provider's",
+            help="Reasoning effort for reasoning models.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            rich_help_panel=MODEL,
+            show_default=_JUDGE_DEFAULTS["timeout"],
+            help="Seconds per model call.",
+        ),
+    ] = None,
+    max_repairs: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=SAMPLING,
+            show_default=_RUN_DEFAULTS["max_repairs"],
+            help="Re-asks after an invalid reply.",
+        ),
+    ] = None,
     explanations: Annotated[
         bool | None,
-        typer.Option("--explanations/--no-explanations", help="Ask for an explanation per score."),
+        typer.Option(
+            "--explanations/--no-explanations",
+            rich_help_panel=SAMPLING,
+            show_default="no-explanations",
+            help="Ask for an explanation per score.",
+        ),
     ] = None,
     personas: PersonasOption = None,
-    rounds: Annotated[int | None, typer.Option(help="magentic: discussion rounds.")] = None,
-    max_turns: Annotated[int | None, typer.Option(help="magentic: cap on agent turns.")] = None,
-    max_stalls: Annotated[int | None, typer.Option(help="magentic: stalls before replan.")] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=PANEL,
+            show_default=_RUN_DEFAULTS["rounds"],
+            help="magentic: discussion rounds.",
+        ),
+    ] = None,
+    max_turns: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=PANEL,
+            show_default="rounds x personas",
+            help="magentic: cap on agent turns.",
+        ),
+    ] = None,
+    max_stalls: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=PANEL,
+            show_default=_RUN_DEFAULTS["max_stalls"],
+            help="magentic: stalls before replan.",
+        ),
+    ] = None,
     blind_first_round: Annotated[
         bool | None,
         typer.Option(
             "--blind-first-round/--no-blind-first-round",
+            rich_help_panel=PANEL,
+            show_default="no-blind-first-round",
             help="magentic: personas grade alone before discussing.",
         ),
     ] = None,
     planning: Annotated[
         bool | None,
-        typer.Option("--planning/--no-planning", help="magentic: run the planning calls."),
+        typer.Option(
+            "--planning/--no-planning",
+            rich_help_panel=PANEL,
+            show_default="planning",
+            help="magentic: run the planning calls.",
+        ),
     ] = None,
     panel_aggregate: Annotated[
-        str | None, typer.Option(help="panel: median or mean of the members.")
+        str | None,
+        typer.Option(
+            rich_help_panel=PANEL,
+            show_default=_RUN_DEFAULTS["panel_aggregate"],
+            help="panel: median or mean of the members.",
+        ),
     ] = None,
     role_model: Annotated[
         list[str] | None,
         typer.Option(
+            rich_help_panel=MODEL,
+            show_default="the judge model",
             help="Model for one agent or role, AGENT=provider/model (repeatable), "
-            "e.g. orchestrator=openai/o3-mini."
+            "e.g. orchestrator=openai/o3-mini.",
         ),
     ] = None,
     max_cost: MaxCostOption = None,
@@ -323,68 +426,108 @@ def run_command(
     nli: Annotated[
         str | None,
         typer.Option(
+            rich_help_panel=DOCLENS,
+            show_default="the LLM",
             help="doclens: judge entailment with this Hugging Face NLI checkpoint (path or hub "
-            "id) instead of the LLM; needs the prm extra (torch, transformers)."
+            "id) instead of the LLM; needs the prm extra (torch, transformers).",
         ),
     ] = None,
     prm: PRMOption = None,
     prm_preset: Annotated[
         str | None,
-        typer.Option(help="--prm format preset: medprm, prm-clinic, math-shepherd or custom."),
+        typer.Option(
+            rich_help_panel=PRM,
+            show_default="from the model",
+            help="--prm format preset: medprm, prm-clinic, math-shepherd or custom.",
+        ),
     ] = None,
     prm_url: Annotated[
         str | None,
-        typer.Option(help="--prm via a vLLM pooling server at this URL (--prm: its tokenizer)."),
+        typer.Option(
+            rich_help_panel=PRM,
+            show_default="in-process",
+            help="--prm via a vLLM pooling server at this URL (--prm: its tokenizer).",
+        ),
     ] = None,
     prm_device: Annotated[
-        str | None, typer.Option(help="--prm device: auto, cpu or cuda[:N].")
+        str | None,
+        typer.Option(
+            rich_help_panel=PRM, show_default="auto", help="--prm device: auto, cpu or cuda[:N]."
+        ),
     ] = None,
     prm_section: Annotated[
         str | None,
         typer.Option(
+            rich_help_panel=PRM,
             help="--prm: part of the summary scored: all, assessment_plan or a heading name "
-            "(default: the preset's; assessment_plan for prm-clinic)."
+            "(default: the preset's; assessment_plan for prm-clinic).",
         ),
     ] = None,
     doclens: Annotated[
         list[str] | None,
         typer.Option(
+            rich_help_panel=DOCLENS,
+            show_default="see docs/doclens.md",
             help="doclens setting KEY=VALUE (repeatable), e.g. citation_base=1, uncited=zero, "
             "max_citations=3, min_claims=2, nli_truncate_words=500, compat=official; see "
-            "docs/doclens.md."
+            "docs/doclens.md.",
         ),
     ] = None,
     rpm: Annotated[
-        int | None, typer.Option(help="Requests per minute for the judge model.")
+        int | None,
+        typer.Option(
+            rich_help_panel=LIMITS,
+            show_default="no limit",
+            help="Requests per minute for the judge model.",
+        ),
     ] = None,
-    tpm: Annotated[int | None, typer.Option(help="Tokens per minute for the judge model.")] = None,
+    tpm: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=LIMITS,
+            show_default="no limit",
+            help="Tokens per minute for the judge model.",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
-            "--dry-run", help="Render prompts, count tokens, estimate cost; call nothing."
+            "--dry-run",
+            rich_help_panel=OUTPUT,
+            help="Render prompts, count tokens, estimate cost; call nothing.",
         ),
     ] = False,
     resume: Annotated[
         str | None,
-        typer.Option(help="Finish the missing work of an earlier run (id or unique prefix)."),
+        typer.Option(
+            rich_help_panel=OUTPUT,
+            show_default="a new run",
+            help="Finish the missing work of an earlier run (id or unique prefix).",
+        ),
     ] = None,
     progress: ProgressOption = True,
     batch: Annotated[
         bool,
         typer.Option(
             "--batch",
+            rich_help_panel=MODEL,
             help="single mode, openai/ or azure/ models: send the work through the provider's "
             "batch API (half price, results within 24 h); --resume picks up a waiting batch.",
         ),
     ] = False,
     poll_interval: Annotated[
         float,
-        typer.Option(help="--batch: first wait between polls in seconds (doubles to 300).", min=0),
+        typer.Option(
+            rich_help_panel=MODEL,
+            help="--batch: first wait between polls in seconds (doubles to 300).",
+            min=0,
+        ),
     ] = BATCH_POLL_SECONDS,
     allow_failures: AllowFailuresOption = "0",
     progress_every: Annotated[
         float | None,
         typer.Option(
+            rich_help_panel=OUTPUT,
             min=0,
             envvar=PROGRESS_SECONDS_ENV,
             show_envvar=True,
@@ -395,6 +538,7 @@ def run_command(
     limit: Annotated[
         int | None,
         typer.Option(
+            rich_help_panel=LIMITS,
             min=1,
             help="Judge only the first N items (with --shuffle: N items drawn with --seed); "
             "try a paid model on a few items first.",
@@ -402,12 +546,18 @@ def run_command(
         ),
     ] = None,
     shuffle: Annotated[
-        bool, typer.Option("--shuffle", help="--limit draws a seeded random sample of items.")
+        bool,
+        typer.Option(
+            "--shuffle",
+            rich_help_panel=LIMITS,
+            help="--limit draws a seeded random sample of items.",
+        ),
     ] = False,
     cache: Annotated[
         bool | None,
         typer.Option(
             "--cache/--no-cache",
+            rich_help_panel=MODEL,
             help="Reuse replies stored in the database for identical requests (same model, "
             "settings, messages and sample number): hits cost $0 and call nothing; calls.cached "
             "marks them.",

@@ -30,6 +30,7 @@ from clinjudge.judges import (
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import retry_send
+from clinjudge.personas import PersonaError, load_personas
 from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
 from clinjudge.runs import SampleKey, call_row
 
@@ -60,6 +61,7 @@ class ModelPool:
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self.shared_state: dict[str, Any] = {}
         self.response_cache: ResponseCache | None = None
+        self._stances: dict[str, str] | None = None
         """Replies every model reuses when the run has ``cache`` on (set by the session)."""
         """Run-wide state of workflows, e.g. each item's PRM evidence (scored once per item)."""
         if default is not None:
@@ -119,6 +121,19 @@ class ModelPool:
         model.cache = self.response_cache
         return model
 
+    def stance_of(self, agent: str, role: str) -> str | None:
+        """An agent's scoring stance: its persona's (lenient, strict, ...), ``chair`` for the
+        orchestrator, None for a plain judge. The simulated provider scores by it."""
+        if role == "orchestrator":
+            return "chair"
+        if self._stances is None:
+            try:
+                personas = load_personas(self._config.personas)
+            except (PersonaError, OSError, ValueError):
+                personas = []
+            self._stances = {p.name: str(getattr(p.stance, "value", p.stance)) for p in personas}
+        return self._stances.get(agent)
+
     @property
     def simulated(self) -> bool:
         """True when any configured model is the mock provider."""
@@ -169,7 +184,10 @@ class RecordingClient(SimpleChatCompletionClient):
             self._role,
             self._model,
             lambda: self._model.create(
-                messages, tools=tools, json_output=json_output, variation=self._context.variation
+                messages,
+                tools=tools,
+                json_output=json_output,
+                variation=self._context.variation_for(self._agent, self._role),
             ),
             prompt=lambda: [_message_text(m) for m in messages],
         )
@@ -232,6 +250,16 @@ class SampleContext:
         self.extra_rows: dict[str, list[dict[str, Any]]] = {}
         """Rows for other tables (e.g. ``prm_steps``), written with the sample."""
         self._seq: dict[str, int] = {}
+
+    def variation_for(self, agent: str, role: str) -> str:
+        """The sample's variation, plus the agent's stance when it has one (the simulated
+        provider spreads a panel by stance; real providers never see it)."""
+        if not self.models.simulated:
+            return self.variation
+        stance = self.models.stance_of(agent, role)
+        if stance in (None, "neutral"):
+            return self.variation
+        return f"{self.variation}|stance={stance}"
 
     def key(self, agent: str) -> SampleKey:
         """The store key of this sample for an agent."""
@@ -358,7 +386,7 @@ class SampleContext:
                 agent,
                 role,
                 model,
-                lambda: model.complete(turns, variation=self.variation),
+                lambda: model.complete(turns, variation=self.variation_for(agent, role)),
                 prompt=lambda: [t.content for t in turns],
             )
 

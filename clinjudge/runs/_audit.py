@@ -217,13 +217,21 @@ def parse_flag_rule(text: str, rubric: Rubric | None = None) -> FlagRule:
     return FlagRule(attribute, op, value)
 
 
-def default_flag_rules(rubric: Rubric) -> list[str]:
-    """The default rules that apply to a rubric (an attribute it lacks is skipped)."""
-    return [
-        rule
-        for rule in DEFAULT_FLAG_RULES
-        if parse_flag_rule(rule).attribute in (*rubric.keys, PRM_ATTRIBUTE)
-    ]
+def default_flag_rules(rubric: Rubric, prm_used: bool = True) -> list[str]:
+    """The default rules that apply to a rubric (an attribute it lacks is skipped).
+
+    Args:
+        rubric: The run's rubric.
+        prm_used: Whether the run has PRM step scores; without them ``prm<...`` is left out.
+    """
+    usable = (*rubric.keys, PRM_ATTRIBUTE) if prm_used else tuple(rubric.keys)
+    return [rule for rule in DEFAULT_FLAG_RULES if parse_flag_rule(rule).attribute in usable]
+
+
+def _has_prm_steps(store: RunStore, run_id: str) -> bool:
+    if not store.has_table("prm_steps"):
+        return False
+    return bool(store.query("SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1", [run_id]))
 
 
 def _reason(rule: FlagRule, score: float) -> str:
@@ -464,7 +472,8 @@ def audit_for_run(
         store: The run store.
         run_id: Run id or unique prefix.
         rules: Flag rules (``attribute<=value`` and friends); default: those of
-            ``DEFAULT_FLAG_RULES`` that apply to the run's rubric.
+            ``DEFAULT_FLAG_RULES`` that apply to the run's rubric (``prm<...`` only when the run
+            stored PRM step scores).
         n_boot: Bootstrap resamples for the CIs of the means.
         seed: Bootstrap seed.
         alpha: Significance level applied to Holm-corrected p values.
@@ -472,7 +481,8 @@ def audit_for_run(
     run = store.get_run(run_id)
     rid = run["run_id"]
     rubric = run_rubric(run)
-    rules = default_flag_rules(rubric) if rules is None else rules
+    if rules is None:
+        rules = default_flag_rules(rubric, prm_used=_has_prm_steps(store, rid))
     parsed = [parse_flag_rule(r, rubric) for r in rules]
     rows = _audit_rows(store, rid)
     if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):
