@@ -129,7 +129,9 @@ def create_app(db: str | Path, *, n_boot: int = 1000, items_per_page: int = 100)
         Route("/runs/{run_id}/items/{item_id:path}", page(item)),
         Mount("/static", StaticFiles(directory=static_dir()), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_SecurityHeaders)])
+    app = Starlette(routes=routes, middleware=[Middleware(_SecurityHeaders)])
+    app.state.viewer = viewer  # for tests and benchmarks (e.g. to empty its cache)
+    return app
 
 
 def is_loopback(host: str) -> bool:

@@ -73,6 +73,10 @@ class ResultCache:
         self.size = size
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
 
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._entries.clear()
+
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
         """The cached value for ``key``, computing and storing it when absent."""
         if key in self._entries:
