@@ -31,7 +31,10 @@ def default_db() -> str:
     return os.environ.get(DB_ENV) or str(DEFAULT_DB)
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version of the tables below. 1: stores from before the version was checked (columns added
+since: items.flags, runs.status_reason, calls.cached; newer tables). Opening an older store
+for writing migrates it and records this version; a newer one is refused."""
 
 _NO_EXTENSION_DOWNLOADS = {
     "autoinstall_known_extensions": False,
@@ -221,8 +224,70 @@ class StoreError(RuntimeError):
 
 
 def _make_parent(path: Path) -> None:
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, mode=0o700)
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=0o700)
+    except OSError as exc:
+        raise StoreError(
+            f"{path}: cannot create its folder {path.parent}: {exc.strerror or exc}"
+        ) from exc
+    if not path.parent.is_dir():
+        raise StoreError(f"{path}: {path.parent} is not a folder")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StoreError(f"{path}: folder {path.parent} is not writable")
+
+
+def _check_path(path: Path) -> None:
+    if str(path).startswith(":memory:"):
+        raise StoreError(
+            f"{path}: an in-memory database would lose every run when the process ends; "
+            "give a file name as --db"
+        )
+    if path.is_dir():
+        raise StoreError(f"{path}: is a folder, not a database file")
+
+
+def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The schema version a store records; None for a new, empty file."""
+    tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    if not tables:
+        return None
+    if "meta" not in tables:
+        return 1 if "runs" in tables else None
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        return 1
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        return -1
+
+
+def _prepare_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+    """Refuse a store from a newer clinjudge; bring an older one up to date, explicitly."""
+    version = _stored_version(con)
+    if version is not None and (version > SCHEMA_VERSION or version < 1):
+        shown = version if version > 0 else "unreadable"
+        raise StoreError(
+            f"{path}: schema version {shown} is not one this clinjudge knows (it reads versions "
+            f"1 to {SCHEMA_VERSION}); it was written by a newer clinjudge or altered: upgrade "
+            "clinjudge or use another --db"
+        )
+    if read_only:
+        return
+    # Version 1 stores lack columns and tables added since; every statement of _DDL is
+    # additive (IF NOT EXISTS), so running it is the migration. Recorded in the same
+    # transaction, so a store is never marked migrated without being so.
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(_DDL)
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 @contextmanager
@@ -246,6 +311,12 @@ def _open_error(path: Path, exc: duckdb.Error) -> str:
             f"{path}: database is in use by another process{by}; DuckDB allows one writer at a "
             "time: wait for it to finish or use another --db"
         )
+    if "Extension" in text and ("not found" in text or "autoload" in text.lower()):
+        kind = " (it looks like an SQLite file)" if "sqlite" in text.lower() else ""
+        return (
+            f"{path}: not a DuckDB database{kind}; clinjudge stores runs in DuckDB files and "
+            "never loads DuckDB extensions"
+        )
     return f"{path}: cannot open database: {text}"
 
 
@@ -266,6 +337,7 @@ class RunStore:
         self.path = Path(path)
         self.read_only = read_only
         self._columns: dict[str, list[str]] = {}
+        _check_path(self.path)
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such database")
         if not read_only:
@@ -273,17 +345,26 @@ class RunStore:
         # The umask makes DuckDB create the file and its WAL readable by the owner only.
         with _owner_only_files():
             try:
-                self.con = duckdb.connect(str(self.path), read_only=read_only)
+                # An absolute name: DuckDB reads "md:..." or "s3://..." as remote databases.
+                self.con = connect_duckdb(str(self.path.absolute()), read_only=read_only)
             except duckdb.Error as exc:
                 raise StoreError(_open_error(self.path, exc)) from exc
-            if not read_only:
-                self.con.execute(_DDL)
-                self.con.execute(
-                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                    [str(SCHEMA_VERSION)],
-                )
+            try:
+                _prepare_schema(self.con, self.path, read_only)
+            except duckdb.Error as exc:
+                self.con.close()
+                raise StoreError(_open_error(self.path, exc)) from exc
+            except StoreError:
+                self.con.close()
+                raise
         if not read_only:
-            os.chmod(self.path, stat.S_IRUSR | stat.S_IWUSR)
+            try:
+                os.chmod(self.path, stat.S_IRUSR | stat.S_IWUSR)
+            except OSError as exc:
+                self.con.close()
+                raise StoreError(
+                    f"{self.path}: cannot set owner-only mode: {exc.strerror}"
+                ) from exc
 
     def close(self) -> None:
         """Close the connection."""
