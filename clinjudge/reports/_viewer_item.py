@@ -124,7 +124,7 @@ def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: 
         "SELECT * FROM items WHERE run_id = ? AND item_id = ?", [run["run_id"], item_id]
     )
     if not rows:
-        return {}
+        return _scored_only(store, run["run_id"], item_id)
     row = rows[0]
     notes = _notes(row)
     anchors = {n["id"]: f"note-{n['id']}" for n in notes}
@@ -153,6 +153,24 @@ def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: 
         "previous": neighbours["previous"],
         "next": neighbours["next"],
     }
+
+
+def _scored_only(store: RunStore, run_id: str, item_id: str) -> dict:
+    """Inputs of an item that only has PRM step scores (a `judge prm score` run stores no items)."""
+    found = store.query(
+        """
+        SELECT (SELECT count(*) FROM prm_steps WHERE run_id = ? AND item_id = ?) AS n,
+               (SELECT max(item_id) FROM prm_steps WHERE run_id = ? AND item_id < ?) AS previous,
+               (SELECT min(item_id) FROM prm_steps WHERE run_id = ? AND item_id > ?) AS next""",
+        [run_id, item_id, run_id, item_id, run_id, item_id],
+    )[0]
+    if not found["n"]:
+        return {}
+    return {
+        "item_id": item_id, "position": None, "vendor": None, "specialty": None, "meta": {},
+        "flags": [], "notes": [], "units": [], "summary": [], "reference": [],
+        "previous": found["previous"], "next": found["next"],
+    }  # fmt: skip
 
 
 def sample_views(store: RunStore, run: dict[str, Any], item_id: str) -> dict[str, Any]:

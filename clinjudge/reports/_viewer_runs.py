@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import RunStore, StoreError, run_rubric
+from clinjudge.runs import DECIDING_AGENTS, RunStore, StoreError, run_rubric
 
 RUN_SORTS: dict[str, str] = {
     "created": "created_at",
@@ -247,10 +247,11 @@ def run_totals(store: RunStore, run_id: str, rubric: Rubric | None) -> dict[str,
     }
     totals.update(
         store.query(
+            # Counted as `judge runs show` counts them: the deciding agent's samples.
             "SELECT count(*) FILTER (WHERE status = 'ok') AS samples_ok, "
-            "count(*) FILTER (WHERE status = 'failed') AS samples_failed "
-            "FROM samples WHERE run_id = ?",
-            [run_id],
+            "count(*) FILTER (WHERE status <> 'ok') AS samples_failed "
+            "FROM samples WHERE run_id = ? AND sample > 0 AND agent IN (SELECT unnest(?))",
+            [run_id, list(DECIDING_AGENTS)],
         )[0]
     )
     totals.update(
@@ -314,6 +315,34 @@ def _item_filter(show: str, reason: str | None) -> tuple[str, list[Any]]:
     return "", []
 
 
+def _steps_only(store: RunStore, run_id: str) -> bool:
+    """A `judge prm score` run: step scores in ``prm_steps`` and no ``items`` rows."""
+    row = store.query(
+        "SELECT (SELECT count(*) FROM (SELECT 1 FROM items WHERE run_id = ? LIMIT 1)) AS items, "
+        "(SELECT count(*) FROM (SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1)) AS steps",
+        [run_id, run_id],
+    )[0]
+    return not row["items"] and bool(row["steps"])
+
+
+def _scored_items(store: RunStore, run_id: str, page: int, per_page: int) -> dict[str, Any]:
+    """One page of the items of a PRM scoring run, with their lowest step score."""
+    total = store.query(
+        "SELECT count(DISTINCT item_id) AS n FROM prm_steps WHERE run_id = ?", [run_id]
+    )[0]["n"]
+    paging = clamp_page(page, total, per_page)
+    items = store.query(
+        """
+        SELECT item_id, row_number() OVER (ORDER BY item_id) - 1 AS position,
+               count(DISTINCT candidate) AS candidates, min(score) AS lowest
+        FROM prm_steps WHERE run_id = ? GROUP BY item_id ORDER BY item_id LIMIT ? OFFSET ?""",
+        [run_id, paging.per_page, paging.offset],
+    )
+    for item in items:
+        item.update(vendor=None, flags=[], scores=[], status="scored")
+    return {"items": items, "paging": paging, "show": "all", "reason": None, "steps": True}
+
+
 def item_rows(
     store: RunStore,
     run_id: str,
@@ -335,6 +364,8 @@ def item_rows(
         page: Page number.
         per_page: Items per page.
     """
+    if _steps_only(store, run_id):
+        return _scored_items(store, run_id, page, per_page)
     extra, params = _item_filter(show if show in ITEM_FILTERS else "all", reason)
     has_flags = store.has_column("items", "flags")
     if not has_flags and show == "flagged":

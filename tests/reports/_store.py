@@ -4,7 +4,7 @@ Runs: a single judge against the fake OpenAI server (one item with hostile text,
 always fails, physicians' ratings for the others), a two-member panel on the same server, a
 MagenticOne discussion against the fake
 panel, a DocLens run and a vendor audit with the mock provider, and, when torch is present, a
-single judge with a tiny PRM (step scores).
+single judge with a tiny PRM (step scores) and a `judge prm score` run.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class ViewerStore:
     doclens: str = ""
     audit: str = ""
     prm: str | None = None
+    prm_score: str | None = None
     ratings: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -121,11 +122,12 @@ def _magentic(db: Path, data: Path) -> str:
     return run_id
 
 
-def _prm(db: Path, data: Path, tmp: Path) -> str | None:
+def _prm(db: Path, data: Path, tmp: Path) -> tuple[str, str] | tuple[None, None]:
+    """A judge run with PRM evidence and a `judge prm score` run (None without torch)."""
     try:
         import torch  # noqa: F401
     except ImportError:
-        return None
+        return None, None
     from clinjudge.prm_bridge import PRMRunSettings
     from tests.prm_bridge._tiny import save_exact_medprm
 
@@ -144,7 +146,16 @@ def _prm(db: Path, data: Path, tmp: Path) -> str | None:
         with RunStore(db) as store:
             run_id = create_run(store, prepared)
             execute_run(store, run_id, prepared, show_progress=False)
-    return run_id
+    chains = tmp / "chains.jsonl"
+    chains.write_text(
+        json.dumps({"id": "q1", "candidate": "long", "question": "Q?",
+                    "text": "Step 1: a. Step 2: b. Step 3: c."}) + "\n"
+        + json.dumps({"id": "q2", "question": "Other", "steps": ["only <b>one</b>"]}) + "\n"
+    )  # fmt: skip
+    scored = invoke("prm", "score", "--model", str(model), "--input", str(chains), "--device",
+                    "cpu", "--db", str(db), "--json")  # fmt: skip
+    assert scored.exit_code == 0, scored.stderr
+    return run_id, json.loads(scored.stdout)["run_id"]
 
 
 def build_store(tmp: Path) -> ViewerStore:
@@ -175,5 +186,7 @@ def build_store(tmp: Path) -> ViewerStore:
         "audit", *[a for v in vendors for a in ("--data", v)], "--db", str(db),
         "--out", str(tmp / "audit-report"), "--name", "audit mock",
     )  # fmt: skip
-    out.prm = _prm(db, write_jsonl(tmp / "prm.jsonl", make_items(2, prefix="prm")), tmp)
+    out.prm, out.prm_score = _prm(
+        db, write_jsonl(tmp / "prm.jsonl", make_items(2, prefix="prm")), tmp
+    )
     return out

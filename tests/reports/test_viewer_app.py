@@ -32,7 +32,7 @@ def client(viewer_store: ViewerStore) -> Iterator[TestClient]:
 
 
 def _pages(s: ViewerStore) -> list[str]:
-    runs = [s.single, s.magentic, s.doclens, s.audit] + ([s.prm] if s.prm else [])
+    runs = [s.single, s.magentic, s.doclens, s.audit] + [r for r in (s.prm, s.prm_score) if r]
     items = query(s.db, "SELECT run_id, item_id FROM items WHERE run_id IN (?, ?, ?)",
                   [s.single, s.magentic, s.doclens])  # fmt: skip
     return [
@@ -152,9 +152,10 @@ def test_runs_page_sorts_and_filters(client: TestClient, viewer_store: ViewerSto
     assert listed("/?q=doclens") == [s.doclens]
     assert listed("/?q=DocLens+MOCK") == [s.doclens]
     names = dict(query(s.db, "SELECT run_id, name FROM runs"))
-    by_name = listed("/?sort=name&desc=0")
-    assert [names[r] for r in by_name] == sorted(names.values())
-    assert listed("/?sort=name&desc=1") == by_name[::-1]
+    named = sorted(n for n in names.values() if n is not None)
+    unnamed = [None] * (len(names) - len(named))  # runs without a name come last either way
+    assert [names[r] for r in listed("/?sort=name&desc=0")] == named + unnamed
+    assert [names[r] for r in listed("/?sort=name&desc=1")] == named[::-1] + unnamed
     assert listed("/?status=nonsense") == []
 
 
@@ -260,3 +261,19 @@ def test_item_page_numbers_retried_attempts(tmp_path: Path) -> None:
     table = html.split('<table class="calls">')[1].split("</table>")[0]
     attempts = re.findall(r'<td class="(?:bad)?">(\d)(?: \(retry\))?</td>', table)
     assert attempts == ["1", "2", "3"]
+
+
+def test_prm_scoring_run_lists_its_scored_items(
+    client: TestClient, viewer_store: ViewerStore
+) -> None:
+    s = viewer_store
+    if s.prm_score is None:
+        pytest.skip("needs torch (the prm extra)")
+    html = client.get(f"/runs/{s.prm_score}/").text
+    assert re.findall(r"/items/([^\"]+)\"", html.split('id="items"')[1]) == ["q1", "q2"]
+    page = client.get(f"/runs/{s.prm_score}/items/q2")
+    assert page.status_code == 200
+    steps = query(s.db, "SELECT text, score FROM prm_steps WHERE run_id = ? AND item_id = 'q2'",
+                  [s.prm_score])  # fmt: skip
+    ((text, score),) = steps
+    assert "only &lt;b&gt;one&lt;/b&gt;" in page.text and f"step score {score:.3f}" in page.text
