@@ -8,6 +8,7 @@ from clinjudge.judges import judge_single_sample
 from clinjudge.orchestration._context import SampleContext, WorkflowResult
 from clinjudge.orchestration._prm import prompt_evidence
 from clinjudge.rubrics import Rubric
+from clinjudge.runs import DECIDING_AGENTS
 
 Workflow = Callable[[SampleContext], Awaitable[WorkflowResult]]
 
@@ -33,6 +34,12 @@ _WORKFLOWS: dict[str, tuple[str, Workflow]] = {"single": (JUDGE_AGENT, single_wo
 _CLAIM_WORKFLOWS: dict[str, tuple[str, Workflow]] = {}
 
 
+def _check_agent(agent: str) -> None:
+    # Counts (summary, runs show, compare) read a run's samples from these agents' rows.
+    if agent not in DECIDING_AGENTS:
+        raise ValueError(f"deciding agent {agent!r} must be one of {', '.join(DECIDING_AGENTS)}")
+
+
 def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:
     """Make a workflow available as a mode.
 
@@ -41,6 +48,7 @@ def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:
         agent: Name under which the workflow's sample-level decision is stored.
         workflow: The workflow.
     """
+    _check_agent(agent)
     _WORKFLOWS[mode] = (agent, workflow)
 
 
@@ -52,6 +60,7 @@ def register_claims_workflow(mode: str, agent: str, workflow: Workflow) -> None:
         agent: Name under which the workflow's sample-level decision is stored.
         workflow: The workflow.
     """
+    _check_agent(agent)
     _CLAIM_WORKFLOWS[mode] = (agent, workflow)
 
 

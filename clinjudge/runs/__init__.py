@@ -53,6 +53,7 @@ from clinjudge.runs._inputs import (
     validate_records,
 )
 from clinjudge.runs._manage import (
+    DECIDING_AGENTS,
     FailureClass,
     RunCounts,
     delete_run,
@@ -104,6 +105,7 @@ from clinjudge.runs._store import (
 )
 
 __all__ = [
+    "DECIDING_AGENTS",
     "FailureClass",
     "RunCounts",
     "delete_run",

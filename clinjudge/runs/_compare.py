@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clinjudge.runs._agreement_run import AgreementError, agreement_for_run
+from clinjudge.runs._manage import DECIDING_AGENT_SQL
 from clinjudge.runs._store import RunStore
 
 # Sortable columns; True where larger is better (sorted descending).
@@ -110,8 +111,8 @@ def _run_costs(store: RunStore, run_id: str) -> dict[str, Any]:
         """
         SELECT count(*) AS samples_total,
                count(*) FILTER (WHERE status <> 'ok') AS failed_samples
-        FROM samples WHERE run_id = ? AND sample > 0
-        """,
+        FROM samples WHERE run_id = ? AND sample > 0 AND """
+        + DECIDING_AGENT_SQL,
         [run_id],
     )
     costs = rows[0] if rows else {}

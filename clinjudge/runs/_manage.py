@@ -17,6 +17,12 @@ from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
 
 FAILURE_CLASS_SEPARATOR = ":"
 
+DECIDING_AGENTS = ("judge", "panel", "orchestrator")
+"""Agents whose verdicts are a run's samples (single judge, panel, magentic chair); every judge
+workflow stores its sample-level decision under one of them."""
+DECIDING_AGENT_SQL = "agent IN ('judge', 'panel', 'orchestrator')"
+"""SQL condition on ``samples.agent`` selecting the samples (see :data:`DECIDING_AGENTS`)."""
+
 
 @dataclass
 class FailureClass:
@@ -58,18 +64,25 @@ def _scalar(store: RunStore, sql: str, params: list[Any]) -> Any:
     return row[0] if row else None
 
 
-def failure_classes(store: RunStore, run_id: str, agent: str) -> list[FailureClass]:
+def _agent_filter(agent: str | None) -> tuple[str, list[str]]:
+    if agent is None:
+        return DECIDING_AGENT_SQL, []
+    return "agent = ?", [agent]
+
+
+def failure_classes(store: RunStore, run_id: str, agent: str | None = None) -> list[FailureClass]:
     """Failed samples of the deciding agent grouped by reason class, each with its first error.
 
     Args:
         store: The run store.
         run_id: Full run id.
-        agent: The mode's deciding agent.
+        agent: The mode's deciding agent (default: any of :data:`DECIDING_AGENTS`).
     """
+    condition, params = _agent_filter(agent)
     rows = store.query(
-        "SELECT error FROM samples WHERE run_id = ? AND agent = ? AND status <> 'ok' "
+        f"SELECT error FROM samples WHERE run_id = ? AND {condition} AND status <> 'ok' "
         "ORDER BY finished_at, item_id, sample",
-        [run_id, agent],
+        [run_id, *params],
     )
     classes: dict[str, FailureClass] = {}
     for row in rows:
@@ -84,14 +97,16 @@ def failure_classes(store: RunStore, run_id: str, agent: str) -> list[FailureCla
     return sorted(classes.values(), key=lambda c: -c.count)
 
 
-def run_counts(store: RunStore, run_id: str, agent: str) -> RunCounts:
+def run_counts(store: RunStore, run_id: str, agent: str | None = None) -> RunCounts:
     """Count a run's items, samples and calls (see the module's rules).
 
     Args:
         store: The run store.
         run_id: Run id or unique part of it.
-        agent: The mode's deciding agent, whose verdicts are the samples.
+        agent: The mode's deciding agent, whose verdicts are the samples (default: any of
+            :data:`DECIDING_AGENTS`).
     """
+    condition, params = _agent_filter(agent)
     run = store.get_run(run_id)
     rid = run["run_id"]
     finals = store.query(
@@ -103,8 +118,8 @@ def run_counts(store: RunStore, run_id: str, agent: str) -> RunCounts:
     samples = store.query(
         "SELECT count(*) FILTER (WHERE status = 'ok') AS ok, "
         "count(*) FILTER (WHERE status <> 'ok') AS failed "
-        "FROM samples WHERE run_id = ? AND agent = ? AND sample > 0",
-        [rid, agent],
+        f"FROM samples WHERE run_id = ? AND {condition} AND sample > 0",
+        [rid, *params],
     )[0]
     calls = store.query(
         "SELECT count(*) AS n, coalesce(sum(cost_usd), 0) AS cost, "

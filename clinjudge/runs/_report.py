@@ -11,6 +11,7 @@ import numpy as np
 
 from clinjudge.rubrics import Rubric
 from clinjudge.runs._aggregate import FINAL_AGENT
+from clinjudge.runs._manage import DECIDING_AGENT_SQL
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore
 
 
@@ -68,8 +69,9 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
         store,
         """
         SELECT count(*) FILTER (WHERE status = 'ok') AS samples_ok,
-               count(*) FILTER (WHERE status = 'failed') AS samples_failed
-        FROM samples WHERE run_id = ?""",
+               count(*) FILTER (WHERE status <> 'ok') AS samples_failed
+        FROM samples WHERE run_id = ? AND sample > 0 AND """
+        + DECIDING_AGENT_SQL,
         rid,
     )
     calls = _one(

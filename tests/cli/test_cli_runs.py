@@ -154,6 +154,9 @@ def test_one_sample_count_everywhere(tmp_path: Path, db_path: Path) -> None:
     assert re.search(r"\b30 model calls\b", result.stderr)
     shown = json.loads(invoke("runs", "show", run_id, "--db", str(db_path), "--json").stdout)
     assert (shown["samples_ok"], shown["samples_failed"], shown["calls"]) == (10, 0, 30)
+    compared = json.loads(invoke("compare", run_id, "--db", str(db_path), "--json").stdout)
+    row = compared["runs"][0]
+    assert (row["samples_total"], row["failed_samples"]) == (10, 0)
     table = invoke("runs", "show", run_id, "--db", str(db_path)).stdout
     assert re.search(r"samples_ok\s*│\s*10\s", table)
     assert "{'judge'" not in table  # models are a table, not a Python dict
