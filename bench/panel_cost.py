@@ -10,6 +10,13 @@ personas for 1 and 2 rounds, with and without ``--no-planning``. Magentic needs 
 responder (the orchestrator's ledger and speaker choices), taken from ``tests/magentic_fake.py``;
 without that file, or without the magentic mode, those rows are reported as pending.
 
+Those magentic rows are a best case: the fake's ledger reports progress and says the request is
+satisfied as soon as every persona has spoken. Two harder scenarios are reported next to them
+(1 round, planning): ``stalled``, where every ledger says no progress is being made, so the chair
+counts stalls and replans (updated facts and plan) each time it reaches ``--max-stalls``; and
+``looping``, where the ledger keeps choosing the same persona, so the request is never
+satisfied and the discussion runs until the turn cap (``--max-turns``) ends it.
+
 Usage: python bench/panel_cost.py [--items 8] [--personas scoring]
 """
 
@@ -43,6 +50,9 @@ from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores  # noqa: E402
 
 Responder = Callable[[dict[str, Any]], Any]
 
+# Harder magentic scenarios: label -> the fake ledger's behaviour (see the module docstring).
+SCENARIOS = {"stalled": "stalled", "looping": "repeat_speaker"}
+
 
 @dataclass
 class Row:
@@ -63,10 +73,13 @@ def _json_responder(body: dict[str, Any]) -> dict[str, Any]:
     return pdsqi9_scores(text[-2000:])
 
 
-def _magentic_responder(personas: str, rounds: int) -> tuple[Responder | None, str]:
+def _magentic_responder(
+    personas: str, rounds: int, ledger: str = "ok"
+) -> tuple[Responder | None, str]:
     """The routing responder of tests/magentic_fake.py, if it exists and magentic is a mode.
 
-    Its ledger says the request is satisfied once every persona has spoken ``rounds`` times.
+    Its ledger says the request is satisfied once every persona has spoken ``rounds`` times;
+    ``ledger`` picks a misbehaving ledger (``stalled``, ``repeat_speaker``).
     """
     try:
         workflow_for("magentic")
@@ -79,7 +92,7 @@ def _magentic_responder(personas: str, rounds: int) -> tuple[Responder | None, s
     fake = getattr(module, "PanelFake", None)
     if fake is None:
         return None, "tests/magentic_fake.py has no PanelFake responder (pending)"
-    return fake(personas=personas, satisfied_after=rounds), ""
+    return fake(personas=personas, satisfied_after=rounds, ledger=ledger), ""
 
 
 def _measure(label: str, tmp: Path, data: Path, base_url: str, n_items: int, **config: Any) -> Row:
@@ -192,6 +205,26 @@ def main() -> None:
                             planning=planning,
                         )
                     )
+        for scenario, ledger in SCENARIOS.items():
+            label = f"magentic 1 round(s), planning, {scenario}"
+            magentic, pending = _magentic_responder(args.personas, 1, ledger)
+            if magentic is None:
+                rows.append(Row(label, note=pending))
+                continue
+            with FakeOpenAIServer(magentic) as server:
+                rows.append(
+                    _measure(
+                        label,
+                        tmp,
+                        data,
+                        server.base_url,
+                        args.items,
+                        mode="magentic",
+                        personas=args.personas,
+                        rounds=1,
+                        planning=True,
+                    )
+                )
 
     print(f"# panel_cost {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {args.items} items")
     print("\n".join(_table(rows)))
@@ -203,6 +236,15 @@ def main() -> None:
             print(
                 f"magentic {rounds} round(s): --no-planning / default calls = "
                 f"{lean.calls / default.calls:.2f} (target <= 0.6)"
+            )
+    best = by_label["magentic 1 round(s), planning"]
+    for scenario in SCENARIOS:
+        worse = by_label[f"magentic 1 round(s), planning, {scenario}"]
+        if best.calls and worse.calls is not None:
+            print(
+                f"magentic 1 round, {scenario} / best case: calls "
+                f"{worse.calls / best.calls:.2f}x, prompt tokens "
+                f"{_ratio(worse.prompt_tokens, best.prompt_tokens)}x"
             )
 
 

@@ -1,15 +1,18 @@
 """PRM scoring throughput (SPEC section 7).
 
-(a) CPU, tiny Llama-style PRM saved to disk and loaded like a checkpoint: scoring every step of
-    chains of 10 steps in one forward pass per chain, against re-encoding each step's prefix
-    (one forward pass per step, the naive way). Both go through the same scorer; the per-prefix
-    scores must equal the single-pass ones (causal attention). Target: >= 5x.
+(a) CPU, a small Llama-style PRM (a few million parameters) with a byte-level BPE tokenizer
+    trained here on synthetic clinical text (nothing downloaded), saved to disk and loaded like a
+    checkpoint: scoring every step of chains of 10 steps in one forward pass per chain (chains
+    batched by the scorer), against re-encoding each step's prefix (one forward pass per step,
+    the naive way). Both go through the same scorer; the per-prefix scores must equal the
+    single-pass ones (causal attention). Torch runs on ``--threads`` threads (default 2, the
+    cores of a small machine; more threads than cores inflates the ratio). Target: >= 5x.
 (b) GPU only: a randomly initialised model with Llama-3.1-8B's shape in bf16 scores 64 notes of
     ~4k tokens (Med-PRM format, full render/tokenize/batch path). Reports tokens/s and model FLOP
     utilisation = 2 x params x tokens / time / peak. Target: >= 40% on an H100. Skipped, with a
     message, when CUDA is absent (``--shape tiny --device cpu`` runs the same code as a check).
 
-Usage: python bench/prm_throughput.py [--part a|b|both] [--chains 16] [--notes 64]
+Usage: python bench/prm_throughput.py [--part a|b|both] [--chains 16] [--threads 2] [--notes 64]
 """
 
 from __future__ import annotations
@@ -26,11 +29,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from tokenizers import (  # noqa: E402
+    Tokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    processors,
+    trainers,  # noqa: E402
+)
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from clinjudge.prm_bridge import Chain, Step, TransformersPRM, make_format  # noqa: E402
-from tests.prm_bridge._tiny import build_tokenizer  # noqa: E402
+from tests.prm_bridge._tiny import CHAT_TEMPLATE, build_tokenizer  # noqa: E402
 
 # Dense bf16 peak (no sparsity), by device name fragment.
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.0}
@@ -45,6 +56,14 @@ LLAMA_31_8B = {
     "rope_theta": 500000.0,
     "rms_norm_eps": 1e-5,
 }
+SMALL_SHAPE = {  # ~7M parameters with the 4,096-token BPE vocabulary
+    "hidden_size": 256,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 8192,
+}
 TINY_SHAPE = {
     "hidden_size": 128,
     "intermediate_size": 256,
@@ -55,6 +74,160 @@ TINY_SHAPE = {
 }
 
 SENTENCE = "The patient reports chest pain on exertion relieved by rest, so angina is likely. "
+
+
+WORDS = [
+    "patient",
+    "reports",
+    "chest",
+    "pain",
+    "dyspnea",
+    "exertion",
+    "rest",
+    "angina",
+    "troponin",
+    "negative",
+    "ecg",
+    "sinus",
+    "rhythm",
+    "hypertension",
+    "diabetes",
+    "metformin",
+    "lisinopril",
+    "insulin",
+    "glucose",
+    "hba1c",
+    "creatinine",
+    "renal",
+    "function",
+    "follow",
+    "up",
+    "clinic",
+    "cardiology",
+    "referral",
+    "stress",
+    "test",
+    "echocardiogram",
+    "ejection",
+    "fraction",
+    "normal",
+    "assessment",
+    "plan",
+    "continue",
+    "monitor",
+    "titrate",
+    "dose",
+    "daily",
+    "twice",
+    "mg",
+    "history",
+    "allergies",
+    "none",
+    "known",
+    "fever",
+    "cough",
+    "sputum",
+    "pneumonia",
+    "antibiotics",
+    "amoxicillin",
+    "chest",
+    "x-ray",
+    "infiltrate",
+    "lobe",
+    "right",
+    "left",
+    "abdominal",
+    "pain",
+    "nausea",
+    "vomiting",
+    "appendicitis",
+    "ct",
+    "scan",
+    "surgery",
+    "consult",
+    "discharged",
+    "stable",
+    "home",
+    "the",
+    "a",
+    "an",
+    "of",
+    "on",
+    "in",
+    "for",
+    "with",
+    "by",
+    "to",
+    "and",
+    "or",
+    "so",
+    "is",
+    "was",
+    "are",
+    "likely",
+    "relieved",
+    "reasoning",
+    "case",
+    "step",
+    "because",
+    "therefore",
+    "which",
+    "suggests",
+    "given",
+    "without",
+    "after",
+    "before",
+    "since",
+    "shows",
+    "denies",
+    "presents",
+]  # noqa: SIM905
+
+
+def _corpus(lines: int, seed: int = 0) -> list[str]:
+    """Synthetic clinical sentences with numbers and punctuation, for training the tokenizer."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for n in range(lines):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
+        if rng.random() < 0.5:
+            words.insert(rng.randrange(len(words)), f"{rng.randint(1, 250)}/{rng.randint(40, 120)}")
+        text = " ".join(words).capitalize()
+        out.append(f"{text}, so {rng.choice(WORDS)} is likely. Case {n}: Reasoning {n % 20}.")
+    return out
+
+
+def build_bpe_tokenizer(
+    special: list[str], pieces: list[str], vocab_size: int = 4096
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (GPT-2/Llama-3 style) trained on synthetic clinical text,
+    with the preset's special tokens and label pieces, a BOS post-processor and a chat
+    template, so it goes through the same path as a real checkpoint's tokenizer."""
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(_corpus(20_000), trainer=trainer)
+    core.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", core.token_to_id("<s>"))]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        unk_token="<unk>",
+    )  # fmt: skip
+    if special:
+        tokenizer.add_special_tokens({"additional_special_tokens": special})
+    if pieces:
+        tokenizer.add_tokens(pieces)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 def _chain(n: int, steps: int, question_chars: int, step_chars: int) -> Chain:
@@ -80,9 +253,11 @@ def _median_time(fn, repeats: int) -> tuple[float, object]:
 def part_a(args: argparse.Namespace) -> None:
     """Single pass versus per-prefix re-encoding on CPU."""
     hf_logging.disable_progress_bar()
-    tokenizer = build_tokenizer([" ки"], [" +", " -"])
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    tokenizer = build_bpe_tokenizer([" ки"], [" +", " -"])
     torch.manual_seed(0)
-    config = LlamaConfig(**TINY_SHAPE, vocab_size=len(tokenizer), pad_token_id=0)
+    config = LlamaConfig(**SMALL_SHAPE, vocab_size=len(tokenizer), pad_token_id=0)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save_pretrained(tmp)
         LlamaForCausalLM(config).save_pretrained(tmp)
@@ -112,11 +287,15 @@ def part_a(args: argparse.Namespace) -> None:
     diff = max(abs(a - b) for a, b in zip(flat_full, flat_prefix, strict=True))
     tokens = sum(r.n_tokens for r in full)
     prefix_tokens = sum(r.n_tokens for r in naive)
+    import os
+
     print(f"## (a) CPU, {platform.processor() or platform.machine()}, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")  # fmt: skip
+          f"torch {torch.__version__}, {torch.get_num_threads()} torch threads "
+          f"(interop {torch.get_num_interop_threads()}) on {os.cpu_count()} cores")  # fmt: skip
     print(
-        f"model: Llama {TINY_SHAPE['num_hidden_layers']} layers x {TINY_SHAPE['hidden_size']}, "
-        f"{sum(p.numel() for p in scorer.model.parameters()) / 1e6:.2f}M params, float32, SDPA"
+        f"model: Llama {SMALL_SHAPE['num_hidden_layers']} layers x {SMALL_SHAPE['hidden_size']}, "
+        f"{sum(p.numel() for p in scorer.model.parameters()) / 1e6:.2f}M params, float32, SDPA; "
+        f"byte-level BPE tokenizer, {len(tokenizer)} tokens, trained here"
     )
     print(
         f"{args.chains} chains x 10 steps, {tokens / args.chains:.0f} tokens per chain; "
@@ -224,6 +403,7 @@ def main() -> None:
     parser.add_argument("--question-chars", type=int, default=400)
     parser.add_argument("--step-chars", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="(a): torch threads")
     parser.add_argument("--notes", type=int, default=64)
     parser.add_argument("--note-tokens", type=int, default=4096)
     parser.add_argument("--shape", choices=["llama-3.1-8b", "tiny"], default="llama-3.1-8b")
