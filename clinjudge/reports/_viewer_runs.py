@@ -129,16 +129,21 @@ def runs_page(
 
 
 def _run_stats(store: RunStore, run_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Items ok/failed, tokens, cost and per-item latency percentiles of the given runs."""
+    """Items ok/failed, tokens, cost and per-item latency percentiles of the given runs.
+
+    An item's final has one row per attribute, all with the item's status, so final rows per
+    status divided by the number of attributes counts items without a DISTINCT over item ids.
+    """
     if not run_ids:
         return {}
     out: dict[str, dict[str, Any]] = {rid: {} for rid in run_ids}
     for row in store.query(
         """
-        SELECT run_id, count(*) FILTER (WHERE status = 'ok') AS items_ok,
-               count(*) FILTER (WHERE status = 'failed') AS items_failed
-        FROM (SELECT DISTINCT run_id, item_id, status FROM judgments
-              WHERE run_id IN (SELECT unnest(?)) AND final)
+        SELECT run_id, coalesce(sum(n) FILTER (WHERE status = 'ok'), 0) AS items_ok,
+               coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS items_failed
+        FROM (SELECT run_id, status, count(*) // count(DISTINCT attribute) AS n
+              FROM judgments WHERE run_id IN (SELECT unnest(?)) AND final
+              GROUP BY run_id, status)
         GROUP BY run_id""",
         [run_ids],
     ):

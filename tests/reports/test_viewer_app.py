@@ -277,3 +277,16 @@ def test_prm_scoring_run_lists_its_scored_items(
                   [s.prm_score])  # fmt: skip
     ((text, score),) = steps
     assert "only &lt;b&gt;one&lt;/b&gt;" in page.text and f"step score {score:.3f}" in page.text
+
+
+def test_runs_page_counts_items_like_runs_show(
+    client: TestClient, viewer_store: ViewerStore
+) -> None:
+    from clinjudge.reports._viewer_runs import runs_page
+    from clinjudge.runs import RunStore, run_summary
+
+    with RunStore(viewer_store.db, read_only=True) as store:
+        for run in runs_page(store, per_page=100)["runs"]:
+            reference = run_summary(store, run["run_id"])
+            assert run.get("items_ok", 0) == reference["items_ok"], run["run_id"]
+            assert run.get("items_failed", 0) == reference["items_failed"], run["run_id"]
