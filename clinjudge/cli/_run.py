@@ -51,6 +51,7 @@ from clinjudge.cli._quiet import third_party_quiet
 from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ModelSettings, ReasoningEffort
 from clinjudge.orchestration import (
     PROGRESS_SECONDS_ENV,
+    CircuitBreakerOpen,
     ConfigError,
     DryRunEstimate,
     PreparedRun,
@@ -262,7 +263,7 @@ def _finish(
                     f"judge run --resume {run_id} --db {store_path}"
                 )
                 raise typer.Exit(EXIT_INTERRUPTED) from None
-            except (ModelConfigError, RunWriteError) as exc:
+            except (ModelConfigError, RunWriteError, CircuitBreakerOpen) as exc:
                 # execute_run has already marked the run failed with this reason.
                 fail(str(exc))
         counts = run_counts(store, run_id, agent)
@@ -422,6 +423,15 @@ def run_command(
         ),
     ] = None,
     max_cost: MaxCostOption = None,
+    max_consecutive_failures: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            show_default="10",
+            help="Stop the run (resumable) after this many samples in a row fail with the same "
+            "call fault (connection refused, timeouts, HTML replies...); 0 never stops.",
+        ),
+    ] = None,
     shard: ShardOption = None,
     nli: Annotated[
         str | None,
@@ -599,6 +609,7 @@ def run_command(
                 "planning": planning,
                 "panel_aggregate": panel_aggregate,
                 "max_cost": max_cost,
+                "max_consecutive_failures": max_consecutive_failures,
                 "shard": shard,
                 "cache": cache,
             }

@@ -48,6 +48,7 @@ from clinjudge.orchestration._run_settings import (
 from clinjudge.orchestration._runner import (
     JUDGE_AGENT,
     BatchRunner,
+    CircuitBreakerOpen,
     RunTally,
     RunWriteError,
     WorkUnit,
@@ -103,6 +104,7 @@ __all__ = [
     "RunConfig",
     "RunTally",
     "RunWriteError",
+    "CircuitBreakerOpen",
     "ShotRecord",
     "WorkUnit",
     "apply_shard",

@@ -62,6 +62,9 @@ class RunConfig(BaseModel):
         planning: Run MagenticOne's fact-gathering and planning calls (``--no-planning`` skips
             them: a fixed grading task needs no plan).
         max_cost: Dollar budget: no new work starts once the spend would exceed it.
+        max_consecutive_failures: Stop the run (``interrupted``, resumable) after this many
+            samples in a row failed by model calls failing the same way (connection refused,
+            timeouts, HTML instead of JSON...); 0 never stops.
         cache: Reuse replies stored in the database's response cache for identical requests
             (same model, settings, messages and sample); hits cost nothing.
         shard: ``i/n``: judge only the items whose stable id hash falls in shard i of n.
@@ -94,6 +97,7 @@ class RunConfig(BaseModel):
     blind_first_round: bool = False
     planning: bool = True
     max_cost: float | None = Field(default=None, gt=0)
+    max_consecutive_failures: int = Field(default=10, ge=0)
     cache: bool = False
     shard: str | None = Field(default=None, pattern=r"^\d+/\d+$")
     judge: ModelSettings | None = None

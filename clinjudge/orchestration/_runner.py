@@ -44,11 +44,23 @@ from clinjudge.personas import load_personas
 from clinjudge.rubrics import Item, Rubric, Shot, render_messages
 from clinjudge.runs import RunStore, SampleKey, workflow_rows
 
-__all__ = ["JUDGE_AGENT", "BatchRunner", "RunTally", "RunWriteError", "WorkUnit"]
+__all__ = [
+    "JUDGE_AGENT",
+    "BatchRunner",
+    "CircuitBreakerOpen",
+    "RunTally",
+    "RunWriteError",
+    "WorkUnit",
+]
 
 
 class RunWriteError(RuntimeError):
     """Finished samples could not be written to the run store; the run stopped."""
+
+
+class CircuitBreakerOpen(RuntimeError):
+    """Model calls kept failing the same way (``max_consecutive_failures`` samples in a row);
+    the run stopped, resumable, without storing those samples."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,15 @@ class RunTally:
 # Provider answers that hold for every later call too: wrong key, no access, unknown model or
 # path. Going on would only record the same failure for every remaining sample.
 _FATAL_STATUS = ("HTTP 401", "HTTP 403", "HTTP 404")
+
+
+def _fault_kind(calls: list[dict[str, Any]]) -> str | None:
+    """How a sample's model calls failed ("connection failed", "HTTP 502", "timed out",
+    "malformed response"...), or None when its last call succeeded (the model answered)."""
+    if not calls or calls[-1].get("status") != "error":
+        return None
+    error = str(calls[-1].get("error") or "unknown")
+    return error.split(":", 1)[0].strip()[:80] or "unknown"
 
 
 def _fatal_fault(calls: list[dict[str, Any]]) -> str | None:
@@ -145,6 +166,11 @@ class BatchRunner:
         self._calls_per_sample = 1
         self.fatal: str | None = None
         """Why the run stopped early: a provider answer no retry can change (401, 403, 404)."""
+        self.breaker: str | None = None
+        """Why the circuit breaker stopped the run (the same call fault, sample after sample)."""
+        self._streak: list[tuple[dict[str, list[dict[str, Any]]], SampleVerdict, list[Any]]] = []
+        self._streak_kind: str | None = None
+        self._judging: set[asyncio.Task[None]] = set()
 
     def _first_estimate(self, unit: WorkUnit) -> float | None:
         """Expected dollars of a sample before any has finished: its rendered prompt, priced."""
@@ -216,7 +242,51 @@ class BatchRunner:
         for extra in (ctx.extra_rows, result.extra_rows):
             for table, table_rows in extra.items():
                 rows.setdefault(table, []).extend(table_rows)
-        self._accept(rows, result.verdict, ctx.calls)
+        self._settle(rows, result.verdict, ctx.calls)
+
+    def _settle(
+        self,
+        rows: dict[str, list[dict[str, Any]]],
+        verdict: SampleVerdict,
+        calls: list[dict[str, Any]],
+    ) -> None:
+        """Accept a sample, or hold it while its call failures repeat the same fault.
+
+        Held samples are accepted as soon as the streak breaks; if it reaches
+        ``max_consecutive_failures`` they are dropped (resume redoes them) and the run stops.
+        """
+        limit = self.config.max_consecutive_failures
+        kind = _fault_kind(calls) if limit and verdict.status != "ok" else None
+        if kind is not None and self.breaker is not None:
+            return  # failed after the breaker opened: left for --resume
+        if kind != self._streak_kind:
+            self._release_streak()
+        if kind is None:
+            self._accept(rows, verdict, calls)
+            return
+        self._streak_kind = kind
+        self._streak.append((rows, verdict, calls))
+        if len(self._streak) >= limit:
+            self._trip(kind, calls)
+
+    def _release_streak(self) -> None:
+        held, self._streak, self._streak_kind = self._streak, [], None
+        for rows, verdict, calls in held:
+            self._accept(rows, verdict, calls)
+
+    def _trip(self, kind: str, calls: list[dict[str, Any]]) -> None:
+        last = str(calls[-1].get("error") or kind)[:300]
+        self.breaker = (
+            f"{len(self._streak)} samples in a row failed with the same fault ({kind}); "
+            f"last error: {last}"
+        )
+        self._streak, self._streak_kind = [], None
+        # Samples in flight would only wait out the same fault (a hang costs the whole retry
+        # schedule): stop them; they are not stored, so --resume redoes them.
+        current = asyncio.current_task()
+        for task in self._judging:
+            if task is not current:
+                task.cancel()
 
     def _accept(
         self,
@@ -323,7 +393,7 @@ class BatchRunner:
         )
 
     async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
-        while not self.tally.budget_exhausted and self.fatal is None:
+        while not self.tally.budget_exhausted and self.fatal is None and self.breaker is None:
             self._collect_writer()
             if self.write_failure is not None:
                 return
@@ -337,9 +407,17 @@ class BatchRunner:
                 self.tally.not_started = queue.qsize() + 1
                 return
             self._in_flight += 1
+            task = asyncio.create_task(self._judge(unit))
+            self._judging.add(task)
             try:
-                await self._judge(unit)
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if self.breaker is None or (current is not None and current.cancelling()):
+                    raise
+                return  # stopped by the circuit breaker
             finally:
+                self._judging.discard(task)
                 self._in_flight -= 1
 
     async def run(self, units: list[WorkUnit]) -> RunTally:
@@ -376,11 +454,20 @@ class BatchRunner:
             raise
         finally:
             self.tally.achieved_rpm = self.achieved_rpm()
+            self._release_streak()  # a streak that never reached the limit is stored
             try:
                 await self._finish_writes()
             finally:
                 if progress is not None:
                     progress.stop()
+        if self.breaker is not None:
+            self.tally.interrupted = True
+            raise CircuitBreakerOpen(
+                f"{self.breaker}. The run stopped (max_consecutive_failures="
+                f"{self.config.max_consecutive_failures}); those samples are not stored. Check "
+                f"the endpoint, then continue with: judge run --resume {self.run_id} "
+                f"--db {self.store.path}"
+            )
         if self.fatal is not None:
             raise ModelConfigError(
                 f"{self.fatal}; the run stopped sending: fix the API key, model name or endpoint, "

@@ -31,7 +31,7 @@ from clinjudge.orchestration._context import ModelPool
 from clinjudge.orchestration._doclens import check_doclens_config, doclens_estimate_prompts
 from clinjudge.orchestration._fit import oversized_items
 from clinjudge.orchestration._prm import check_prm_config
-from clinjudge.orchestration._runner import BatchRunner, RunTally, WorkUnit
+from clinjudge.orchestration._runner import BatchRunner, CircuitBreakerOpen, RunTally, WorkUnit
 from clinjudge.orchestration._workflows import workflow_for
 from clinjudge.personas import load_personas
 from clinjudge.rubrics import (
@@ -389,6 +389,10 @@ async def execute_run_async(
         tally = await _run_units(runner, units, handle_sigterm)
     except asyncio.CancelledError:
         store.set_run_status(run_id, "interrupted")
+        raise
+    except CircuitBreakerOpen as exc:
+        # Not a failed run: the endpoint failed; --resume redoes the samples it stopped.
+        store.set_run_status(run_id, "interrupted", reason=str(exc)[:2000])
         raise
     except Exception as exc:
         # Finished samples are already stored; the run stays resumable after the fix.
