@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, console, default_db, fail, open_store
@@ -57,18 +58,19 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 
 def _print_audit(audit: dict[str, Any], out: Path | None) -> None:
-    table = Table(title=f"Vendor audit {audit['run_id']}: mean [95% CI] per attribute")
+    # Vendor names, attributes and ids are data: escaped so rich never reads them as markup.
+    table = Table(title=f"Vendor audit {escape(audit['run_id'])}: mean \\[95% CI] per attribute")
     table.add_column("attribute")
     for vendor in audit["vendors"]:
-        table.add_column(vendor, justify="right")
+        table.add_column(escape(vendor), justify="right")
     for attribute in audit["attributes"]:
         cells = []
         for vendor in audit["vendors"]:
             s = audit["summaries"][vendor][attribute]
             ci = s["ci95"]
-            ci_text = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+            ci_text = f" \\[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
             cells.append(f"{_fmt(s['mean'])}{ci_text} n={s['n']}")
-        table.add_row(attribute, *cells)
+        table.add_row(escape(attribute), *cells)
     console.print(table)
     significant = [c for c in audit["comparisons"] if c["significant"]]
     console.print(
@@ -77,20 +79,25 @@ def _print_audit(audit: dict[str, Any], out: Path | None) -> None:
     )
     for c in significant:
         console.print(
-            f"  {c['vendor_a']} vs {c['vendor_b']} {c['attribute']}: median diff "
+            f"  {escape(c['vendor_a'])} vs {escape(c['vendor_b'])} {escape(c['attribute'])}: "
+            "median diff "
             f"{_fmt(c['median_difference'])}, n={c['n_pairs']}, p_holm={c['p_holm']:.3g}"
         )
     console.print(
-        f"{len(audit['flagged'])} flagged item(s) (rules: {', '.join(audit['flag_rules'])})"
+        f"{len(audit['flagged'])} flagged item(s) (rules: {escape(', '.join(audit['flag_rules']))})"
     )
     for u in audit["unmatched"]:
         console.print(
-            f"  unmatched encounter {u['encounter_id']}: missing for {', '.join(u['missing'])}"
+            f"  unmatched encounter {escape(str(u['encounter_id']))}: missing for "
+            f"{escape(', '.join(u['missing']))}"
         )
     if audit["simulated"]:
         console.print("[bold yellow]SIMULATED: scores from the mock provider.[/]")
     if out is not None:
-        console.print(f"report written to {out / 'report.html'} and {out / 'report.md'}")
+        console.print(
+            f"report written to {escape(str(out / 'report.html'))} and "
+            f"{escape(str(out / 'report.md'))}"
+        )
 
 
 def _analyse(
@@ -192,8 +199,8 @@ def audit_command(
         prepared, audit_items = prepare_audit(run_config, paths, rules)
         for u in audit_items.unmatched:
             console.print(
-                f"[yellow]unmatched encounter {u['encounter_id']}:[/] missing for "
-                f"{', '.join(u['missing'])} (still judged; left out of those pairs)"
+                f"[yellow]unmatched encounter {escape(str(u['encounter_id']))}:[/] missing for "
+                f"{escape(', '.join(u['missing']))} (still judged; left out of those pairs)"
             )
         if dry_run:
             _print_estimate(estimate_run(prepared), prepared)

@@ -85,9 +85,10 @@ def print_outcome(counts: RunCounts, cost: str) -> None:
         cost: Cost text of the run.
     """
     console.print(
-        f"run {counts.run_id}: {counts.samples_ok} samples ok, {counts.samples_failed} failed "
-        f"of {counts.samples_expected}; {counts.items_ok} of {counts.items} items with a valid "
-        f"final judgment; {counts.calls} model calls; cost {cost}",
+        f"run {escape(counts.run_id)}: {counts.samples_ok} samples ok, "
+        f"{counts.samples_failed} failed of {counts.samples_expected}; {counts.items_ok} of "
+        f"{counts.items} items with a valid final judgment; {counts.calls} model calls; "
+        f"cost {cost}",
         soft_wrap=True,
     )
     for failure in counts.failures[:8]:

@@ -81,11 +81,11 @@ def list_command(
         model = row["model"] + (" (SIMULATED)" if row["simulated"] else "")
         cost = "-" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
         table.add_row(
-            row["run_id"],
+            escape(str(row["run_id"])),
             escape(row["name"] or ""),
             str(row["created_at"])[:19],
-            row["status"],
-            row["mode"],
+            escape(str(row["status"])),
+            escape(str(row["mode"])),
             escape(row["rubric"] or ""),
             escape(model),
             str(row["n_items"]),
@@ -112,7 +112,8 @@ def delete_command(
         for run in runs:
             label = f" ({run['name']})" if run["name"] else ""
             console.print(
-                f"run {run['run_id']}{escape(label)}: {run['status']}, {run['mode']}, "
+                f"run {escape(run['run_id'])}{escape(label)}: {escape(str(run['status']))}, "
+                f"{escape(str(run['mode']))}, "
                 f"{run['n_items']} items"
             )
         if not yes and not typer.confirm(f"Delete {len(runs)} run(s) from {db}?", err=True):
@@ -120,7 +121,7 @@ def delete_command(
             raise typer.Exit(1)
         for run in runs:
             removed = delete_run(store, run["run_id"])
-            console.print(f"deleted run {run['run_id']} ({sum(removed.values())} rows)")
+            console.print(f"deleted run {escape(run['run_id'])} ({sum(removed.values())} rows)")
 
 
 @runs_app.command("rename")
@@ -169,7 +170,7 @@ def _by_agent_table(rows: list[dict[str, Any]]) -> Table:
             min_width=6 if numeric else None,
         )
     for row in rows:
-        table.add_row(*(_fmt(row.get(column)) for column in _BY_AGENT_COLUMNS))
+        table.add_row(*(escape(_fmt(row.get(column))) for column in _BY_AGENT_COLUMNS))
     return table
 
 
@@ -230,7 +231,7 @@ def show_command(
     if as_json:
         typer.echo(json.dumps(summary, default=str, indent=2))
         return
-    table = Table(title=f"run {summary['run_id']}", show_header=False)
+    table = Table(title=f"run {escape(str(summary['run_id']))}", show_header=False)
     for key, value in summary.items():
         if key == "gate_coerced":
             shown = ", ".join(f"{k} {n}" for k, n in value.items())
