@@ -14,11 +14,12 @@ pages (first, middle, last and random items). Each is compared with a bare DuckD
 same rows: connect read-only, then select the rows the page shows (the run page: its 100 items
 and their final scores; an item page: the item's rows of items, judgments, samples, calls and
 messages; the first view of the run page: also the aggregates it shows, written as plain SQL
-here). Prints the median of ``--repeats`` timings after one warm-up, and the ratio.
+here). Prints the median of ``--repeats`` timings after one warm-up (page and bare query timed
+alternately, so both see the same load on a shared machine), and the ratio.
 
 Target (issue 12): the run page and any item page under 300 ms on this machine.
 
-Usage: python bench/viewer.py [--items 100000] [--samples 3] [--repeats 5] [--work DIR]
+Usage: python bench/viewer.py [--items 100000] [--samples 3] [--repeats 15] [--work DIR]
 """
 
 from __future__ import annotations
@@ -131,14 +132,16 @@ def build(db: Path, items: int, samples: int) -> None:
         con.execute("CHECKPOINT")
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up: template compilation, file cache
-    times = []
+def _paired_medians(viewer, bare, repeats: int) -> tuple[float, float]:
+    """Median ms of each, timed alternately so both see the same machine load."""
+    viewer(), bare()  # warm-up: template compilation, file cache
+    ours, base = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+        for fn, out in ((viewer, ours), (bare, base)):
+            start = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - start) * 1000)
+    return statistics.median(ours), statistics.median(base)
 
 
 def _bare_run_page(db: Path, page: int) -> None:
@@ -198,7 +201,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "out")
     args = parser.parse_args()
     db = args.work / f"viewer-{args.items}x{args.samples}.duckdb"
@@ -250,8 +253,7 @@ def main() -> None:
     print(f"{'page':34} {'viewer ms':>10} {'bare ms':>9} {'ratio':>7}  target < 300 ms")
     worst = 0.0
     for label, viewer, bare in cases:
-        ours = _median_ms(viewer, args.repeats)
-        base = _median_ms(bare, args.repeats)
+        ours, base = _paired_medians(viewer, bare, args.repeats)
         worst = max(worst, ours)
         verdict = "met" if ours < 300 else "MISSED"
         print(f"{label:34} {ours:10.1f} {base:9.1f} {ours / base:6.1f}x  {verdict}")
