@@ -81,12 +81,13 @@ def test_audit_judges_every_vendor_in_one_run(audited: tuple[Path, Path, dict, s
     assert audit["summaries"]["vendor_c"]["accurate"]["n"] == 7
     assert len(audit["comparisons"]) == 3 * 10  # 3 pairs x the 10 non-gate attributes
     assert all(c["p_holm"] is None or c["p_holm"] >= c["p"] for c in audit["comparisons"])
-    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1", "prm<0.5"]
+    # Without PRM step scores the prm<0.5 default does not apply.
+    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1"]
     for flagged in audit["flagged"]:
         assert flagged["reasons"]
     assert set(audit["cost"]) == set(audit["vendors"])
     assert audit["cost"]["vendor_c"]["calls"] == 21
-    assert any("PRM" in note for note in audit["notes"])
+    assert not any("PRM" in note for note in audit["notes"])
 
 
 def test_audit_report_is_self_contained_with_banner(

@@ -265,8 +265,9 @@ def test_audit_run_end_to_end(
     assert flagged[("beta", "enc-000")] == ["accurate=2 (accurate<=2)"]
     assert flagged[("gamma", "enc-000")] == ["voice_summ=1 (voice_summ>=1)"]
     assert not any(v == "alpha" for v, _ in flagged)
-    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1", "prm<0.5"]
-    assert any("No PRM step scores" in note for note in audit["notes"])
+    # No PRM step scores stored: the prm<0.5 default is left out (and needs no note).
+    assert audit["flag_rules"] == ["accurate<=2", "voice_summ>=1"]
+    assert not any("No PRM step scores" in note for note in audit["notes"])
     assert audit["unmatched"] == [
         {"encounter_id": "enc-005", "present": ["alpha", "beta"], "missing": ["gamma"]}
     ]
@@ -319,6 +320,8 @@ def test_default_rules_follow_the_rubric(pdsqi9: Rubric) -> None:
 
     assert default_flag_rules(pdsqi9) == ["accurate<=2", "voice_summ>=1", "prm<0.5"]
     assert default_flag_rules(load_rubric("probsum")) == ["prm<0.5"]
+    assert default_flag_rules(pdsqi9, prm_used=False) == ["accurate<=2", "voice_summ>=1"]
+    assert default_flag_rules(load_rubric("probsum"), prm_used=False) == []
 
 
 def test_a_plain_run_is_not_an_audit(items_file: Path, db_path: Path) -> None:
