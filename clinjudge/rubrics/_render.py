@@ -75,21 +75,17 @@ def _reserved_names(rubric: Rubric) -> set[str]:
 _PATTERN_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
 
 
-def neutralise(text: str, rubric: Rubric) -> str:
-    """Defuse anything in untrusted text that looks like one of our fence tags.
-
-    Look-alikes count (fullwidth or homoglyph brackets and letters, invisible characters
-    inside the name, doubled slashes): their opening bracket becomes ``&lt;``, and nothing
-    else in the text changes.
+def neutralise_tags(text: str, names: Iterable[str]) -> str:
+    """Defuse look-alikes of the fence tags ``names`` in untrusted text (see :func:`neutralise`).
 
     Args:
-        text: Untrusted text (a note, a summary, a reference).
-        rubric: The rubric whose attribute tags are also reserved.
+        text: Untrusted text.
+        names: Reserved tag names.
     """
-    cache_key = tuple(rubric.keys)
+    cache_key = tuple(sorted(set(names)))
     pattern = _PATTERN_CACHE.get(cache_key)
     if pattern is None:
-        pattern = _PATTERN_CACHE[cache_key] = fence_pattern(_reserved_names(rubric))
+        pattern = _PATTERN_CACHE[cache_key] = fence_pattern(cache_key)
     # The skeleton has one character per character of the text, so positions carry over.
     starts = [m.start() for m in pattern.finditer(skeleton(text))]
     if not starts:
@@ -101,6 +97,20 @@ def neutralise(text: str, rubric: Rubric) -> str:
         previous = start + 1
     parts.append(text[previous:])
     return "".join(parts)
+
+
+def neutralise(text: str, rubric: Rubric) -> str:
+    """Defuse anything in untrusted text that looks like one of our fence tags.
+
+    Look-alikes count (fullwidth or homoglyph brackets and letters, invisible characters
+    inside the name, doubled slashes): their opening bracket becomes ``&lt;``, and nothing
+    else in the text changes.
+
+    Args:
+        text: Untrusted text (a note, a summary, a reference).
+        rubric: The rubric whose attribute tags are also reserved.
+    """
+    return neutralise_tags(text, _reserved_names(rubric))
 
 
 def _attribute_block(attribute: Attribute) -> str:
