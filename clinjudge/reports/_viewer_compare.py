@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clinjudge.reports._viewer_runs import clamp_page
+from clinjudge.reports._viewer_paging import clamp_page
 from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore
 
 

@@ -25,7 +25,8 @@ from clinjudge.reports._viewer_links import (
     run_page_path,
 )
 from clinjudge.reports._viewer_pages import Viewer
-from clinjudge.reports._viewer_runs import clamp_page, is_audit_run
+from clinjudge.reports._viewer_paging import clamp_page
+from clinjudge.reports._viewer_run import is_audit_run
 
 MARKER = ".clinjudge-view-export"
 

@@ -7,7 +7,6 @@ object differs.
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,11 +16,11 @@ from typing import Any
 from clinjudge.personas import load_personas
 from clinjudge.reports._viewer_compare import compare_items
 from clinjudge.reports._viewer_item import item_page
+from clinjudge.reports._viewer_item_table import item_context
 from clinjudge.reports._viewer_links import Links
 from clinjudge.reports._viewer_render import render
-from clinjudge.reports._viewer_runs import (
+from clinjudge.reports._viewer_run import (
     ITEM_FILTERS,
-    RUN_SORTS,
     failure_groups,
     flag_counts,
     has_vendors,
@@ -29,9 +28,9 @@ from clinjudge.reports._viewer_runs import (
     item_rows,
     run_and_rubric,
     run_totals,
-    runs_page,
     score_distributions,
 )
+from clinjudge.reports._viewer_runs import RUN_SORTS, runs_page
 from clinjudge.reports._viewer_store import ResultCache, file_version, read_store
 from clinjudge.reports._viewer_svg import forest
 from clinjudge.runs import (
@@ -274,67 +273,17 @@ class Viewer:
             data = item_page(store, run, rubric, item_id)
             if not data:
                 raise PageNotFound(f"no item {item_id!r} in run {run['run_id']}")
-            audit = self._audit(store, run["run_id"]) if data["inputs"].get("vendor") else None
-        keys = [a.key for a in rubric.attributes] if rubric else []
-        names = {a.key: a.name for a in rubric.attributes} if rubric else {}
-        scores = data["scores"]
-        raters = sorted(data["humans"])
-        sample_columns = [s.sample for s in scores["samples"]]
-        rows = []
-        for key in keys:
-            final = scores["final"].get(key) or {}
-            per_sample = []
-            for view in scores["samples"]:
-                deciding = next(
-                    (a for a in view.agents if a["agent"] == scores["deciding"]),
-                    view.agents[0] if view.agents else None,
-                )
-                value = deciding["values"].get(key) if deciding else None
-                per_sample.append(value["value"] if value else None)
-            humans = [data["humans"][r].get(key) for r in raters]
-            present = [h for h in humans if h is not None]
-            rows.append(
-                {
-                    "key": key,
-                    "name": names.get(key, key),
-                    "final": final.get("value"),
-                    "final_status": final.get("status"),
-                    "samples": per_sample,
-                    "humans": humans,
-                    "human_median": statistics.median(present) if present else None,
-                }
+            audit = (
+                self._audit(store, run["run_id"]) if is_audit_run(store, run["run_id"]) else None
             )
-        any_final = next(iter(scores["final"].values()), None)
         reasons = []
         if audit:
             reasons = next((f["reasons"] for f in audit["flagged"] if f["item_id"] == item_id), [])
-        chair_calls: dict[int, list[dict[str, Any]]] = {}
-        for call in data["calls"]:
-            if call["role"] == "orchestrator":
-                chair_calls.setdefault(call["sample"], []).append(call)
-        totals = {
-            "calls": len(data["calls"]),
-            "tokens_in": sum(c["prompt_tokens"] or 0 for c in data["calls"]),
-            "tokens_out": sum(c["completion_tokens"] or 0 for c in data["calls"]),
-            "cost": sum(c["cost_usd"] or 0 for c in data["calls"]),
-            "latency": sum(c["latency_s"] or 0 for c in data["calls"]),
-        }
         return render(
             "item.html",
             **self._common(links, f"Item {item_id}", bool(run["simulated"])),
             run=run,
-            keys=keys,
-            inputs=data["inputs"],
-            scores=scores,
-            score_rows=rows,
-            sample_columns=sample_columns,
-            raters=raters,
-            final_note=(any_final or {}).get("error") or (any_final or {}).get("rationale"),
-            claims=data["claims"],
-            prm=data["prm"],
-            calls=data["calls"],
-            call_totals=totals,
-            chair_calls=chair_calls,
+            **item_context(data, rubric),
             chat=run.get("mode") == "magentic",
             audit_reasons=reasons,
         )

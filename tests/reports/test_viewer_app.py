@@ -222,7 +222,7 @@ def test_listening_beyond_loopback_warns(viewer_store: ViewerStore) -> None:
 
 def test_run_totals_match_judge_runs_show(viewer_store: ViewerStore) -> None:
     """The viewer's cheaper scans give the numbers of `runs show` (run_summary)."""
-    from clinjudge.reports._viewer_runs import run_and_rubric, run_totals
+    from clinjudge.reports._viewer_run import run_and_rubric, run_totals
     from clinjudge.runs import RunStore, run_summary
 
     s = viewer_store
