@@ -45,6 +45,8 @@ class ProgressState:
     failed: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
+    requests_per_minute: float | None = None
+    """Model requests per minute so far (every attempt, members' included), when known."""
 
 
 def _duration(seconds: float) -> str:
@@ -72,10 +74,12 @@ def progress_line(state: ProgressState, elapsed: float) -> str:
     else:
         eta = "unknown"
     rate_text = "-" if rate is None else f"{rate:,.1f}"
+    rpm = state.requests_per_minute
+    requests = "" if rpm is None else f" ({rpm:,.0f} req/min)"
     return (
         f"progress: {state.done}/{state.total} samples{share}, ok {state.ok}, failed "
-        f"{state.failed}, {rate_text} samples/min, elapsed {_duration(elapsed)}, ETA {eta}, "
-        f"tokens {state.tokens:,}, cost ${state.cost_usd:.4f}"
+        f"{state.failed}, {rate_text} samples/min{requests}, elapsed {_duration(elapsed)}, "
+        f"ETA {eta}, tokens {state.tokens:,}, cost ${state.cost_usd:.4f}"
     )
 
 
@@ -115,7 +119,7 @@ class RunProgress:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("ok [green]{task.fields[ok]}[/] failed [red]{task.fields[failed]}[/]"),
-                TextColumn("{task.fields[rate]}/min"),
+                TextColumn("{task.fields[rate]}/min ({task.fields[rpm]} req/min)"),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
@@ -128,21 +132,32 @@ class RunProgress:
                 redirect_stderr=False,
             )
             self._task = self._bar.add_task(
-                "judging", total=self.state.total, ok=0, failed=0, rate="-", tokens=0, cost=0.0
+                "judging",
+                total=self.state.total,
+                ok=0,
+                failed=0,
+                rate="-",
+                rpm="-",
+                tokens=0,
+                cost=0.0,
             )
             self._bar.start()
         else:
             self._print_line()
 
-    def advance(self, ok: bool, tokens: int, cost_usd: float) -> None:
+    def advance(
+        self, ok: bool, tokens: int, cost_usd: float, requests_per_minute: float | None = None
+    ) -> None:
         """Count one finished sample.
 
         Args:
             ok: Whether it ended with a valid judgment.
             tokens: Prompt and completion tokens of its calls.
             cost_usd: Its cost.
+            requests_per_minute: Model requests per minute achieved so far, when known.
         """
         state = self.state
+        state.requests_per_minute = requests_per_minute
         state.done += 1
         state.ok += int(ok)
         state.failed += int(not ok)
@@ -158,6 +173,7 @@ class RunProgress:
                 ok=state.ok,
                 failed=state.failed,
                 rate="-" if rate is None else f"{rate:,.1f}",
+                rpm="-" if requests_per_minute is None else f"{requests_per_minute:,.0f}",
                 tokens=state.tokens,
                 cost=state.cost_usd,
             )

@@ -436,7 +436,7 @@ class BatchRunner:
         if progress is not None:
 
             def on_sample(verdict: SampleVerdict, cost: float | None, tokens: int = 0) -> None:
-                progress.advance(verdict.status == "ok", tokens, cost or 0.0)
+                progress.advance(verdict.status == "ok", tokens, cost or 0.0, self.achieved_rpm())
 
             self._on_sample = on_sample
             progress.start()

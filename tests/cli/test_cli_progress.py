@@ -12,8 +12,8 @@ from clinjudge.orchestration import RunProgress
 from tests.cli._helpers import invoke, scalar
 
 LINE = re.compile(
-    r"progress: (\d+)/(\d+) samples \((\d+)%\), ok (\d+), failed (\d+), ([\d,.]+|-) samples/min, "
-    r"elapsed (\S+), ETA (\S+), tokens ([\d,]+), cost \$(\d+\.\d{4})"
+    r"progress: (\d+)/(\d+) samples \((\d+)%\), ok (\d+), failed (\d+), ([\d,.]+|-) samples/min"
+    r"(?: \([\d,]+ req/min\))?, elapsed (\S+), ETA (\S+), tokens ([\d,]+), cost \$(\d+\.\d{4})"
 )
 
 

@@ -140,7 +140,9 @@ def test_cli_resume_with_max_cost_replaces_the_stored_budget(tmp_path: Path) -> 
                 str(2.5 * per_sample),
             ],
         )
-        assert first.exit_code == 0, first.output
+        # Items left unjudged by the budget stop have no valid final judgment: exit code 1.
+        assert first.exit_code == 1, first.output
+        assert "ended without a valid final judgment" in first.stderr
         run_id = first.stdout.strip().splitlines()[0]
         with RunStore(db, read_only=True) as store:
             assert store.get_run(run_id)["status"] == "budget_exhausted"
