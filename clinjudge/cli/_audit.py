@@ -205,12 +205,15 @@ def audit_command(
         if dry_run:
             _print_estimate(estimate_run(prepared), prepared)
             return
+        # One open (locked) store from creating the run to judging it.
         with open_store(run_config.db) as store:
             run_id = create_run(store, prepared)
-        (sys.stderr if as_json else sys.stdout).write(run_id + "\n")
-        sys.stdout.flush()
-        # The exit code rule applies after the analysis (failed items still get reported).
-        _finish(run_config.db, run_id, prepared, progress, allow_failures=None)
+            (sys.stderr if as_json else sys.stdout).write(run_id + "\n")
+            sys.stdout.flush()
+            # The exit code rule applies after the analysis (failed items still get reported).
+            _finish(
+                run_config.db, run_id, prepared, progress, allow_failures=None, open_run_store=store
+            )
         if run_config.shard:
             console.print(
                 f"[yellow]shard {run_config.shard}: the statistics below cover this shard only.[/] "

@@ -74,7 +74,7 @@ from clinjudge.orchestration import (
 )
 from clinjudge.personas import PersonaError
 from clinjudge.rubrics import RubricError
-from clinjudge.runs import InputError, StoreError, run_counts
+from clinjudge.runs import InputError, RunStore, StoreError, run_counts
 
 DEFAULT_MODEL_ENV = "CLINJUDGE_MODEL"
 
@@ -240,15 +240,18 @@ def _finish(
     show_progress: bool,
     batch: float | None = None,
     allow_failures: str | None = "0",
+    open_run_store: RunStore | None = None,
 ) -> None:
     """Execute the missing work, print the summary, and exit 1 when more items failed than
-    ``--allow-failures`` allows (None: leave the exit code to the caller)."""
+    ``--allow-failures`` allows (None: leave the exit code to the caller). ``open_run_store``:
+    the store the run was just created in, kept open (and locked) for the judging."""
     assert prepared.config.judge is not None
     simulated = prepared.config.judge.is_mock
     if simulated:
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
     agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
-    with open_store(store_path) as store:
+    opened = contextlib.nullcontext(open_run_store) if open_run_store else open_store(store_path)
+    with opened as store:
         if _already_complete(store, run_id, prepared):
             console.print(f"run {run_id} is already complete: nothing left to do.")
         else:
@@ -649,11 +652,15 @@ def run_command(
                 estimate = estimate_batch_run(prepared) if batch else estimate_run(prepared)
                 _print_estimate(estimate, prepared)
                 return
+            # One open store from creating the run to judging it: DuckDB's lock is held
+            # throughout, so no other process can slip in between.
             with open_store(run_config.db) as store:
                 run_id = create_run(store, prepared)
-            sys.stdout.write(run_id + "\n")
-            sys.stdout.flush()
-            _finish(run_config.db, run_id, prepared, progress, batch_poll, allow_failures)
+                sys.stdout.write(run_id + "\n")
+                sys.stdout.flush()
+                _finish(
+                    run_config.db, run_id, prepared, progress, batch_poll, allow_failures, store
+                )
         except (
             ConfigError,
             RubricError,

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import time
+import urllib.parse
 from typing import Any
 
 import httpx
@@ -50,6 +51,42 @@ def redact_secrets(text: str) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return _SECRET_SHAPE.sub(REDACTED, text)
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials: userinfo (``http://user:sk-...@host``) and query values
+    named like secrets (``?api-key=...``) become ``[redacted]``.
+
+    Args:
+        url: An endpoint address as given.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return redact_secrets(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+    query = parts.query
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        query = urllib.parse.urlencode(
+            [
+                (k, REDACTED if _SECRET_NAME.search(k) or k.lower() == "key" else v)
+                for k, v in pairs
+            ],
+            safe="[]",
+        )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def url_secrets(url: str) -> list[str]:
+    """Credentials carried in a URL (userinfo password or user), to keep out of messages."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return []
+    return [v for v in (parts.password, parts.username) if v]
 
 
 class ProviderFault(Exception):

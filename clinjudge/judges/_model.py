@@ -24,7 +24,12 @@ from clinjudge.judges._accounting import call_cost, count_message_tokens, count_
 from clinjudge.judges._base_client import GENERIC_MODEL_INFO, check_token_count, message_text
 from clinjudge.judges._cache import ResponseCache, cache_key
 from clinjudge.judges._direct_client import DirectChatCompletionClient
-from clinjudge.judges._faults import ProviderFault, classify_fault, remember_secret
+from clinjudge.judges._faults import (
+    ProviderFault,
+    classify_fault,
+    remember_secret,
+    url_secrets,
+)
 from clinjudge.judges._http_guard import guarded_httpx_args
 from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges._mock_client import MockChatCompletionClient
@@ -199,6 +204,14 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
     provider = settings.provider
     if settings.is_mock:
         return MockChatCompletionClient(rubric, settings.name)
+    if settings.carries_redacted_credentials:
+        raise ModelConfigError(
+            f"model {settings.model}: its base_url held credentials, which are never stored "
+            f"({settings.base_url}); put the key in an environment variable named by "
+            "api_key_env and give base_url without it"
+        )
+    for secret in url_secrets(settings.base_url or ""):
+        remember_secret(secret)
     if provider in OPENAI_PROVIDERS:
         use_direct = settings.client == "direct" or (
             settings.client == "auto" and settings.base_url is not None

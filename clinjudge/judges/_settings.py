@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from clinjudge.judges._faults import REDACTED, redact_url
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 
@@ -83,6 +85,16 @@ class ModelSettings(BaseModel):
                 "azure/<deployment>, anthropic/claude-sonnet-4-5 or mock/judge"
             )
         return value
+
+    @field_serializer("base_url")
+    def _no_credentials(self, value: str | None) -> str | None:
+        # Settings are stored with every run: a key written into the URL must not be.
+        return redact_url(value) if value else value
+
+    @property
+    def carries_redacted_credentials(self) -> bool:
+        """The base_url came from a stored config whose credentials were removed."""
+        return bool(self.base_url) and REDACTED in str(self.base_url)
 
     @property
     def provider(self) -> str:

@@ -4,10 +4,11 @@ DocLens claims or pooled scores, or its PRM steps, to JSONL, CSV or Parquet."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from clinjudge.runs._store import RunStore, StoreError
+from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
 EXPORT_TABLES = ("judgments", "transcripts", "claims", "doclens", "prm_steps")
@@ -61,6 +62,43 @@ _PRM_STEPS_QUERY = """
 """
 
 
+def check_output_file(out: Path) -> None:
+    """Refuse an output path that is not, or cannot become, a regular file.
+
+    A symbolic link would send the export elsewhere; a FIFO, a device or a socket would be
+    replaced or written into; a folder or a path under a file cannot be written.
+
+    Args:
+        out: The output path.
+
+    Raises:
+        StoreError: Naming the path and what it is.
+    """
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:  # e.g. a path under a regular file
+        raise StoreError(f"{out}: cannot write there: {exc.strerror or exc}") from exc
+    if mode is not None and not stat.S_ISREG(mode):
+        kinds = {
+            stat.S_ISLNK: "a symbolic link",
+            stat.S_ISDIR: "a folder",
+            stat.S_ISFIFO: "a FIFO",
+            stat.S_ISCHR: "a device",
+            stat.S_ISBLK: "a device",
+            stat.S_ISSOCK: "a socket",
+        }
+        kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+        raise StoreError(f"{out}: is {kind}; exports are written to regular files only")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"{out}: cannot create its folder {out.parent}: {exc.strerror or exc}"
+        ) from exc
+
+
 def copy_query(store: RunStore, query: str, out: str | Path, fmt: str) -> None:
     """Write a query's rows to ``out``; the file appears only once it is complete.
 
@@ -71,11 +109,14 @@ def copy_query(store: RunStore, query: str, out: str | Path, fmt: str) -> None:
         fmt: ``jsonl``, ``csv`` or ``parquet``.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_output_file(out)
     partial = out.with_name(f".{out.name}.partial")
     target = str(partial).replace("'", "''")
     try:
-        store.con.execute(f"COPY ({query}) TO '{target}' ({_COPY_OPTIONS[fmt]})")
+        # Exports hold clinical text: owner-only, like the store they come from.
+        with _owner_only_files():
+            store.con.execute(f"COPY ({query}) TO '{target}' ({_COPY_OPTIONS[fmt]})")
+        os.chmod(partial, stat.S_IRUSR | stat.S_IWUSR)
         os.replace(partial, out)
     except BaseException:
         partial.unlink(missing_ok=True)
