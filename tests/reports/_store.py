@@ -2,7 +2,7 @@
 
 Runs: a single judge against the fake OpenAI server (one item with hostile text, one item that
 always fails, physicians' ratings for the others), a two-member panel on the same server, a
-MagenticOne discussion against the fake
+MagenticOne discussion (blind first round) against the fake
 panel, a DocLens run and a vendor audit with the mock provider, and, when torch is present, a
 single judge with a tiny PRM (step scores) and a `judge prm score` run.
 """
@@ -114,6 +114,7 @@ def _magentic(db: Path, data: Path) -> str:
             judge=ModelSettings(model="openai/local-judge", base_url=srv.base_url, timeout=5.0),
             personas=fake.personas,
             retry=FAST,
+            blind_first_round=True,
         )
         prepared = prepare_run(config)
         with RunStore(db) as store:

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.ui import WebDriverWait
 
 from clinjudge.reports import ViewerServer, export_site
 from tests.browser_support import dialogs_fired
@@ -20,6 +22,21 @@ from tests.reports._store import FAILING_ID, HOSTILE, HOSTILE_ID, HOSTILE_RATION
 def server(viewer_store: ViewerStore) -> Iterator[ViewerServer]:
     with ViewerServer(viewer_store.db, n_boot=100) as srv:
         yield srv
+
+
+def _go(driver: Any, element: Any) -> None:
+    """Click a link or button and wait until the next page has loaded."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    wait = WebDriverWait(driver, 30)
+    wait.until(staleness_of(old))
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _back(driver: Any) -> None:
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.back()
+    WebDriverWait(driver, 30).until(staleness_of(old))
 
 
 def _text(driver: Any) -> str:
@@ -76,7 +93,7 @@ def test_runs_run_item_discussion_compare(
     _shot(browser, tmp_path, "1-runs")
 
     # runs -> run
-    browser.find_element(By.LINK_TEXT, s.single).click()
+    _go(browser, browser.find_element(By.LINK_TEXT, s.single))
     text = _text(browser)
     assert f"Run {s.single}" in text and "Final score distributions" in text
     assert "Agreement with physicians" in text  # ratings were imported for three items
@@ -84,13 +101,13 @@ def test_runs_run_item_discussion_compare(
     _shot(browser, tmp_path, "2-run")
 
     # run -> failing item (linked from its failure reason)
-    browser.find_element(By.LINK_TEXT, FAILING_ID).click()
+    _go(browser, browser.find_element(By.LINK_TEXT, FAILING_ID))
     text = _text(browser)
     assert f"Item {FAILING_ID}" in text and "citation=9 is outside 1..5" in text
-    browser.back()
+    _back(browser)
 
     # run -> item with ratings: final = median of samples; physicians beside it
-    browser.find_element(By.LINK_TEXT, "item-0000").click()
+    _go(browser, browser.find_element(By.LINK_TEXT, "item-0000"))
     _shot(browser, tmp_path, "3-item")
     cells = _row(browser, "table.scores", "Accurate")
     want = _final_median(s.db, s.single, "item-0000", "accurate")
@@ -127,6 +144,10 @@ def test_runs_run_item_discussion_compare(
     browser.get(f"{server.url}/runs/{s.magentic}/items/item-0000")
     text = _text(browser)
     assert "Discussion" in text and "ROUND 1" in text and "DECISION" in text
+    marks = [m.text for m in browser.find_elements(By.CSS_SELECTOR, "ol.chat li.mark")]
+    assert marks[0] == "BLIND ROUND: MEMBERS GRADE ALONE" and marks[-1] == "DECISION"
+    blind = browser.find_elements(By.CSS_SELECTOR, "ol.chat li.k-blind .agent")
+    assert sorted(b.text for b in blind) == ["high_scorer", "low_scorer"]
     agents = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "ol.chat .who .agent")]
     assert {"high_scorer", "low_scorer", "orchestrator"} <= set(agents)
     ledger = browser.find_element(By.CSS_SELECTOR, "details.ledger")
@@ -166,7 +187,7 @@ def test_runs_run_item_discussion_compare(
     for rid in (s.single, s.magentic):
         browser.find_element(By.CSS_SELECTOR, f"input[value='{rid}']").click()
     assert button.is_enabled()
-    button.click()
+    _go(browser, button)
     text = _text(browser)
     assert "Items, largest disagreement first" in text
     first = browser.find_element(By.CSS_SELECTOR, "table.cmp-items tbody tr td a").text
@@ -228,8 +249,8 @@ def test_doclens_prm_and_audit_pages(
     cite = browser.find_element(By.CSS_SELECTOR, "ol.sentences a.cite")
     target = cite.get_attribute("href").split("#", 1)[1]
     assert not browser.find_element(By.ID, target).is_displayed()
-    cite.click()
-    assert browser.find_element(By.ID, target).is_displayed()
+    cite.click()  # the page's script opens the <details> on hashchange
+    WebDriverWait(browser, 10).until(lambda d: d.find_element(By.ID, target).is_displayed())
     _shot(browser, tmp_path, "doclens")
 
     if s.prm is not None:
@@ -242,14 +263,14 @@ def test_doclens_prm_and_audit_pages(
         _shot(browser, tmp_path, "prm")
 
     browser.get(f"{server.url}/runs/{s.audit}/")
-    browser.find_element(By.PARTIAL_LINK_TEXT, "audit: vendors side by side").click()
+    _go(browser, browser.find_element(By.PARTIAL_LINK_TEXT, "audit: vendors side by side"))
     text = _text(browser)
     assert "Vendors side by side" in text and "Paired tests" in text
     headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "table.vendors th")]
     assert headers == ["attribute", "vendor_a", "vendor_b", "vendor_c"]
     link = browser.find_element(By.CSS_SELECTOR, "table.flagged a")
     flagged = link.text
-    link.click()
+    _go(browser, link)
     assert f"Item {flagged}" in _text(browser) and "audit flags" in _text(browser)
     _shot(browser, tmp_path, "audit")
 
@@ -267,16 +288,16 @@ def test_static_export_opens_from_disk(
         "return getComputedStyle(document.querySelector('header.top')).backgroundColor"
     )
     assert colour == "rgb(36, 41, 47)"
-    browser.find_element(By.LINK_TEXT, s.magentic).click()
+    _go(browser, browser.find_element(By.LINK_TEXT, s.magentic))
     assert f"Run {s.magentic}" in _text(browser)
-    browser.find_element(By.LINK_TEXT, "item-0001").click()
+    _go(browser, browser.find_element(By.LINK_TEXT, "item-0001"))
     assert "Discussion" in _text(browser) and browser.current_url.startswith("file://")
-    browser.find_element(By.LINK_TEXT, "Runs").click()
-    browser.find_element(By.PARTIAL_LINK_TEXT, " vs ").click()
+    _go(browser, browser.find_element(By.LINK_TEXT, "Runs"))
+    _go(browser, browser.find_element(By.PARTIAL_LINK_TEXT, " vs "))
     assert "Items, largest disagreement first" in _text(browser)
     browser.get((out / "index.html").as_uri())
-    browser.find_element(By.LINK_TEXT, s.single).click()
-    browser.find_element(By.LINK_TEXT, HOSTILE_ID).click()
+    _go(browser, browser.find_element(By.LINK_TEXT, s.single))
+    _go(browser, browser.find_element(By.LINK_TEXT, HOSTILE_ID))
     assert browser.find_element(By.CSS_SELECTOR, "div.summary").text == HOSTILE
     assert dialogs_fired(browser) == []
     _shot(browser, tmp_path, "export")
