@@ -185,6 +185,7 @@ def _litellm_client(settings: ModelSettings) -> ChatCompletionClient:
         api_key=key,
         api_version=settings.api_version,
         timeout=settings.timeout,
+        max_reply_bytes=settings.max_reply_bytes,
         **_sampling_args(settings),
     )
 

@@ -26,15 +26,29 @@ from tests.fake_openai import FakeOpenAIServer
 from tests.survival._hostile_server import HostileServer
 from tests.survival.conftest import make_config, run_in_process
 
-CLIENTS = ["direct", "autogen"]
+# (model, client): our direct client, autogen-ext's OpenAI client, and litellm's two kinds of
+# route (the openai SDK for OpenAI-compatible providers, its own httpx handler for others).
+CLIENTS = [
+    ("openai/local-judge", "direct"),
+    ("openai/local-judge", "autogen"),
+    ("litellm/openai/local-judge", "auto"),
+    ("litellm/anthropic/claude-judge", "auto"),
+]
+IDS = ["direct", "autogen", "litellm-openai", "litellm-anthropic"]
 CAP = 256 * 1024
 
 
-def _call(base_url: str, client: str, **settings: object) -> ProviderFault:
+@pytest.fixture(autouse=True)
+def _provider_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "not-a-real-key")  # litellm refuses to send without
+
+
+def _call(base_url: str, route: tuple[str, str], **settings: object) -> ProviderFault:
     """One chat call through the client clinjudge builds; the fault it ends with."""
-    model = ModelSettings(
-        model="openai/local-judge", base_url=base_url, client=client, timeout=20, **settings
-    )
+    name, client = route
+    if name.startswith("litellm/anthropic"):
+        base_url = base_url.removesuffix("/v1")  # litellm appends /v1/messages
+    model = ModelSettings(model=name, base_url=base_url, client=client, timeout=20, **settings)
     built = build_client(model, load_rubric("pdsqi9"))
 
     async def go() -> ProviderFault:
@@ -49,8 +63,8 @@ def _call(base_url: str, client: str, **settings: object) -> ProviderFault:
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-def test_redirect_is_refused_and_the_other_origin_gets_nothing(client: str) -> None:
+@pytest.mark.parametrize("client", CLIENTS, ids=IDS)
+def test_redirect_is_refused_and_the_other_origin_gets_nothing(client: tuple[str, str]) -> None:
     with FakeOpenAIServer() as elsewhere:
         target = elsewhere.base_url + "/chat/completions"
         with HostileServer("redirect", location=target) as hostile:
@@ -61,9 +75,9 @@ def test_redirect_is_refused_and_the_other_origin_gets_nothing(client: str) -> N
     assert not fault.retryable
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", CLIENTS, ids=IDS)
 @pytest.mark.parametrize("declare_length", [False, True])
-def test_reply_body_is_capped_while_reading(client: str, declare_length: bool) -> None:
+def test_reply_body_is_capped_while_reading(client: tuple[str, str], declare_length: bool) -> None:
     total = 200 * CAP  # 50 MiB offered
     with HostileServer("huge", body_bytes=total, declare_length=declare_length) as hostile:
         fault = _call(hostile.base_url, client, max_reply_bytes=CAP)
