@@ -53,13 +53,17 @@ def read_store(path: Path) -> Iterator[RunStore]:
         store.close()
 
 
-def file_version(path: Path) -> tuple[int, int]:
-    """Modification time and size: a key that changes whenever the database is written."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return (0, 0)
-    return (info.st_mtime_ns, info.st_size)
+def file_version(path: Path) -> tuple[int, int, int, int]:
+    """Modification times and sizes of the database and its WAL: a key that changes whenever
+    the database is written (a writer that died leaves its changes in the WAL)."""
+    stamps: list[int] = []
+    for candidate in (path, path.with_name(path.name + ".wal")):
+        try:
+            info = os.stat(candidate)
+            stamps += [info.st_mtime_ns, info.st_size]
+        except OSError:
+            stamps += [0, 0]
+    return (stamps[0], stamps[1], stamps[2], stamps[3])
 
 
 class ResultCache:

@@ -290,3 +290,25 @@ def test_runs_page_counts_items_like_runs_show(
             reference = run_summary(store, run["run_id"])
             assert run.get("items_ok", 0) == reference["items_ok"], run["run_id"]
             assert run.get("items_failed", 0) == reference["items_failed"], run["run_id"]
+
+
+def test_cached_run_summaries_follow_writes_to_the_database(
+    viewer_store: ViewerStore, tmp_path: Path
+) -> None:
+    import duckdb
+
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(viewer_store.db.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = TestClient(create_app(db, n_boot=20))
+    page = f"/runs/{viewer_store.single}/"
+    assert "invalid reply" in client.get(page).text
+    assert "a reason written later" not in client.get(page).text  # served from the cache
+    con = duckdb.connect(str(db))
+    con.execute(
+        "UPDATE samples SET error = 'a reason written later' WHERE run_id = ? AND status <> 'ok'",
+        [viewer_store.single],
+    )
+    con.close()
+    assert "a reason written later" in client.get(page).text
