@@ -290,5 +290,5 @@ def report_command(
             )
         except (StoreError, AuditError) as exc:
             fail(str(exc), EXIT_USAGE)
-    console.print(f"wrote {files.html} and {files.markdown}")
+    console.print(f"wrote {escape(str(files.html))} and {escape(str(files.markdown))}")
     typer.echo(str(files.html))

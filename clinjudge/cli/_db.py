@@ -42,7 +42,7 @@ def merge_command(
     for name, tally in sorted(summary.tables.items()):
         table.add_row(name, str(tally.added), str(tally.conflicts))
     console.print(table)
-    console.print(f"runs: {', '.join(summary.runs) or 'none'}")
+    console.print(f"runs: {escape(', '.join(summary.runs)) or 'none'}")
     if summary.conflicts:
         console.print(
             f"[yellow]{summary.conflicts} conflicting row(s): same key, different content; "

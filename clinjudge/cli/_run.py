@@ -167,7 +167,7 @@ def _print_estimate(estimate: DryRunEstimate, prepared: PreparedRun) -> None:
     table.add_row("estimated cost (upper bound)", cost)
     console.print(table)
     if estimate.note:
-        console.print(f"[yellow]note:[/] {estimate.note}")
+        console.print(f"[yellow]note:[/] {escape(estimate.note)}")
 
 
 def _execute(
@@ -253,7 +253,7 @@ def _finish(
     opened = contextlib.nullcontext(open_run_store) if open_run_store else open_store(store_path)
     with opened as store:
         if _already_complete(store, run_id, prepared):
-            console.print(f"run {run_id} is already complete: nothing left to do.")
+            console.print(f"run {escape(run_id)} is already complete: nothing left to do.")
         else:
             try:
                 with third_party_quiet():
@@ -263,7 +263,7 @@ def _finish(
             except KeyboardInterrupt:
                 console.print(
                     f"[yellow]Interrupted. Finished samples are stored; continue with:[/] "
-                    f"judge run --resume {run_id} --db {store_path}"
+                    f"judge run --resume {escape(run_id)} --db {escape(store_path)}"
                 )
                 raise typer.Exit(EXIT_INTERRUPTED) from None
             except (ModelConfigError, RunWriteError, CircuitBreakerOpen) as exc:

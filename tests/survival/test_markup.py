@@ -100,3 +100,19 @@ def test_audit_summary_prints_vendor_names_as_text(monkeypatch: pytest.MonkeyPat
     for shown in ("[/]vendor", "[bold]b[/bold]", "[/red]accurate", "[/]rule", "[/]enc", "[/]out"):
         assert shown in text, shown
     assert re.search(r"3\.00 \[2\.50, 3\.50\] n=4", text)
+
+
+def test_paths_with_markup_are_printed_as_text(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(1))
+    (tmp_path / "a[").mkdir()
+    db = str(tmp_path / "a[" / "]b.duckdb")  # prints as .../a[/]b.duckdb
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "--data", str(data), "--model", "mock/judge", "--db", db])
+    assert result.exit_code == 0, result.output
+    run_id = result.stdout.strip().splitlines()[0]
+    again = runner.invoke(app, ["run", "--resume", run_id, "--db", db])
+    assert again.exit_code == 0, again.output
+    out = tmp_path / "a[" / "]out.jsonl"
+    exported = runner.invoke(app, ["export", run_id, "--out", str(out), "--db", db])
+    assert exported.exit_code == 0, exported.output
+    assert "a[/]out.jsonl" in _plain(exported.output).replace(" ", "")
