@@ -328,16 +328,18 @@ class Viewer:
         """An audit run's vendors, paired tests and flagged items."""
         with self.reading() as store:
             try:
-                rid = store.get_run(run_id)["run_id"]
+                run, rubric = run_and_rubric(store, run_id)
             except StoreError as exc:
                 raise PageNotFound(str(exc)) from exc
+            rid = run["run_id"]
             audit = self._audit(store, rid)
-        if audit is None:
+        if audit is None or rubric is None:
             raise PageNotFound(f"run {rid} is not a vendor audit")
         return render(
             "audit.html",
             **self._common(links, f"Audit {rid}", audit["simulated"]),
             audit=audit,
+            charts=_vendor_charts(audit, rubric),
         )
 
     def message(self, links: Links, heading: str, text: str, *, refresh: int = 0) -> str:
@@ -350,6 +352,22 @@ class Viewer:
             refresh=refresh,
             kind="busy" if refresh else "error",
         )
+
+
+def _vendor_charts(audit: dict[str, Any], rubric: Any) -> list[tuple[str, Any]]:
+    """Per attribute: each vendor's mean with its bootstrap CI on the attribute's scale."""
+    charts = []
+    for attribute in rubric.attributes:
+        rows = []
+        for vendor in audit["vendors"]:
+            summary = audit["summaries"][vendor].get(attribute.key) or {}
+            ci = summary.get("ci95") or (None, None)
+            rows.append((vendor, summary.get("mean"), ci[0], ci[1]))
+        if any(r[1] is not None for r in rows):
+            lo, hi = float(attribute.min), float(attribute.max)
+            title = f"{attribute.name}: mean per vendor with 95% CI"
+            charts.append((attribute.name, forest(rows, title, lo=lo, hi=hi)))
+    return charts
 
 
 def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def forest(
         return label_w + (min(max(v, lo), hi) - lo) / (hi - lo) * plot_w
 
     body = []
-    for tick in (lo, (lo + hi) / 2, hi, 0.0):
+    for tick in sorted({lo, (lo + hi) / 2, hi, 0.0}):
         if lo <= tick <= hi:
             body.append(
                 f'<line x1="{x(tick):.1f}" y1="10" x2="{x(tick):.1f}" '
