@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, console, default_db, fail, open_store
+from clinjudge.cli._help import PANELS
 from clinjudge.cli._options import (
     BaseUrlOption,
     ConcurrencyOption,
@@ -51,6 +52,8 @@ from clinjudge.runs import (
     run_counts,
     write_audit_report,
 )
+
+_STATS = "Audit statistics"
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -122,13 +125,17 @@ def audit_command(
     data: Annotated[
         list[Path] | None,
         typer.Option(
+            rich_help_panel=PANELS.data,
             help="A vendor's outputs (repeat per vendor; the vendor is the file stem unless "
-            "records carry `vendor`), or one file whose records all carry `vendor`."
+            "records carry `vendor`), or one file whose records all carry `vendor`.",
         ),
     ] = None,
     run: Annotated[
         str | None,
-        typer.Option(help="Recompute statistics and report of an existing audit run (no judging)."),
+        typer.Option(
+            rich_help_panel=PANELS.data,
+            help="Recompute statistics and report of an existing audit run (no judging).",
+        ),
     ] = None,
     rubric: RubricOption = None,
     mode: ModeOption = None,
@@ -145,20 +152,41 @@ def audit_command(
     flag: Annotated[
         list[str] | None,
         typer.Option(
+            rich_help_panel=_STATS,
             help="Flag rule attribute<=V, >=V, ==V, <V or >V (repeatable); prm<P flags items whose "
             "lowest PRM step score is below P.",
             show_default="accurate<=2 and voice_summ>=1 where the rubric has them; prm<0.5 when "
             "the run used a PRM",
         ),
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="Write report.html + report.md here.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(rich_help_panel=PANELS.output, help="Write report.html + report.md here."),
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the whole result as JSON on stdout.")
+        bool,
+        typer.Option(
+            "--json",
+            rich_help_panel=PANELS.output,
+            help="Print the whole result as JSON on stdout.",
+        ),
     ] = False,
-    boot: Annotated[int, typer.Option(help="Bootstrap resamples for the CIs.")] = 2000,
-    seed: Annotated[int | None, typer.Option(help="Seed (examples and bootstrap).")] = None,
+    boot: Annotated[
+        int, typer.Option(rich_help_panel=_STATS, help="Bootstrap resamples for the CIs.")
+    ] = 2000,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=PANELS.sampling, show_default="0", help="Seed (examples and bootstrap)."
+        ),
+    ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Estimate tokens and cost; call nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            rich_help_panel=PANELS.output,
+            help="Estimate tokens and cost; call nothing.",
+        ),
     ] = False,
     db: DbOption = None,
     progress: ProgressOption = True,

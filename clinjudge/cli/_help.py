@@ -47,6 +47,10 @@ def tidy_help(command: Any) -> None:
             param.show_default = False
     # Panels in PANEL_ORDER whatever the order of the function's parameters.
     rank = {name: n for n, name in enumerate(PANEL_ORDER)}
-    command.params.sort(key=lambda p: rank.get(getattr(p, "rich_help_panel", None), -1))
+    def place(param: Any) -> int:
+        panel = getattr(param, "rich_help_panel", None)
+        return -1 if panel is None else rank.get(panel, len(PANEL_ORDER))
+
+    command.params.sort(key=place)
     for sub in getattr(command, "commands", {}).values():
         tidy_help(sub)

@@ -429,6 +429,7 @@ def run_command(
     max_consecutive_failures: Annotated[
         int | None,
         typer.Option(
+            rich_help_panel=LIMITS,
             min=0,
             show_default="10",
             help="Stop the run (resumable) after this many samples in a row fail with the same "

@@ -96,3 +96,15 @@ def test_version_and_help_import_no_heavy_library(args: list[str]) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("name", ["run", "audit"])
+def test_every_option_sits_in_a_named_panel(name: str) -> None:
+    command = COMMANDS[name].load(name)
+    loose = [p.name for p in command.params if not getattr(p, "rich_help_panel", None)]
+    if name == "run":
+        assert loose == []
+    text = _help(name)
+    options_panel = text[text.index("╭─ Options ─") :].split("╰")[0]
+    if name == "run":
+        assert "--help" in options_panel and options_panel.count(" --") == 1
