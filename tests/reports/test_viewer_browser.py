@@ -13,6 +13,7 @@ from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from clinjudge.reports import ViewerServer, export_site
+from clinjudge.reports._viewer_links import item_page_path
 from tests.browser_support import dialogs_fired
 from tests.cli._helpers import query
 from tests.reports._store import FAILING_ID, HOSTILE, HOSTILE_ID, HOSTILE_RATIONALE, ViewerStore
@@ -280,8 +281,8 @@ def test_static_export_opens_from_disk(
 ) -> None:
     s = viewer_store
     out = tmp_path / "site"
-    export_site(s.db, out, runs=[s.single, s.magentic], compares=[[s.single, s.magentic]],
-                n_boot=100)  # fmt: skip
+    export_site(s.db, out, runs=[s.single, s.magentic, s.doclens],
+                compares=[[s.single, s.magentic]], n_boot=100)  # fmt: skip
     browser.get((out / "index.html").as_uri())
     # The stylesheet loaded under the page's CSP (header bar colour from viewer.css).
     colour = browser.execute_script(
@@ -301,3 +302,8 @@ def test_static_export_opens_from_disk(
     assert browser.find_element(By.CSS_SELECTOR, "div.summary").text == HOSTILE
     assert dialogs_fired(browser) == []
     _shot(browser, tmp_path, "export")
+    # The package's script runs from disk too: a citation target opens its collapsed list.
+    browser.get((out / item_page_path(s.doclens, "dl-001")).as_uri() + "#unit-1")
+    WebDriverWait(browser, 10).until(
+        lambda d: d.execute_script("return document.getElementById('units').open")
+    )
