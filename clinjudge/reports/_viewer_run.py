@@ -154,13 +154,11 @@ def failure_groups(store: RunStore, run_id: str, examples: int = 5) -> list[dict
     )
 
 
-def _item_filter(show: str, reason: str | None) -> tuple[str, list[Any]]:
+def _item_filter(run_id: str, show: str, reason: str | None) -> tuple[str, list[Any]]:
+    """SQL narrowing a run's items to those with a failed sample (of a reason) or flags."""
     if show == "failed":
-        sql = (
-            "AND i.item_id IN (SELECT item_id FROM samples WHERE run_id = i.run_id "
-            "AND status <> 'ok'"
-        )
-        params: list[Any] = []
+        sql = "AND i.item_id IN (SELECT item_id FROM samples WHERE run_id = ? AND status <> 'ok'"
+        params: list[Any] = [run_id]
         if reason:
             sql += " AND coalesce(error, '(no reason recorded)') = ?"
             params.append(reason)
@@ -221,7 +219,7 @@ def item_rows(
     """
     if _steps_only(store, run_id):
         return _scored_items(store, run_id, page, per_page)
-    extra, params = _item_filter(show if show in ITEM_FILTERS else "all", reason)
+    extra, params = _item_filter(run_id, show if show in ITEM_FILTERS else "all", reason)
     has_flags = store.has_column("items", "flags")
     if not has_flags and show == "flagged":
         extra = "AND false"
