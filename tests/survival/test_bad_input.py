@@ -273,8 +273,8 @@ def test_bad_input_creates_no_database(case: Case, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "fragment"),
     [
-        (lambda d: d / "afile" / "x.duckdb", "Not a directory"),
-        (lambda d: d / "adir.duckdb", "Is a directory"),
+        (lambda d: d / "afile" / "x.duckdb", "is not a folder"),
+        (lambda d: d / "adir.duckdb", "is a folder, not a database file"),
         (lambda d: d / "garbage.duckdb", "not a valid DuckDB database file"),
     ],
     ids=["parent_is_a_file", "db_is_a_directory", "not_a_database"],
