@@ -32,7 +32,7 @@ from clinjudge.reports._viewer_run import (
 )
 from clinjudge.reports._viewer_runs import RUN_SORTS, runs_page
 from clinjudge.reports._viewer_store import ResultCache, file_version, read_store
-from clinjudge.reports._viewer_svg import forest
+from clinjudge.reports._viewer_svg import forest, histogram
 from clinjudge.runs import (
     AgreementError,
     AuditError,
@@ -223,7 +223,23 @@ class Viewer:
             [(name, b["icc3k"], *(b["icc3k_ci95"] or (None, None))) for name, b in rows],
             "ICC(3,k) of the judge against the physicians' median, with 95% CI",
         )
-        return {"agreement": agreement, "agreement_rows": rows, "agreement_chart": chart}
+        differences = []
+        for name in agreement["attributes"]:
+            counts = (agreement["per_attribute"].get(name) or {}).get("differences") or {}
+            if counts:
+                bins = sorted((float(k), n) for k, n in counts.items())
+                if all(k.is_integer() for k, _ in bins):  # show empty steps between values
+                    seen = dict(bins)
+                    steps = range(int(bins[0][0]), int(bins[-1][0]) + 1)
+                    bins = [(float(k), seen.get(float(k), 0)) for k in steps]
+                title = f"{name}: judge minus physicians' median"
+                differences.append((name, histogram([(f"{k:g}", n) for k, n in bins], title)))
+        return {
+            "agreement": agreement,
+            "agreement_rows": rows,
+            "agreement_chart": chart,
+            "difference_charts": differences,
+        }
 
     def _audit(self, store: RunStore, run_id: str) -> dict[str, Any] | None:
         try:

@@ -312,3 +312,27 @@ def test_cached_run_summaries_follow_writes_to_the_database(
     )
     con.close()
     assert "a reason written later" in client.get(page).text
+
+
+def test_run_page_draws_judge_minus_physician_differences(
+    client: TestClient, viewer_store: ViewerStore
+) -> None:
+    s = viewer_store
+    html = client.get(f"/runs/{s.single}/").text
+    svg = html.split('aria-label="accurate: judge minus physicians&#x27; median"')[1]
+    svg = svg.split("</svg>")[0]
+    # Reference: final judge score minus the median of the two physicians, per rated item.
+    finals = dict(query(s.db, "SELECT item_id, value FROM judgments WHERE run_id = ? AND final "
+                        "AND attribute = 'accurate'", [s.single]))  # fmt: skip
+    diffs: dict[float, int] = {}
+    for item in {r["item_id"] for r in s.ratings}:
+        humans = [
+            r["score"] for r in s.ratings if r["item_id"] == item and r["attribute"] == "accurate"
+        ]
+        if finals.get(item) is not None:
+            d = finals[item] - sum(humans) / len(humans)
+            diffs[d] = diffs.get(d, 0) + 1
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    for value, count in diffs.items():
+        label = f"{value:g}"
+        assert label in texts and str(count) in texts, (label, count, texts)
