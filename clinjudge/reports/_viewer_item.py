@@ -124,7 +124,7 @@ def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: 
         "SELECT * FROM items WHERE run_id = ? AND item_id = ?", [run["run_id"], item_id]
     )
     if not rows:
-        return _scored_only(store, run["run_id"], item_id)
+        return _scored_only(store, run["run_id"], item_id) if store.has_table("prm_steps") else {}
     row = rows[0]
     notes = _notes(row)
     anchors = {n["id"]: f"note-{n['id']}" for n in notes}
@@ -340,7 +340,8 @@ def item_page(store: RunStore, run: dict[str, Any], rubric: Rubric | None, item_
         "scores": scores,
         "humans": human_ratings(store, item_id),
         "calls": calls,
-        "claims": item_claims(store, run["run_id"], item_id),
-        "prm": item_prm_steps(store, run, item_id),
+        # Databases from older versions may lack the newer tables.
+        "claims": item_claims(store, run["run_id"], item_id) if store.has_table("claims") else [],
+        "prm": item_prm_steps(store, run, item_id) if store.has_table("prm_steps") else [],
         "claims_run": claims_run,
     }

@@ -170,6 +170,8 @@ def _item_filter(run_id: str, show: str, reason: str | None) -> tuple[str, list[
 
 def _steps_only(store: RunStore, run_id: str) -> bool:
     """A `judge prm score` run: step scores in ``prm_steps`` and no ``items`` rows."""
+    if not store.has_table("prm_steps"):
+        return False
     row = store.query(
         "SELECT (SELECT count(*) FROM (SELECT 1 FROM items WHERE run_id = ? LIMIT 1)) AS items, "
         "(SELECT count(*) FROM (SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1)) AS steps",

@@ -336,3 +336,29 @@ def test_run_page_draws_judge_minus_physician_differences(
     for value, count in diffs.items():
         label = f"{value:g}"
         assert label in texts and str(count) in texts, (label, count, texts)
+
+
+def test_a_database_from_an_older_version_still_opens(
+    viewer_store: ViewerStore, tmp_path: Path
+) -> None:
+    import duckdb
+
+    db = tmp_path / "old.duckdb"
+    db.write_bytes(viewer_store.db.read_bytes())
+    con = duckdb.connect(str(db))
+    con.execute("DROP TABLE prm_steps")
+    con.execute("DROP TABLE claims")
+    con.execute("ALTER TABLE items DROP COLUMN flags")
+    con.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = TestClient(create_app(db, n_boot=20))
+    s = viewer_store
+    for path in (
+        "/",
+        f"/runs/{s.single}/",
+        f"/runs/{s.single}/?show=flagged",
+        f"/runs/{s.single}/items/item-0000",
+        f"/runs/{s.magentic}/items/item-0001",
+    ):
+        assert client.get(path).status_code == 200, path  # fmt: skip
