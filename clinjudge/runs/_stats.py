@@ -7,6 +7,11 @@ Conventions:
   a missing value; Gwet's AC2 and the kappas take ``units x raters`` with NaN for missing.
 * Undefined statistics (a zero denominator, too few units) are NaN; callers turn them into
   ``None`` for JSON.
+* Bootstraps resample units with replacement. Every bootstrapped statistic here is a function
+  of per-unit sums, so a resample's statistic needs only ``weights @ per_unit`` (how often each
+  unit was drawn, times the per-unit quantities). The weights are streamed in fixed-size chunks
+  of resamples (:func:`bootstrap_chunks`), so memory is O(units + chunk x units), and the jobs
+  of one analysis block share one pass (:func:`run_bootstrap`).
 
 Formulas: Shrout & Fleiss (1979) and McGraw & Wong (1996) for the ICCs and their F-based
 confidence intervals; Krippendorff (2011, "Computing Krippendorff's alpha-reliability") for alpha
