@@ -145,6 +145,7 @@ def compare_runs(
     sort: str | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    cache: bool = True,
 ) -> Comparison:
     """Compare runs (judge configurations) on agreement, failures, cost and latency.
 
@@ -158,6 +159,8 @@ def compare_runs(
             latency, failures and differences lowest first; runs without a value go last.
         n_boot: Bootstrap resamples for each run's analysis.
         seed: Bootstrap seed.
+        cache: Reuse each run's analysis from the store's ``agreement_cache`` while its input
+            and settings are unchanged, and keep new ones there when the store is writable.
     """
     if sort is not None and sort not in SORT_COLUMNS:
         raise ValueError(
@@ -190,7 +193,7 @@ def compare_runs(
             "items": run["n_items"],
         }
         try:
-            agreement = agreement_for_run(store, rid, n_boot=n_boot, seed=seed)
+            agreement = agreement_for_run(store, rid, n_boot=n_boot, seed=seed, cache=cache)
         except AgreementError as exc:
             agreement = None
             errors[rid] = str(exc)

@@ -214,6 +214,9 @@ def test_compare_reuses_stored_agreement_until_its_input_changes(
         compare_runs(store, ids, n_boot=BOOT)
         compare_runs(store, ids, n_boot=BOOT)
     assert len(computed) == 8
+    with RunStore(db_path) as store:  # cache=False always computes
+        compare_runs(store, [runs["matched"]], n_boot=BOOT, cache=False)
+    assert len(computed) == 9
 
 
 def test_older_databases_gain_the_agreement_cache_on_open(tmp_path: Path) -> None:
