@@ -31,15 +31,15 @@ from clinjudge.cli._options import (
     ShardOption,
 )
 from clinjudge.cli._outcome import AllowFailuresOption, exit_on_failures, parse_allow_failures
-from clinjudge.cli._run import _finish, _merge, _print_estimate, prm_settings
+from clinjudge.cli._run import _finish, _print_estimate
 from clinjudge.judges import ModelConfigError
 from clinjudge.orchestration import (
     ConfigError,
-    build_config,
     create_run,
     estimate_run,
     load_config_file,
     prepare_audit,
+    run_config_from,
     workflow_for,
 )
 from clinjudge.personas import PersonaError
@@ -208,7 +208,8 @@ def audit_command(
             paths = [str(file_settings["data"])]
         if not paths:
             raise ConfigError("no input data: pass --data FILE once per vendor")
-        top = {
+        options = {
+            "config": config,
             "rubric": rubric,
             "mode": mode,
             "data": ",".join(paths),
@@ -220,10 +221,11 @@ def audit_command(
             "personas": personas,
             "max_cost": max_cost,
             "shard": shard,
+            "model": model,
+            "base_url": base_url,
+            "prm": prm,
         }
-        merged = _merge(file_settings, top, {"model": model, "base_url": base_url})
-        merged["prm"] = prm_settings(merged.get("prm"), {"model": prm})
-        run_config = build_config(str(config or "flags"), merged)
+        run_config = run_config_from(options, source=str(config or "flags"))
         prepared, audit_items = prepare_audit(run_config, paths, rules)
         for u in audit_items.unmatched:
             console.print(

@@ -97,13 +97,32 @@ def third_party_quiet() -> Iterator[None]:
             logger.propagate = propagate
 
 
+class _LibraryWarnings(logging.Handler):
+    """The library logs, the CLI prints: clinjudge's warnings reach the user on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.markup import escape
+
+        from clinjudge.cli._common import console
+
+        console.print(f"[yellow]{escape(record.getMessage())}[/]", soft_wrap=True)
+
+
 def configure_verbose(verbose: bool) -> None:
-    """Show clinjudge's debug log (third-party chatter included) on stderr.
+    """Show clinjudge's warnings on stderr, and with ``--verbose`` its debug log (third-party
+    chatter included).
 
     Args:
         verbose: Whether ``--verbose`` was given.
     """
+    root = logging.getLogger("clinjudge")
+    # One handler however often the app runs in a process (tests invoke it many times).
+    root.handlers = [h for h in root.handlers if not isinstance(h, _LibraryWarnings)]
     if not verbose:
+        handler = _LibraryWarnings(logging.WARNING)
+        root.addHandler(handler)
+        if root.level == logging.NOTSET or root.level > logging.WARNING:
+            root.setLevel(logging.WARNING)
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))

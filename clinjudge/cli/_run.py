@@ -11,12 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.markup import escape
 from rich.table import Table
 
 from clinjudge.cli._common import (
-    DB_ENV,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     console,
@@ -58,7 +56,6 @@ from clinjudge.orchestration import (
     RunConfig,
     RunTally,
     RunWriteError,
-    build_config,
     check_batch_config,
     create_run,
     estimate_batch_run,
@@ -66,17 +63,15 @@ from clinjudge.orchestration import (
     execute_batch_run,
     execute_run,
     is_batch_run,
-    load_config_file,
     load_stored_run,
     missing_work,
     prepare_run,
+    run_config_from,
     workflow_for,
 )
 from clinjudge.personas import PersonaError
 from clinjudge.rubrics import RubricError
 from clinjudge.runs import InputError, RunStore, StoreError, run_counts
-
-DEFAULT_MODEL_ENV = "CLINJUDGE_MODEL"
 
 # Help panels of `judge run` (the shared options in _options.py carry theirs).
 DATA, MODEL, SAMPLING, PANEL = PANELS.data, PANELS.model, PANELS.sampling, PANELS.panel
@@ -85,71 +80,6 @@ DOCLENS, PRM, LIMITS, OUTPUT = PANELS.doclens, PANELS.prm, PANELS.limits, PANELS
 _RUN_DEFAULTS = {k: str(f.default) for k, f in RunConfig.model_fields.items()}
 _JUDGE_DEFAULTS = {k: str(f.default) for k, f in ModelSettings.model_fields.items()}
 BATCH_POLL_SECONDS = 10.0
-FALLBACK_MODEL = "mock/judge"
-
-
-def _merge(config: dict[str, Any], top: dict[str, Any], judge: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(config)
-    merged.update({k: v for k, v in top.items() if v is not None})
-    judge_settings = dict(merged.get("judge") or {})
-    judge_settings.update({k: v for k, v in judge.items() if v is not None})
-    if "model" not in judge_settings:
-        judge_settings["model"] = os.environ.get(DEFAULT_MODEL_ENV) or FALLBACK_MODEL
-        if judge_settings["model"] == FALLBACK_MODEL:
-            console.print(
-                f"[yellow]No model given (--model, judge.model or ${DEFAULT_MODEL_ENV}): using "
-                f"the simulated {FALLBACK_MODEL} provider.[/]"
-            )
-    merged["judge"] = judge_settings
-    if not merged.get("db") and os.environ.get(DB_ENV):
-        merged["db"] = os.environ[DB_ENV]  # --db and the config file's db come first
-    return merged
-
-
-def _doclens_settings(
-    settings: dict[str, Any], nli: str | None, flags: list[str]
-) -> dict[str, Any]:
-    """The config's ``doclens`` section with ``--nli`` and ``--doclens KEY=VALUE`` on top
-    (values are validated with the settings model)."""
-    merged = dict(settings)
-    for flag in flags:
-        key, sep, value = flag.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--doclens {flag!r}: expected KEY=VALUE, e.g. citation_base=1")
-        # YAML scalars, as in the config file: 1 is a number, false a boolean, zero a string.
-        merged[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else None
-    if nli is not None:
-        merged["nli_model"] = nli
-    return merged
-
-
-def prm_settings(settings: Any, flags: dict[str, Any]) -> dict[str, Any] | None:
-    """The config's ``prm`` section (a mapping, or just the model) with the --prm flags on top."""
-    merged = {"model": settings} if isinstance(settings, str) else dict(settings or {})
-    merged.update({k: v for k, v in flags.items() if v is not None})
-    if merged and "model" not in merged:
-        raise ConfigError(
-            "--prm-preset/--prm-url/--prm-device/--prm-section need --prm MODEL (or prm.model)"
-        )
-    return merged or None
-
-
-def _role_models(roles: dict[str, Any], flags: list[str], judge: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``--role-model AGENT=MODEL`` flags into the config's roles.
-
-    A flag gives the agent the judge's settings with another model (and the judge's base URL
-    only when the provider is the same).
-    """
-    merged = dict(roles)
-    for flag in flags:
-        agent, sep, model = flag.partition("=")
-        if not sep or not agent.strip() or not model.strip():
-            raise ConfigError(f"--role-model {flag!r}: expected AGENT=provider/model")
-        settings = {**judge, **dict(merged.get(agent.strip()) or {}), "model": model.strip()}
-        if model.split("/", 1)[0] != str(judge.get("model", "")).split("/", 1)[0]:
-            settings.pop("base_url", None)
-        merged[agent.strip()] = settings
-    return merged
 
 
 def _print_estimate(estimate: DryRunEstimate, prepared: PreparedRun) -> None:
@@ -591,59 +521,52 @@ def run_command(
             if resume:
                 _resume(resume, db, progress, max_cost, batch_poll, allow_failures)
                 return
-            file_settings = load_config_file(config) if config else {}
-            top = {
-                "rubric": rubric,
-                "mode": mode,
-                "data": str(data) if data else None,
-                "samples": samples,
-                "shots": shots,
-                "seed": seed,
-                "concurrency": concurrency,
-                "db": db,
-                "name": name,
-                "max_repairs": max_repairs,
-                "explanations": explanations,
-                "shot_pool": str(shot_pool) if shot_pool else None,
-                "personas": personas,
-                "rounds": rounds,
-                "max_turns": max_turns,
-                "max_stalls": max_stalls,
-                "blind_first_round": blind_first_round,
-                "planning": planning,
-                "panel_aggregate": panel_aggregate,
-                "max_cost": max_cost,
-                "max_consecutive_failures": max_consecutive_failures,
-                "shard": shard,
-                "cache": cache,
-            }
-            judge = {
-                "model": model,
-                "base_url": base_url,
-                "temperature": temperature,
-                "top_p": top_p,
-                "max_tokens": max_tokens,
-                "reasoning_effort": reasoning_effort,
-                "timeout": timeout,
-                "rpm": rpm,
-                "tpm": tpm,
-            }
-            merged = _merge(file_settings, top, judge)
-            merged["doclens"] = _doclens_settings(merged.get("doclens") or {}, nli, doclens or [])
-            merged["prm"] = prm_settings(
-                merged.get("prm"),
+            run_config = run_config_from(
                 {
-                    "model": prm,
-                    "preset": prm_preset,
-                    "url": prm_url,
-                    "device": prm_device,
-                    "section": prm_section,
+                    "config": config,
+                    "rubric": rubric,
+                    "mode": mode,
+                    "data": data,
+                    "samples": samples,
+                    "shots": shots,
+                    "seed": seed,
+                    "concurrency": concurrency,
+                    "db": db,
+                    "name": name,
+                    "max_repairs": max_repairs,
+                    "explanations": explanations,
+                    "shot_pool": shot_pool,
+                    "personas": personas,
+                    "rounds": rounds,
+                    "max_turns": max_turns,
+                    "max_stalls": max_stalls,
+                    "blind_first_round": blind_first_round,
+                    "planning": planning,
+                    "panel_aggregate": panel_aggregate,
+                    "max_cost": max_cost,
+                    "max_consecutive_failures": max_consecutive_failures,
+                    "shard": shard,
+                    "cache": cache,
+                    "model": model,
+                    "base_url": base_url,
+                    "temperature": temperature,
+                    "top_p": top_p,
+                    "max_tokens": max_tokens,
+                    "reasoning_effort": reasoning_effort,
+                    "timeout": timeout,
+                    "rpm": rpm,
+                    "tpm": tpm,
+                    "nli": nli,
+                    "doclens": doclens or [],
+                    "prm": prm,
+                    "prm_preset": prm_preset,
+                    "prm_url": prm_url,
+                    "prm_device": prm_device,
+                    "prm_section": prm_section,
+                    "role_model": role_model or [],
                 },
+                source=str(config or "flags"),
             )
-            merged["roles"] = _role_models(
-                merged.get("roles") or {}, role_model or [], merged["judge"]
-            )
-            run_config = build_config(str(config or "flags"), merged)
             if batch:
                 check_batch_config(run_config, credentials=not dry_run)
             prepared = limit_items(prepare_run(run_config), limit, shuffle)

@@ -403,7 +403,7 @@ async def execute_run_async(
     if tally.budget_exhausted:
         # Not finalized: the run is resumable and its final scores wait for the missing samples.
         store.set_run_status(run_id, "budget_exhausted")
-        logger.warning(
+        logger.info(
             "budget of $%.4f reached after $%.4f: %d samples not started; resume run %s "
             "(each resume may spend up to its own budget)",
             config.max_cost,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ def one_sample_cost(tmp_path: Path, srv: FakeOpenAIServer) -> float:
 
 
 def test_budget_stops_early_and_resume_finishes(tmp_path: Path, caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="clinjudge")
     with FakeOpenAIServer(latency=0.02) as srv:
         per_sample = one_sample_cost(tmp_path, srv)
         data = write_jsonl(tmp_path / "items.jsonl", make_items(20))
