@@ -150,7 +150,7 @@ def shard_of(item_id: str, n: int) -> int:
 
 
 # Settings that may differ between the machines running the shards of one run.
-_PER_MACHINE = ("shard", "db", "data", "concurrency")
+_PER_MACHINE = ("shard", "db", "data", "concurrency", "max_consecutive_failures")
 
 
 def sharded_run_id(config: RunConfig, items: list[Item]) -> str:
@@ -428,16 +428,9 @@ def execute_run(
 ) -> RunTally:
     """Produce every missing sample of a run, then write the final per-item scores.
 
-    Ctrl-C or SIGTERM stops the run cleanly: finished samples are stored, the run is marked
-    ``interrupted`` and ``KeyboardInterrupt`` propagates. Needs a thread without a running event
-    loop; use :func:`execute_run_async` inside one.
-
-    Args:
-        store: The run store.
-        run_id: The run.
-        prepared: The run's config, rubric, items and shots.
-        show_progress: Draw a progress bar.
-        model: A prepared judge model (tests inject one); built from the config otherwise.
+    The synchronous form of :func:`execute_run_async` (same arguments), for a thread without a
+    running event loop. Ctrl-C or SIGTERM stops the run cleanly: finished samples are stored,
+    the run is marked ``interrupted`` and ``KeyboardInterrupt`` propagates.
     """
     coroutine = execute_run_async(
         store, run_id, prepared, show_progress=show_progress, model=model, handle_sigterm=True
