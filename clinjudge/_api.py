@@ -393,14 +393,7 @@ def audit(
 ) -> AuditResult:
     """Audit vendors: one judge configuration over every vendor's outputs, then statistics.
 
-    Args:
-        vendors: One file per vendor (the vendor is the file stem unless records carry
-            ``vendor``), or one file whose records all carry ``vendor``.
-        rules: Flag rules such as ``accurate<=2`` (default: those that apply to the rubric).
-        report_dir: Write report.html and report.md here.
-        n_boot: Bootstrap resamples for the confidence intervals.
-        progress: Draw a progress bar on stderr.
-        **options: The settings of ``judge run`` by name (see :func:`evaluate`).
+    The synchronous form of :func:`audit_async` (same arguments); works inside a running loop.
     """
     coroutine = audit_async(
         vendors, rules=rules, report_dir=report_dir, n_boot=n_boot, progress=progress, **options

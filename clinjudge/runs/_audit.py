@@ -27,12 +27,10 @@ from clinjudge.rubrics import Item, Rubric, ScaleKind
 from clinjudge.runs._aggregate import FINAL_AGENT
 from clinjudge.runs._agreement_run import run_rubric
 from clinjudge.runs._html_report import (
-    _CSS,
     SIMULATED_TEXT,
     ReportFiles,
     _banner,
     _Doc,
-    _esc,
     _svg,
     _Table,
     _text,
@@ -42,6 +40,7 @@ from clinjudge.runs._html_report import (
     fmt_p,
     fmt_seconds,
     fmt_usd,
+    html_page,
 )
 from clinjudge.runs._inputs import InputError, check_rubric_inputs, read_records, validate_records
 from clinjudge.runs._report import flagged_items
@@ -791,14 +790,8 @@ def render_audit_report(audit: dict[str, Any]) -> tuple[str, str]:
     doc.para("Time is the sum of the model calls' latencies of the vendor's items.", "note")
     doc.heading(2, "Notes")
     doc.notes(audit["notes"])
-    html_text = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>"
-        + "\n".join(doc.html)
-        + "</body></html>\n"
-    )
-    return html_text, "\n".join(doc.md)
+    # One page shell for every report: the same CSP (no script, nothing fetched) as run reports.
+    return html_page(title, doc.html), "\n".join(doc.md)
 
 
 def write_audit_report(audit: dict[str, Any], out_dir: str | Path) -> ReportFiles:

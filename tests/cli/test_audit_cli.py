@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -97,7 +98,15 @@ def test_audit_report_is_self_contained_with_banner(
     html_text = (out / "report.html").read_text()
     md_text = (out / "report.md").read_text()
     assert 'class="banner"' in html_text and "SIMULATED" in md_text
-    assert "<svg" in html_text and "<script" not in html_text and "http" not in html_text
+    assert "<svg" in html_text and "<script" not in html_text and "http" not in html_text.replace(
+        'http-equiv="Content-Security-Policy"', ""
+    )
+    # The same policy as run reports: no script at all, nothing fetched.
+    policy = html_text.split('http-equiv="Content-Security-Policy" content="', 1)[1].split('"')[0]
+    policy = html.unescape(policy)
+    assert "default-src 'none'" in policy and "script-src" not in policy.replace(
+        "script-src 'none'", ""
+    )
     for heading in ("Scores per vendor", "Paired comparisons", "Flagged items", "Unmatched"):
         assert heading in html_text and heading in md_text
     assert "demo-005" in md_text and audit["run_id"] in md_text
