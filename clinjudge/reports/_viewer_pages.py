@@ -397,7 +397,7 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
         "flags": flag_counts(store, rid),
         "has_vendor": has_vendors(store, rid),
         "is_audit": is_audit_run(store, rid),
-        "doclens": (doclens_report(store, rid) or {}).get("sections"),
+        "doclens": (doclens_report(store, rid) or {}).get("pooled"),
     }
 
 

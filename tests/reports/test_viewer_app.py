@@ -362,3 +362,20 @@ def test_a_database_from_an_older_version_still_opens(
         f"/runs/{s.magentic}/items/item-0001",
     ):
         assert client.get(path).status_code == 200, path  # fmt: skip
+
+
+def test_doclens_run_page_shows_the_pooled_metrics_per_section(
+    client: TestClient, viewer_store: ViewerStore
+) -> None:
+    page = client.get(f"/runs/{viewer_store.doclens}/").text
+    # Expected from the stored claims, counted independently of the report code.
+    rows = query(
+        viewer_store.db,
+        "SELECT count(*) FILTER (WHERE verdict = 'entailed'), count(*) FROM claims "
+        "WHERE run_id = ? AND kind = 'recall' AND agent = 'judge'",
+        [viewer_store.doclens],
+    )
+    entailed, total = rows[0]
+    assert total > 0
+    assert "claim_recall" in page and "total" in page
+    assert f"{entailed / total:.3f}" in page
