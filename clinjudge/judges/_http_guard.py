@@ -7,13 +7,14 @@ reply is read, for our aiohttp client and for the httpx clients handed to the SD
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
 import httpx
 
-from clinjudge.judges._faults import redirect_fault, reply_too_large
+from clinjudge.judges._faults import ProviderFault, redirect_fault, reply_too_large
 
 DEFAULT_MAX_REPLY_BYTES = 8 * 1024 * 1024
 _CHUNK = 64 * 1024
@@ -47,17 +48,46 @@ async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
 
 
 class _CappedStream(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, limit: int):
+    """The body, decompressed here when gzip or deflate, never more than ``limit`` bytes of it.
+
+    Decompressing here (not in httpx) bounds the output too, so a small compressed body that
+    expands to gigabytes fails at the limit like any other.
+    """
+
+    def __init__(self, inner: Any, limit: int, encoding: str):
         self._inner = inner
         self._limit = limit
+        wbits = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 47}
+        self._inflate = zlib.decompressobj(wbits[encoding]) if encoding in wbits else None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         size = 0
-        async for chunk in self._inner:
-            size += len(chunk)
-            if size > self._limit:
+        async for raw in self._inner:
+            for chunk in self._decoded(raw):
+                size += len(chunk)
+                if size > self._limit:
+                    raise reply_too_large(self._limit)
+                yield chunk
+        if self._inflate is not None:
+            tail = self._inflate.flush()
+            if size + len(tail) > self._limit:
                 raise reply_too_large(self._limit)
-            yield chunk
+            yield tail
+
+    def _decoded(self, raw: bytes) -> Iterator[bytes]:
+        if self._inflate is None:
+            yield raw
+            return
+        data = raw
+        while data:
+            try:
+                out = self._inflate.decompress(data, self._limit + 1)
+            except zlib.error as exc:
+                raise ProviderFault(
+                    f"malformed response: bad compressed body ({exc})", retryable=True
+                ) from exc
+            yield out
+            data = self._inflate.unconsumed_tail
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -79,11 +109,24 @@ def httpx_response_guard(limit: int) -> Callable[[httpx.Response], Awaitable[Non
         declared = _declared_length(response.headers)
         if declared is not None and declared > limit:
             raise reply_too_large(limit)
-        response.stream = _CappedStream(response.stream, limit)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in {"identity", "", "gzip", "x-gzip", "deflate"}:
+            raise ProviderFault(
+                f"malformed response: unsupported content-encoding {encoding[:40]!r}",
+                retryable=False,
+            )
+        # Decoded here, capped on both sides of decompression; httpx must not decode again.
+        response.headers.pop("content-encoding", None)
+        response.stream = _CappedStream(response.stream, limit, encoding)
 
     return guard
 
 
 def guarded_httpx_args(limit: int) -> dict[str, Any]:
     """Keyword arguments for an ``httpx.AsyncClient`` (or subclass) used for model calls."""
-    return {"follow_redirects": False, "event_hooks": {"response": [httpx_response_guard(limit)]}}
+    return {
+        "follow_redirects": False,
+        "event_hooks": {"response": [httpx_response_guard(limit)]},
+        # Only encodings the guard can decode with a bound on the output.
+        "headers": {"Accept-Encoding": "gzip, deflate"},
+    }

@@ -95,11 +95,14 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
                 ),
             )
         if provider in _HTTP_HANDLER_PROVIDERS:
-            return AsyncHTTPHandler(
+            handler = AsyncHTTPHandler(
                 timeout=timeout,
                 event_hooks={"response": [httpx_response_guard(self._max_reply_bytes)]},
                 follow_redirects=False,
             )
+            # Only encodings the guard decodes with a bound on the output.
+            handler.client.headers["Accept-Encoding"] = "gzip, deflate"
+            return handler
         return None
 
     async def _complete(

@@ -5,17 +5,37 @@ Standard library only, bound to 127.0.0.1. Each ``POST`` is answered according t
 * ``redirect``: ``307`` with ``Location: <location>`` (a redirect to another origin);
 * ``huge``: ``200`` JSON-looking body of ``body_bytes`` bytes, chunked (no Content-Length)
   unless ``declare_length``; ``bytes_sent`` counts what the client actually took;
-* ``html``: ``200 text/html`` page, like a captive portal or a proxy's error page.
+* ``html``: ``200 text/html`` page, like a captive portal or a proxy's error page;
+* ``gzip_bomb``: ``200`` gzip body of ``body_bytes`` zeros once decompressed (about 1000 times
+  smaller on the wire), with ``Content-Encoding: gzip``;
+* ``gzip_completion``: an ordinary chat completion, gzip-compressed (what real providers send).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-Mode = Literal["redirect", "huge", "html"]
+Mode = Literal["redirect", "huge", "html", "gzip_bomb", "gzip_completion"]
+COMPLETION = {
+    "id": "chatcmpl-gz",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "local-judge",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "compressed hello"},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+}
 HTML_PAGE = b"<!doctype html><html><body><h1>Sign in to the guest network</h1></body></html>"
 
 
@@ -34,6 +54,16 @@ class _Handler(BaseHTTPRequestHandler):
             host.requests += 1
         if host.mode == "redirect":
             self._head(307, {"Location": host.location, "Content-Length": "0"})
+        elif host.mode in ("gzip_bomb", "gzip_completion"):
+            body = (
+                _bomb(host.body_bytes)
+                if host.mode == "gzip_bomb"
+                else gzip.compress(json.dumps(COMPLETION).encode())
+            )
+            headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+            self._head(200, {**headers, "Content-Length": str(len(body))})
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
         elif host.mode == "html":
             self._head(200, {"Content-Type": "text/html", "Content-Length": str(len(HTML_PAGE))})
             self.wfile.write(HTML_PAGE)
@@ -67,6 +97,13 @@ class _Handler(BaseHTTPRequestHandler):
                     host.bytes_sent = sent
             if not host.declare_length:
                 self.wfile.write(b"0\r\n\r\n")
+
+
+def _bomb(size: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"0" * (1 << 20)
+    parts = [packer.compress(block) for _ in range(size // len(block))]
+    return b"".join(parts) + packer.flush()
 
 
 class _Server(ThreadingHTTPServer):

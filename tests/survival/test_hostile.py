@@ -36,6 +36,7 @@ CLIENTS = [
 ]
 IDS = ["direct", "autogen", "litellm-openai", "litellm-anthropic"]
 CAP = 256 * 1024
+RUBRIC = load_rubric("pdsqi9")
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +87,30 @@ def test_reply_body_is_capped_while_reading(client: tuple[str, str], declare_len
     assert not fault.retryable
     # Socket buffers let the server write ahead of the reader, but far from the whole body.
     assert sent < total // 4, sent
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=IDS)
+def test_compressed_reply_is_capped_after_decompression(client: tuple[str, str]) -> None:
+    with HostileServer("gzip_bomb", body_bytes=64 << 20) as hostile:  # ~64 KiB on the wire
+        fault = _call(hostile.base_url, client, max_reply_bytes=CAP)
+    assert "reply too large" in fault.reason and not fault.retryable
+
+
+@pytest.mark.parametrize("client", CLIENTS[:3], ids=IDS[:3])
+def test_ordinary_compressed_reply_still_works(client: tuple[str, str]) -> None:
+    name, kind = client
+    model = ModelSettings(model=name, base_url="", client=kind, timeout=20, max_reply_bytes=CAP)
+    with HostileServer("gzip_completion") as hostile:
+        built = build_client(model.model_copy(update={"base_url": hostile.base_url}), RUBRIC)
+
+        async def go() -> str:
+            try:
+                result = await built.create([UserMessage(content="hi", source="user")])
+            finally:
+                await built.close()
+            return str(result.content)
+
+        assert asyncio.run(go()) == "compressed hello"
 
 
 def test_default_cap_is_a_few_megabytes() -> None:
