@@ -18,12 +18,13 @@ from typing import Any
 
 from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind, alias_forms, normalise_key
 
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.IGNORECASE | re.DOTALL)
+_THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
 _OPEN_THINK = re.compile(r"^\s*<(think|thinking|reasoning)>", re.IGNORECASE)
 _CLOSE_THINK = re.compile(r"</(think|thinking|reasoning)>", re.IGNORECASE)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 _BARE_WORDS = re.compile(r":\s*(NA|N/A|None|nan|True|False)(\s*[,}])")
-_NUMBER_TEXT = re.compile(r"^\s*(-?\d+(?:\.0+)?)\s*(?:/\s*\d+)?\s*(?:[-:(].*)?$", re.DOTALL)
+# Possessive runs of spaces: a long run followed by junk must not backtrack quadratically.
+_NUMBER_TEXT = re.compile(r"^\s*+(-?\d+(?:\.0+)?)\s*+(?:/\s*+\d+)?\s*+(?:[-:(].*)?$", re.DOTALL)
 _NULL_WORDS = {"na", "n/a", "n.a.", "null", "none", "not applicable", "not_applicable", ""}
 _YES_NO = {"yes": 1, "y": 1, "true": 1, "present": 1, "no": 0, "n": 0, "false": 0, "absent": 0}
 _SCORE_FIELDS = ("score", "value", "grade", "rating", "answer")
@@ -53,8 +54,35 @@ class ParsedJudgment:
     coerced: dict[str, int] = field(default_factory=dict)
 
 
+_THINK_CLOSE = {
+    name: re.compile(rf"</{name}>", re.IGNORECASE) for name in ("think", "thinking", "reasoning")
+}
+
+
+def _remove_closed_blocks(text: str) -> str:
+    """Drop every closed ``<think>…</think>`` block (and its kin) in one pass.
+
+    Linear on hostile replies: a tag name whose closing tag is missing after some point is never
+    searched for again, where a lazy regex would rescan the rest of the text for every opener.
+    """
+    kept: list[str] = []
+    position, unclosed = 0, set()
+    for opener in _THINK_OPEN.finditer(text):
+        name = opener.group(1).lower()
+        if opener.start() < position or name in unclosed:
+            continue
+        closer = _THINK_CLOSE[name].search(text, opener.end())
+        if closer is None:
+            unclosed.add(name)
+            continue
+        kept += [text[position : opener.start()], " "]
+        position = closer.end()
+    kept.append(text[position:])
+    return "".join(kept)
+
+
 def _strip_reasoning(text: str) -> str:
-    stripped = _THINK.sub(" ", text)
+    stripped = _remove_closed_blocks(text)
     closers = list(_CLOSE_THINK.finditer(stripped))
     if closers:
         # A closing tag without its opening one: the chat template opened the reasoning block
