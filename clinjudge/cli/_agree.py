@@ -15,15 +15,19 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail, open_store, stdout
+from clinjudge.cli._common import (
+    EXIT_USAGE,
+    DocLensCompatOption,
+    StoreDbOption,
+    console,
+    fail,
+    open_store,
+    stdout,
+)
 from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
     SORT_COLUMNS,
-    AgreementError,
-    AuditError,
-    InputError,
-    StoreError,
     agreement_for_file,
     agreement_for_run,
     block_summary,
@@ -157,11 +161,8 @@ def agree_command(
     if ratings is not None:
         if runs:
             fail("give either runs or --ratings FILE, not both", EXIT_USAGE)
-        try:
-            with _quiet_numerics():
-                result = agreement_for_file(str(ratings), judge=judge, n_boot=boot, seed=seed)
-        except (InputError, AgreementError, ValueError) as exc:
-            fail(str(exc), EXIT_USAGE)
+        with _quiet_numerics():
+            result = agreement_for_file(str(ratings), judge=judge, n_boot=boot, seed=seed)
         _dump(result)
         return
     if judge is not None:
@@ -171,11 +172,8 @@ def agree_command(
     results = []
     with open_store(db, read_only=True) as store:
         for run_id in runs:
-            try:
-                with _quiet_numerics():
-                    results.append(agreement_for_run(store, run_id, n_boot=boot, seed=seed))
-            except (StoreError, AgreementError) as exc:
-                fail(str(exc), EXIT_USAGE)
+            with _quiet_numerics():
+                results.append(agreement_for_run(store, run_id, n_boot=boot, seed=seed))
     if as_json:
         _dump(results[0] if len(results) == 1 else results)
         return
@@ -209,11 +207,8 @@ def compare_command(
     if sort is not None and sort not in SORT_COLUMNS:
         fail(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}", EXIT_USAGE)
     with open_store(db, read_only=not _keeps_cache(db)) as store:
-        try:
-            with _quiet_numerics():
-                comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
-        except StoreError as exc:
-            fail(str(exc), EXIT_USAGE)
+        with _quiet_numerics():
+            comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
     if as_json:
         _dump({"runs": comparison.rows, "notes": comparison.notes})
         return
@@ -261,8 +256,8 @@ def report_command(
         list[str] | None,
         typer.Option(
             help="Flag rule attribute<=V, >=V, ==V, <V or >V (repeatable); prm<P flags items whose "
-            "lowest PRM step score is below P. Default: those of accurate<=2, voice_summ>=1 and "
-            "prm<0.5 that the rubric has."
+            "lowest PRM step score is below P. Default: those of accurate<=2 and voice_summ>=1 "
+            "that the rubric has, and prm<0.5 when the run has PRM step scores."
         ),
     ] = None,
     max_items: Annotated[
@@ -271,24 +266,23 @@ def report_command(
             min=0, help="Rows of the per-item table (0: every item; counts always cover all)."
         ),
     ] = DEFAULT_MAX_ITEMS,
+    doclens_compat: DocLensCompatOption = None,
 ) -> None:
     """Write report.html (self-contained, inline SVG charts) and report.md: final scores per
     attribute, failures, flags and items, and agreement where physicians' ratings exist."""
     if not compare and len(runs) != 1:
         fail("a run report takes one run; add --compare to compare several", EXIT_USAGE)
     with open_store(db, read_only=not _keeps_cache(db)) as store:
-        try:
-            files = write_report(
-                store,
-                runs,
-                out,
-                compare=compare,
-                n_boot=boot,
-                seed=seed,
-                flag_rules=list(flag) if flag else None,
-                max_items=max_items or None,
-            )
-        except (StoreError, AuditError) as exc:
-            fail(str(exc), EXIT_USAGE)
+        files = write_report(
+            store,
+            runs,
+            out,
+            compare=compare,
+            n_boot=boot,
+            seed=seed,
+            flag_rules=list(flag) if flag else None,
+            max_items=max_items or None,
+            doclens_compat=doclens_compat,
+        )
     console.print(f"wrote {escape(str(files.html))} and {escape(str(files.markdown))}")
     typer.echo(str(files.html))

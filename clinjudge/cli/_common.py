@@ -57,3 +57,13 @@ def open_store(path: str, *, read_only: bool = False) -> RunStore:
         return RunStore(path, read_only=read_only)
     except StoreError as exc:
         fail(str(exc), EXIT_USAGE)
+
+
+DocLensCompatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--doclens-compat",
+        help="DocLens scores by clinjudge's rules or the official evaluator's arithmetic "
+        "(clinjudge or official; default: the run's own doclens.compat).",
+    ),
+]

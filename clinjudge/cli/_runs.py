@@ -12,6 +12,7 @@ from rich.table import Table
 
 from clinjudge.cli._common import (
     EXIT_USAGE,
+    DocLensCompatOption,
     StoreDbOption,
     console,
     fail,
@@ -36,14 +37,6 @@ from clinjudge.runs import (
 )
 
 runs_app = typer.Typer(help="List, inspect, rename and delete stored runs.", no_args_is_help=True)
-DocLensCompatOption = Annotated[
-    str | None,
-    typer.Option(
-        "--doclens-compat",
-        help="DocLens scores by clinjudge's rules or the official evaluator's arithmetic "
-        "(clinjudge or official; default: the run's own doclens.compat).",
-    ),
-]
 
 
 @runs_app.command("list")
@@ -289,10 +282,7 @@ def export_command(
 ) -> None:
     """Export judgments (one row per item_id, sample, agent, attribute), discussions, DocLens
     claims or scores, or PRM steps; the file appears only once it is complete."""
-    try:
-        fmt = infer_format(out, fmt)
-    except ValueError as exc:
-        fail(str(exc), EXIT_USAGE)
+    fmt = infer_format(out, fmt)
     if table not in EXPORT_TABLES:
         fail(f"unknown table {table!r}; choose one of {', '.join(EXPORT_TABLES)}", EXIT_USAGE)
     if out.exists() and not force:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from clinjudge import __version__
+from clinjudge.errors import UserError
 from clinjudge.rubrics import Item, Rubric, ScaleKind
 from clinjudge.runs._aggregate import FINAL_AGENT
 from clinjudge.runs._agreement_run import run_rubric
@@ -66,7 +67,7 @@ _RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\
 Scores = dict[str, dict[str, dict[str, float | None]]]
 
 
-class AuditError(ValueError):
+class AuditError(UserError):
     """An audit cannot be prepared or computed (bad rule, not an audit run, ...)."""
 
 
@@ -227,7 +228,8 @@ def default_flag_rules(rubric: Rubric, prm_used: bool = True) -> list[str]:
     return [rule for rule in DEFAULT_FLAG_RULES if parse_flag_rule(rule).attribute in usable]
 
 
-def _has_prm_steps(store: RunStore, run_id: str) -> bool:
+def has_prm_steps(store: RunStore, run_id: str) -> bool:
+    """Whether a run stored PRM step scores (then ``prm<...`` flag rules apply)."""
     if not store.has_table("prm_steps"):
         return False
     return bool(store.query("SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1", [run_id]))
@@ -481,7 +483,7 @@ def audit_for_run(
     rid = run["run_id"]
     rubric = run_rubric(run)
     if rules is None:
-        rules = default_flag_rules(rubric, prm_used=_has_prm_steps(store, rid))
+        rules = default_flag_rules(rubric, prm_used=has_prm_steps(store, rid))
     parsed = [parse_flag_rule(r, rubric) for r in rules]
     rows = _audit_rows(store, rid)
     if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):

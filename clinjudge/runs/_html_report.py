@@ -250,6 +250,7 @@ class _ScoreOptions:
     flag_rules: Sequence[str] | None
     max_items: int | None
     full: bool
+    doclens_compat: str | None = None
 
 
 def _run_section(
@@ -275,6 +276,7 @@ def _run_section(
         flag_rules=options.flag_rules,
         max_items=options.max_items,
         full=options.full,
+        doclens_compat=options.doclens_compat,
     )
     doc.heading(3, "Agreement with physicians")
     if agreement is None:
@@ -317,6 +319,7 @@ def render_report(
     compare: bool,
     flag_rules: Sequence[str] | None = None,
     max_items: int | None = DEFAULT_MAX_ITEMS,
+    doclens_compat: str | None = None,
 ) -> tuple[str, str]:
     """The HTML and Markdown text of a report.
 
@@ -328,8 +331,10 @@ def render_report(
         flag_rules: Flag rules such as ``accurate<=2`` (default: the audit defaults that apply
             to the run's rubric).
         max_items: Most rows of the per-item table (None: every item).
+        doclens_compat: DocLens arithmetic of claim runs (``clinjudge`` or ``official``;
+            default: each run's own setting).
     """
-    options = _ScoreOptions(flag_rules, max_items, full=not compare)
+    options = _ScoreOptions(flag_rules, max_items, full=not compare, doclens_compat=doclens_compat)
     rows = comparison.rows
     simulated = [r["run_id"] for r in rows if r["simulated"]]
     if compare:
@@ -388,6 +393,7 @@ def write_report(
     seed: int = 0,
     flag_rules: Sequence[str] | None = None,
     max_items: int | None = DEFAULT_MAX_ITEMS,
+    doclens_compat: str | None = None,
 ) -> ReportFiles:
     """Write ``report.html`` and ``report.md`` for one run or a comparison of runs.
 
@@ -401,6 +407,7 @@ def write_report(
         flag_rules: Flag rules such as ``accurate<=2`` (default: the audit defaults that apply
             to each run's rubric).
         max_items: Most rows of each run's per-item table (None: every item).
+        doclens_compat: DocLens arithmetic of claim runs (default: each run's own).
     """
     if not run_ids:
         raise ValueError("name at least one run")
@@ -408,7 +415,12 @@ def write_report(
         raise ValueError("a run report takes one run; use compare for several")
     comparison = compare_runs(store, run_ids, n_boot=n_boot, seed=seed)
     html_text, markdown = render_report(
-        store, comparison, compare=compare, flag_rules=flag_rules, max_items=max_items
+        store,
+        comparison,
+        compare=compare,
+        flag_rules=flag_rules,
+        max_items=max_items,
+        doclens_compat=doclens_compat,
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -242,12 +242,16 @@ def _items_caption(items: dict[str, Any], run_id: str) -> str:
     return text
 
 
-def _parse_rules(rubric: Rubric, texts: Sequence[str] | None) -> list[Any]:
+def _parse_rules(
+    store: RunStore, run_id: str, rubric: Rubric, texts: Sequence[str] | None
+) -> list[Any]:
     # Imported here: the audit module builds its report from this one.
-    from clinjudge.runs._audit import default_flag_rules, parse_flag_rule
+    from clinjudge.runs._audit import default_flag_rules, has_prm_steps, parse_flag_rule
 
-    wanted = default_flag_rules(rubric) if texts is None else list(texts)
-    return [parse_flag_rule(text, rubric) for text in wanted]
+    if texts is None:
+        # As in audits: prm<... is a default only for runs that have PRM step scores.
+        texts = default_flag_rules(rubric, prm_used=has_prm_steps(store, run_id))
+    return [parse_flag_rule(text, rubric) for text in texts]
 
 
 def _scores_section(
@@ -258,6 +262,7 @@ def _scores_section(
     flag_rules: Sequence[str] | None,
     max_items: int | None,
     full: bool,
+    doclens_compat: str | None = None,
 ) -> None:
     """Scores of one run, with or without physicians' ratings."""
     run = store.get_run(run_id)
@@ -273,7 +278,7 @@ def _scores_section(
         doc.html.append('<div class="charts">')
         doc.html.extend(score_histogram(d) for d in dists if d["n"])
         doc.html.append("</div>")
-    claims = doclens_report(store, run_id)
+    claims = doclens_report(store, run_id, doclens_compat)
     if claims is not None:
         doc.heading(3, "DocLens claim metrics per section (pooled)")
         doc.table(doclens_section_table(claims))
@@ -281,13 +286,13 @@ def _scores_section(
             "Pooled (micro) scores as DocLens reports them: entailed claims over all claims of "
             "all items in the section (failed verdicts count as not entailed). The last row is "
             "the mean of the per-instance scores, for comparison. Arithmetic: "
-            f"{claims.get('compat') or 'clinjudge'} (the run's DocLens compat setting; the "
-            "per-item counts below use clinjudge's).",
+            f"{claims.get('compat') or 'clinjudge'} (the run's DocLens compat setting unless "
+            "the report asked for another; the per-item counts below use clinjudge's).",
             "note",
         )
     if not full:
         return
-    rules = _parse_rules(rubric, flag_rules)
+    rules = _parse_rules(store, run_id, rubric, flag_rules)
     items = item_scores(store, run_id, rules, limit=max_items)
     doc.heading(3, "Failures by reason")
     failures = failures_by_reason(store, run_id)

@@ -22,7 +22,7 @@ from markdown_it import MarkdownIt
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.rubrics import Item
-from clinjudge.runs import Comparison, RunStore, write_report
+from clinjudge.runs import Comparison, RunStore, doclens_report, write_report
 from clinjudge.runs._html_report import (
     cost_agreement_scatter,
     html_page,
@@ -282,7 +282,6 @@ def test_item_table_orders_failed_and_flagged_first_with_reasons(
     assert counts == {
         "accurate<=2": "1",
         "voice_summ>=1": "0",
-        "prm<0.5": "0",
         "text addresses the judge (items.flags)": "1",
         "any of these": "2",
     }
@@ -463,6 +462,36 @@ def test_doclens_report_shows_claim_metrics_per_section_and_instance(
         assert row["claim_recall"] == f"{hits / len(recall):.3f}"
     assert {r["section"] for r in items} == {"subjective", "assessment_and_plan"}
     assert page.charts["score-dist"] == 4
+
+
+def test_report_takes_the_doclens_compat_setting(
+    doclens_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, run_id = doclens_run
+    args = ("report", run_id, "--out", str(tmp_path), "--db", str(db), "--boot", "20")
+    result = invoke(*args, "--doclens-compat", "official")
+    assert result.exit_code == 0, result.stderr
+    page = _page(tmp_path / "report.html")
+    _, sections = _rows(page, "doclens-sections")
+    total = {r["section"]: r for r in sections}["total"]
+    with RunStore(db, read_only=True) as store:
+        official = doclens_report(store, run_id, "official")["pooled"]
+    expected = next(r for r in official if r["section"] == "total")
+    for metric in ("claim_recall", "claim_precision", "citation_recall", "citation_precision"):
+        assert total[metric] == f"{expected[metric]:.3f}", metric
+    assert "Arithmetic: official" in (tmp_path / "report.md").read_text()
+    assert invoke(*args, "--doclens-compat", "nonsense").exit_code == 2
+
+
+def test_default_flag_rules_leave_out_prm_without_step_scores(
+    scored: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, run_id = scored
+    with RunStore(db, read_only=True) as store:
+        files = write_report(store, [run_id], tmp_path / "r", n_boot=BOOT)
+    _, rules = _rows(_page(files.html), "flag-rules")
+    flags = {r["flag"] for r in rules}
+    assert "accurate<=2" in flags and not any(f.startswith("prm<") for f in flags)
 
 
 # -- charts ------------------------------------------------------------------------------------
@@ -664,8 +693,8 @@ def test_probsum_run_report_without_ratings(tmp_path: Path) -> None:
         assert d["counts"] == expected  # medians of 3 whole scores are whole
         assert d["items"] == str(len(finals)) and d["scale"] == "likert"
     _, rules = _rows(page, "flag-rules")
+    # No default rule applies: ProbSum has neither accurate nor voice_summ, and no PRM ran.
     assert [r["flag"] for r in rules] == [
-        "prm<0.5",  # the only default rule ProbSum has an attribute for
         "text addresses the judge (items.flags)",
         "any of these",
     ]
