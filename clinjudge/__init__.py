@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from clinjudge._offline import configure_offline_environment
+from clinjudge.errors import ClinJudgeError, UserError
 
 configure_offline_environment()
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AgreementResult",
     "AuditResult",
+    "ClinJudgeError",
+    "UserError",
     "audit",
     "audit_async",
     "Run",

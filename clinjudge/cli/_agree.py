@@ -206,9 +206,8 @@ def compare_command(
     """One table of judge configurations: agreement, failures, cost and latency per item."""
     if sort is not None and sort not in SORT_COLUMNS:
         fail(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}", EXIT_USAGE)
-    with open_store(db, read_only=not _keeps_cache(db)) as store:
-        with _quiet_numerics():
-            comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
+    with open_store(db, read_only=not _keeps_cache(db)) as store, _quiet_numerics():
+        comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
     if as_json:
         _dump({"runs": comparison.rows, "notes": comparison.notes})
         return

@@ -15,6 +15,7 @@ from typer.core import TyperCommand, TyperGroup
 from clinjudge import __version__
 from clinjudge.cli._help import tidy_help
 from clinjudge.cli._quiet import configure_verbose
+from clinjudge.errors import UserError
 
 
 class _Lazy:
@@ -143,6 +144,16 @@ class LazyGroup(TyperGroup):
         command = lazy.load(cmd_name)
         self.add_command(command, cmd_name)
         return command
+
+    def invoke(self, ctx: Any) -> Any:
+        # The one place a library UserError becomes a one-line message and exit code 2;
+        # any other exception is a fault and keeps its traceback.
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            from clinjudge.cli._common import EXIT_USAGE, fail
+
+            fail(str(exc), EXIT_USAGE)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True

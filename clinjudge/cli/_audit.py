@@ -32,7 +32,7 @@ from clinjudge.cli._options import (
 )
 from clinjudge.cli._outcome import AllowFailuresOption, exit_on_failures, parse_allow_failures
 from clinjudge.cli._run import _finish, _print_estimate
-from clinjudge.judges import ModelConfigError
+from clinjudge.errors import UserError
 from clinjudge.orchestration import (
     ConfigError,
     create_run,
@@ -42,12 +42,7 @@ from clinjudge.orchestration import (
     run_config_from,
     workflow_for,
 )
-from clinjudge.personas import PersonaError
-from clinjudge.rubrics import RubricError
 from clinjudge.runs import (
-    AuditError,
-    InputError,
-    StoreError,
     audit_for_run,
     run_counts,
     write_audit_report,
@@ -254,15 +249,5 @@ def audit_command(
         with open_store(run_config.db, read_only=True) as store:
             agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
             exit_on_failures(run_counts(store, run_id, agent), allow_failures)
-    except (
-        ConfigError,
-        RubricError,
-        InputError,
-        StoreError,
-        ModelConfigError,
-        PersonaError,
-        AuditError,
-    ) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except ValueError as exc:
+    except UserError as exc:
         fail(str(exc), EXIT_USAGE)

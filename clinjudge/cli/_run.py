@@ -46,6 +46,7 @@ from clinjudge.cli._outcome import (
     print_outcome,
 )
 from clinjudge.cli._quiet import third_party_quiet
+from clinjudge.errors import UserError
 from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ModelSettings, ReasoningEffort
 from clinjudge.orchestration import (
     PROGRESS_SECONDS_ENV,
@@ -69,9 +70,7 @@ from clinjudge.orchestration import (
     run_config_from,
     workflow_for,
 )
-from clinjudge.personas import PersonaError
-from clinjudge.rubrics import RubricError
-from clinjudge.runs import InputError, RunStore, StoreError, run_counts
+from clinjudge.runs import RunStore, run_counts
 
 # Help panels of `judge run` (the shared options in _options.py carry theirs).
 DATA, MODEL, SAMPLING, PANEL = PANELS.data, PANELS.model, PANELS.sampling, PANELS.panel
@@ -585,16 +584,7 @@ def run_command(
                 _finish(
                     run_config.db, run_id, prepared, progress, batch_poll, allow_failures, store
                 )
-        except (
-            ConfigError,
-            RubricError,
-            InputError,
-            StoreError,
-            ModelConfigError,
-            PersonaError,
-        ) as exc:
-            fail(str(exc), EXIT_USAGE)
-        except ValueError as exc:
+        except UserError as exc:
             fail(str(exc), EXIT_USAGE)
 
 

@@ -21,6 +21,7 @@ from clinjudge.cli._common import (
 )
 from clinjudge.cli._doclens_view import doclens_table
 from clinjudge.cli._outcome import deciding_agent
+from clinjudge.errors import UserError
 from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
@@ -282,7 +283,10 @@ def export_command(
 ) -> None:
     """Export judgments (one row per item_id, sample, agent, attribute), discussions, DocLens
     claims or scores, or PRM steps; the file appears only once it is complete."""
-    fmt = infer_format(out, fmt)
+    try:
+        fmt = infer_format(out, fmt)
+    except UserError as exc:
+        fail(f"{exc} (--format)", EXIT_USAGE)
     if table not in EXPORT_TABLES:
         fail(f"unknown table {table!r}; choose one of {', '.join(EXPORT_TABLES)}", EXIT_USAGE)
     if out.exists() and not force:

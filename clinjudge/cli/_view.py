@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail
-from clinjudge.runs import DEFAULT_DB, StoreError
+from clinjudge.runs import DEFAULT_DB
 
 
 def view_command(
@@ -49,16 +49,14 @@ def view_command(
 ) -> None:
     """Browse runs, items, discussions, claims, PRM steps, comparisons and audits in a web
     browser. Read-only; binds 127.0.0.1 unless told otherwise."""
-    from clinjudge.reports import ExportError, ViewerServer, export_site, is_loopback
+    from clinjudge.reports import ViewerServer, export_site, is_loopback
 
     if not Path(db).exists():
         fail(f"{db}: no such database (judge something first, or pass --db)", EXIT_USAGE)
     if export is not None:
         groups = [[r.strip() for r in c.split(",") if r.strip()] for c in compare or []]
-        try:
-            summary = export_site(db, export, runs=run or None, compares=groups, force=force)
-        except (ExportError, StoreError) as exc:
-            fail(str(exc), EXIT_USAGE)
+        # ExportError and StoreError are UserErrors: the root group reports them (exit 2).
+        summary = export_site(db, export, runs=run or None, compares=groups, force=force)
         console.print(
             f"wrote {summary.pages} page(s) for {len(summary.runs)} run(s) to "
             f"{escape(str(summary.path))}; open {escape(str(summary.path / 'index.html'))}"

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from clinjudge.errors import ClinJudgeError
 from clinjudge.rubrics._parse import _strip_reasoning
 
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
@@ -48,7 +49,7 @@ _FALSE_WORDS = {
 }  # fmt: skip
 
 
-class DocLensParseError(ValueError):
+class DocLensParseError(ClinJudgeError, ValueError):
     """A DocLens reply could not be read."""
 
 

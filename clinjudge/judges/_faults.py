@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import openai
 
+from clinjudge.errors import ClinJudgeError
+
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
 
@@ -89,7 +91,7 @@ def url_secrets(url: str) -> list[str]:
     return [v for v in (parts.password, parts.username) if v]
 
 
-class ProviderFault(Exception):
+class ProviderFault(ClinJudgeError):
     """A model call failed.
 
     Args:

@@ -20,6 +20,7 @@ from autogen_core.models import (
     UserMessage,
 )
 
+from clinjudge.errors import UserError
 from clinjudge.judges._accounting import call_cost, count_message_tokens, count_tokens
 from clinjudge.judges._base_client import GENERIC_MODEL_INFO, check_token_count, message_text
 from clinjudge.judges._cache import ResponseCache, cache_key
@@ -39,7 +40,7 @@ from clinjudge.rubrics import ChatTurn, Rubric
 _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(UserError):
     """Model settings that cannot produce a working client."""
 
 

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clinjudge.errors import ClinJudgeError
+
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[str, str], NLIModel] = {}
 
 
-class NLIError(RuntimeError):
+class NLIError(ClinJudgeError, RuntimeError):
     """The NLI model cannot be loaded or used."""
 
 

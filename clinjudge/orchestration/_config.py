@@ -8,6 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from clinjudge.errors import UserError
 from clinjudge.judges import DocLensSettings, ModelSettings
 from clinjudge.prm_bridge import PRMRunSettings
 from clinjudge.runs import default_db
@@ -15,7 +16,7 @@ from clinjudge.runs import default_db
 Mode = Literal["single", "panel", "magentic"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration file or flag combination is invalid."""
 
 

@@ -25,6 +25,7 @@ from autogen_agentchat.teams._group_chat._magentic_one._magentic_one_orchestrato
 from autogen_core import CancellationToken, DefaultTopicId, MessageContext, rpc
 from autogen_core.models import AssistantMessage, LLMMessage, SystemMessage, UserMessage
 
+from clinjudge.errors import ClinJudgeError
 from clinjudge.rubrics import (
     json_objects,
 )
@@ -181,7 +182,7 @@ described in the OUTPUT FORMAT above, holding your current grade for every rubri
 _FIXED_FACTS = "(no preparatory notes: the rubric and the document are in the request)"
 
 
-class LedgerError(ValueError):
+class LedgerError(ClinJudgeError, ValueError):
     """The orchestrator's progress ledger could not be read."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
+from clinjudge.errors import ClinJudgeError
 from clinjudge.judges import (
     JudgeModel,
     ModelConfigError,
@@ -54,11 +55,11 @@ __all__ = [
 ]
 
 
-class RunWriteError(RuntimeError):
+class RunWriteError(ClinJudgeError, RuntimeError):
     """Finished samples could not be written to the run store; the run stopped."""
 
 
-class CircuitBreakerOpen(RuntimeError):
+class CircuitBreakerOpen(ClinJudgeError, RuntimeError):
     """Model calls kept failing the same way (``max_consecutive_failures`` samples in a row);
     the run stopped, resumable, without storing those samples."""
 

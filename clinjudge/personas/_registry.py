@@ -9,12 +9,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from clinjudge._datafile import parse_data_mapping, read_data_text
+from clinjudge.errors import UserError
 from clinjudge.personas._schema import Persona, PersonaSet
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
-class PersonaError(ValueError):
+class PersonaError(UserError):
     """A persona file could not be read, does not match the schema, or a name is unknown."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from clinjudge.errors import ClinJudgeError
 from clinjudge.prm_bridge._aggregate import DEFAULT_THRESHOLD, all_aggregates
 from clinjudge.prm_bridge._presets import PRMFormat
 from clinjudge.prm_bridge._render import Encoded, PRMInputError, encode
@@ -24,7 +25,7 @@ from clinjudge.prm_bridge._segment import Chain
 DEFAULT_BATCH_TOKENS = 16384
 
 
-class PRMModelError(RuntimeError):
+class PRMModelError(ClinJudgeError, RuntimeError):
     """The model or tokenizer cannot be loaded, or does not follow the format."""
 
 

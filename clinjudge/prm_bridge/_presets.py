@@ -24,6 +24,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from clinjudge.errors import UserError
+
 StepKind = Literal[
     "step", "problem", "sentence", "problem_completeness", "note_completeness", "end_of_note"
 ]
@@ -37,7 +39,7 @@ STEP_KINDS: tuple[str, ...] = (
 )
 
 
-class PRMFormatError(ValueError):
+class PRMFormatError(UserError):
     """A PRM format (preset, override or file) is invalid."""
 
 

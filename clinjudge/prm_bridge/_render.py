@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from clinjudge.errors import UserError
 from clinjudge.prm_bridge._presets import PRMFormat
 from clinjudge.prm_bridge._segment import Chain, Step
 
 CONTEXT_CUT_MARK = "..."
 
 
-class PRMInputError(ValueError):
+class PRMInputError(UserError):
     """A chain cannot be rendered or does not fit (names the id and candidate)."""
 
 

@@ -13,6 +13,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
+from clinjudge.errors import UserError
 from clinjudge.prm_bridge._backend import DEFAULT_BATCH_TOKENS, PRMModelError, PRMScorer
 from clinjudge.prm_bridge._presets import PRMFormat
 from clinjudge.prm_bridge._render import Encoded
@@ -20,7 +21,7 @@ from clinjudge.prm_bridge._render import Encoded
 INSTALL_HINT = "the PRM bridge needs torch and transformers: pip install 'clinjudge[prm]'"
 
 
-class PRMDependencyError(ImportError):
+class PRMDependencyError(UserError, ImportError):
     """torch or transformers is missing."""
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from clinjudge.errors import UserError
+
 ALL = "all"
 ASSESSMENT_PLAN = "assessment_plan"
 
@@ -41,7 +43,7 @@ _KNOWN = AP_FAMILY | _OTHER
 _CAPITALS = re.compile(r"[A-Z][A-Z0-9 &/,()'.-]*[A-Z)]|[A-Z]{2}")
 
 
-class SectionError(ValueError):
+class SectionError(UserError):
     """The requested section is not in the text."""
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clinjudge.errors import UserError
 from clinjudge.reports._viewer_app import static_dir
 from clinjudge.reports._viewer_compare import compare_items
 from clinjudge.reports._viewer_links import (
@@ -31,7 +32,7 @@ from clinjudge.reports._viewer_run import is_audit_run
 MARKER = ".clinjudge-view-export"
 
 
-class ExportError(ValueError):
+class ExportError(UserError):
     """The export cannot be written where asked."""
 
 

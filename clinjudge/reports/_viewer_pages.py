@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clinjudge.errors import ClinJudgeError
 from clinjudge.personas import load_personas
 from clinjudge.reports._viewer_compare import compare_items
 from clinjudge.reports._viewer_item import item_page
@@ -64,7 +65,7 @@ RUN_COLUMNS = (
 DOCLENS_COLUMNS = ("claim_recall", "claim_precision", "citation_recall", "citation_precision")
 
 
-class PageNotFound(LookupError):
+class PageNotFound(ClinJudgeError, LookupError):
     """The run or item asked for is not in the database."""
 
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clinjudge.errors import ClinJudgeError
 from clinjudge.runs import RunStore, StoreError
 
 T = TypeVar("T")
@@ -21,11 +22,11 @@ T = TypeVar("T")
 _BUSY_PHRASES = ("in use by another process", "Could not set lock", "Conflicting lock")
 
 
-class DatabaseBusy(RuntimeError):
+class DatabaseBusy(ClinJudgeError, RuntimeError):
     """Another process (a running `judge run`) holds the database for writing."""
 
 
-class DatabaseMissing(RuntimeError):
+class DatabaseMissing(ClinJudgeError, RuntimeError):
     """The database file does not exist or cannot be read."""
 
 

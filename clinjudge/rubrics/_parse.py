@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from clinjudge.errors import ClinJudgeError
 from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind, alias_forms, normalise_key
 
 _THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
@@ -33,7 +34,7 @@ _WRAPPERS = ("scores", "ratings", "grades", "evaluation", "evaluations", "result
 _OVERALL_RATIONALE = {normalise_key(k) for k in (*_TEXT_FIELDS, "comments", "summary", "notes")}
 
 
-class JudgmentParseError(ValueError):
+class JudgmentParseError(ClinJudgeError, ValueError):
     """A reply could not be turned into a valid judgment."""
 
 

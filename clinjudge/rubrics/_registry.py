@@ -8,10 +8,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from clinjudge._datafile import parse_data_mapping, read_data_text
+from clinjudge.errors import UserError
 from clinjudge.rubrics._schema import Rubric
 
 
-class RubricError(ValueError):
+class RubricError(UserError):
     """A rubric file could not be read or does not match the schema."""
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ValidationError
 
+from clinjudge.errors import UserError
 from clinjudge.runs import _stats
 from clinjudge.runs._inputs import InputError, read_records
 
@@ -422,7 +423,7 @@ def ratings_table(records: Sequence[RatingRecord] | pa.Table) -> pa.Table:
     if isinstance(records, pa.Table):
         missing = {"unit_id", "rater_id", "score"} - set(records.column_names)
         if missing:
-            raise ValueError(f"ratings table lacks columns {sorted(missing)}")
+            raise UserError(f"ratings table lacks columns {sorted(missing)}")
         attribute = (
             records.column("attribute")
             if "attribute" in records.column_names
@@ -430,7 +431,7 @@ def ratings_table(records: Sequence[RatingRecord] | pa.Table) -> pa.Table:
         )
         for name in ("unit_id", "rater_id"):
             if records.column(name).null_count:
-                raise ValueError(f"ratings table: column {name} has missing values")
+                raise UserError(f"ratings table: column {name} has missing values")
         return pa.table(
             {
                 "unit_id": records.column("unit_id").cast(pa.string()),
@@ -602,12 +603,12 @@ def analyse_ratings(
     """
     table = ratings_table(records)
     if table.num_rows == 0:
-        raise ValueError("no ratings to analyse")
+        raise UserError("no ratings to analyse")
     if n_boot < 1:
-        raise ValueError("n_boot must be at least 1")
+        raise UserError("n_boot must be at least 1")
     attributes = set(pc.unique(table.column("attribute")).to_pylist())
     if None in attributes and len(attributes) > 1:
-        raise ValueError("some ratings have an attribute and some do not")
+        raise UserError("some ratings have an attribute and some do not")
     binary_attributes = set(binary_attributes or ())
     categories = dict(categories or {})
     unknown = (binary_attributes | set(categories)) - {a for a in attributes if a is not None}
@@ -615,7 +616,7 @@ def analyse_ratings(
     if unknown:
         notes.append(f"attributes {sorted(unknown)} were declared but have no ratings")
     if judge is not None and not pc.any(pc.equal(table.column("rater_id"), judge)).as_py():
-        raise ValueError(f"judge {judge!r} has no ratings")
+        raise UserError(f"judge {judge!r} has no ratings")
 
     blocks = _build_blocks(table, judge, notes)
     common = {"judge": judge, "n_boot": n_boot, "seed": seed, "notes": notes}

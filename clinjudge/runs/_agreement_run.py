@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from clinjudge.errors import UserError
 from clinjudge.rubrics import Rubric, ScaleKind
 from clinjudge.runs._agreement import (
     RatingRecord,
@@ -36,7 +37,7 @@ AGREEMENT_CACHE_VERSION = "1"
 """Part of every cache key: bump it when the analysis changes its numbers or its layout."""
 
 
-class AgreementError(ValueError):
+class AgreementError(UserError):
     """A run cannot be compared with the physicians' ratings (for example, none overlap)."""
 
 

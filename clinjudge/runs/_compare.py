@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from clinjudge.errors import UserError
 from clinjudge.runs._agreement_run import AgreementError, agreement_for_run
 from clinjudge.runs._manage import DECIDING_AGENT_SQL
 from clinjudge.runs._store import RunStore
@@ -128,7 +129,7 @@ def _run_costs(store: RunStore, run_id: str) -> dict[str, Any]:
 
 def _sort(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
     if column not in SORT_COLUMNS:
-        raise ValueError(
+        raise UserError(
             f"cannot sort by {column!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}"
         )
     descending = SORT_COLUMNS[column]
@@ -163,7 +164,7 @@ def compare_runs(
             and settings are unchanged, and keep new ones there when the store is writable.
     """
     if sort is not None and sort not in SORT_COLUMNS:
-        raise ValueError(
+        raise UserError(
             f"cannot sort by {sort!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}"
         )
     rows: list[dict[str, Any]] = []

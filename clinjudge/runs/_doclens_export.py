@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from clinjudge.errors import UserError
 from clinjudge.runs._doclens_report import doclens_report
 from clinjudge.runs._export import copy_query
 from clinjudge.runs._store import RunStore, StoreError
@@ -50,7 +51,7 @@ def export_doclens(
         count = store.con.execute("SELECT count(*) FROM claims WHERE run_id = ?", [rid]).fetchone()
         return int(count[0]) if count else 0
     if table != "doclens":
-        raise ValueError(f"unknown export table {table!r}; choose judgments, claims or doclens")
+        raise UserError(f"unknown export table {table!r}; choose judgments, claims or doclens")
     head = {"agent": report["agent"], "compat": report["compat"]}
     rows = [{**head, **row} for row in report["pooled"]]
     if not rows:

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from clinjudge.errors import UserError
 from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
@@ -131,24 +132,24 @@ def infer_format(out: str | Path, fmt: str | None = None) -> str:
         fmt: ``jsonl``, ``csv`` or ``parquet``, or None to go by the ending.
 
     Raises:
-        ValueError: ``fmt`` is unknown, contradicts the ending, or neither names a format.
+        UserError: ``fmt`` is unknown, contradicts the ending, or neither names a format.
     """
     suffix = Path(out).suffix.lower()
     by_name = FORMAT_BY_SUFFIX.get(suffix)
     if fmt is not None:
         if fmt not in EXPORT_FORMATS:
-            raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+            raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
         if by_name is not None and by_name != fmt:
-            raise ValueError(
-                f"{out}: the name ends in {suffix} ({by_name}) but --format is {fmt}; "
-                f"rename the file or drop --format"
+            raise UserError(
+                f"{out}: the name ends in {suffix} ({by_name}) but the format is {fmt}; "
+                f"rename the file or leave the format out"
             )
         return fmt
     if by_name is None:
         known = ", ".join(sorted(FORMAT_BY_SUFFIX))
-        raise ValueError(
+        raise UserError(
             f"{out}: cannot tell the format from the name (known endings: {known}); "
-            "pass --format jsonl, csv or parquet"
+            "give the format: jsonl, csv or parquet"
         )
     return by_name
 
@@ -191,11 +192,11 @@ def export_run(
         Number of rows written.
     """
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(
+        raise UserError(
             f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}"
         )
     if table not in EXPORT_TABLES:
-        raise ValueError(
+        raise UserError(
             f"unknown export table {table!r}; choose one of {', '.join(EXPORT_TABLES)}"
         )
     run = store.get_run(run_id)

@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ValidationError
 
+from clinjudge.errors import UserError
 from clinjudge.rubrics import Item, Rubric
 from clinjudge.runs._store import connect_duckdb
 
@@ -24,7 +25,7 @@ _JSON_FIELDS = ("notes", "meta", "scores")
 _TABLES = {".csv", ".tsv", ".parquet"}
 
 
-class InputError(ValueError):
+class InputError(UserError):
     """An input file is unreadable or holds invalid records."""
 
     def __init__(self, problems: Sequence[str]):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from clinjudge.errors import UserError
 from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
 
 FAILURE_CLASS_SEPARATOR = ":"
@@ -164,7 +165,7 @@ def runs_overview(
     where, params = [], []
     for key, value in (filters or {}).items():
         if key not in _FILTERS:
-            raise ValueError(f"unknown filter {key!r}; choose from {', '.join(_FILTERS)}")
+            raise UserError(f"unknown filter {key!r}; choose from {', '.join(_FILTERS)}")
         if value:
             where.append(f"contains(lower(coalesce(r.{key}, '')), lower(?))")
             params.append(value)

@@ -21,6 +21,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from clinjudge.errors import UserError
+
 DEFAULT_DB = Path("runs") / "clinjudge.duckdb"
 DB_ENV = "CLINJUDGE_DB"
 """Environment variable naming the default database."""
@@ -219,7 +221,7 @@ FINAL_SAMPLE = 0
 """Sample number of the aggregated per-item judgment; real samples count from 1."""
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """The database cannot be opened or does not hold what was asked for."""
 
 
