@@ -342,7 +342,7 @@ def check_batch_settings(settings: ModelSettings) -> None:
     """
     if not batch_supported(settings):
         raise ModelConfigError(
-            f"model {settings.model}: --batch needs an openai/ or azure/ model "
+            f"model {settings.model}: a batch run needs an openai/ or azure/ model "
             "(the OpenAI and Azure OpenAI batch APIs)"
         )
     if settings.provider in AZURE_PROVIDERS:

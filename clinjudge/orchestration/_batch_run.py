@@ -133,17 +133,18 @@ def check_batch_config(
     """
     if config.mode != "single":
         raise ConfigError(
-            f"--batch works with --mode single only (got --mode {config.mode}): panel and "
+            f"batch runs work with mode single only (got mode {config.mode}): panel and "
             "magentic modes need each reply before the next request"
         )
     if config.prm is not None:
         raise ConfigError(
-            "--batch does not combine with --prm: the PRM's evidence is computed locally per "
-            "item while the batch runs remotely (run directly, or score with `judge prm score`)"
+            "a batch run does not combine with a prm model: the PRM's evidence is computed "
+            "locally per item while the batch runs remotely (run directly, or score with "
+            "`judge prm score`)"
         )
     if rubric is not None and getattr(rubric, "method", None) == "claims":
         raise ConfigError(
-            f"--batch cannot run rubric {rubric.name!r}: its scores come from claim-level "
+            f"a batch run cannot judge rubric {rubric.name!r}: its scores come from claim-level "
             "calls that depend on each other (use a direct run)"
         )
     if config.judge is None:
@@ -152,7 +153,7 @@ def check_batch_config(
         check_batch_settings(config.judge)
     elif not batch_supported(config.judge):
         raise ModelConfigError(
-            f"model {config.judge.model}: --batch needs an openai/ or azure/ model "
+            f"model {config.judge.model}: a batch run needs an openai/ or azure/ model "
             "(the OpenAI and Azure OpenAI batch APIs)"
         )
 

@@ -56,12 +56,12 @@ def check_prm_config(config: RunConfig, rubric: Rubric) -> None:
     if config.prm is None:
         return
     if rubric.method != "scores":
-        raise ConfigError(f"--prm: rubric {rubric.name} is judged by claims; PRM evidence needs a "
+        raise ConfigError(f"prm: rubric {rubric.name} is judged by claims; PRM evidence needs a "
                           "scoring rubric")  # fmt: skip
     try:
         prm_scorer(config.prm)
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"--prm {config.prm.model}: {exc}") from exc
+        raise ConfigError(f"prm model {config.prm.model}: {exc}") from exc
 
 
 async def item_evidence(ctx: SampleContext) -> PRMEvidence | None:

@@ -55,8 +55,8 @@ def test_batch_run_through_the_cli(
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (("--mode", "magentic"), "--batch works with --mode single only"),
-        (("--mode", "panel"), "--batch works with --mode single only"),
+        (("--mode", "magentic"), "batch runs work with mode single only"),
+        (("--mode", "panel"), "batch runs work with mode single only"),
         (("--model", "anthropic/claude-sonnet-4-5"), "needs an openai/ or azure/ model"),
         (("--model", "mock/judge"), "needs an openai/ or azure/ model"),
     ],
@@ -206,5 +206,5 @@ def test_claim_rubrics_are_refused_with_batch(tmp_path: Path) -> None:
         "--batch",
     )
     assert result.exit_code == 2
-    assert "--batch cannot run rubric 'doclens'" in result.stderr
+    assert "batch run cannot judge rubric 'doclens'" in result.stderr
     assert not db.exists()

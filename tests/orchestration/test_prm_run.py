@@ -160,15 +160,15 @@ def test_bad_prm_fails_before_anything_is_written(tmp_path: Path) -> None:
         data=str(data), judge=ModelSettings(model="mock/judge"),
         prm=PRMRunSettings(model=str(tmp_path / "no-such-model"), device="cpu"),
     )  # fmt: skip
-    with pytest.raises(ConfigError, match="--prm"):
+    with pytest.raises(ConfigError, match="prm model"):
         prepare_run(config)
     db = tmp_path / "cli.duckdb"
     result = invoke("run", "--data", str(data), "--prm", str(tmp_path / "nope"), "--db", str(db))
-    assert result.exit_code == 2 and "--prm" in result.stderr
+    assert result.exit_code == 2 and "prm model" in result.stderr
     assert not db.exists()
     batch = invoke("run", "--data", str(data), "--model", "openai/gpt-4o-mini", "--batch",
                    "--prm", str(tmp_path / "nope"), "--dry-run", "--db", str(db))  # fmt: skip
-    assert batch.exit_code == 2 and "--batch does not combine with --prm" in batch.stderr
+    assert batch.exit_code == 2 and "batch run does not combine with a prm model" in batch.stderr
 
 
 def test_audit_with_prm_flags_low_steps(tmp_path: Path, prm_model: tuple[str, float]) -> None:
