@@ -160,3 +160,67 @@ def test_audit_judges_every_vendor_and_returns_typed_statistics(tmp_path: Path) 
     assert all(c["vendor_a"] != c["vendor_b"] for c in result.comparisons)
     assert result.simulated
     assert (report / "report.html").is_file() and (report / "report.md").is_file()
+
+
+PERSONA_SET = """name: api-trial
+description: Two reviewers for the API tests
+personas:
+  - name: strict_md
+    display_name: Strict reviewer
+    description: Grades harshly.
+    system_message: "You are the strict reviewer ({wording}). End with the rubric JSON."
+    stance: strict
+  - name: chair_md
+    display_name: Chair
+    description: Moderates the panel.
+    system_message: "You moderate the panel ({wording}). End with the rubric JSON."
+    stance: moderator
+    role: moderator
+"""
+
+
+def test_resume_uses_the_personas_stored_with_the_run(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(4))
+    db = tmp_path / "personas.duckdb"
+    personas = tmp_path / "personas.yaml"
+    personas.write_text(PERSONA_SET.format(wording="first wording"))
+    with FakeOpenAIServer() as srv:
+        first = clinjudge.evaluate(
+            data,
+            model="openai/fake",
+            base_url=srv.base_url,
+            db=db,
+            mode="panel",
+            personas=str(personas),
+        )
+        with RunStore(db) as store:  # a crash lost two items' samples
+            store.con.execute(
+                "DELETE FROM samples WHERE run_id = ? AND item_id IN ('item-0001', 'item-0002')",
+                [first.run_id],
+            )
+            store.set_run_status(first.run_id, "interrupted")
+        personas.write_text(PERSONA_SET.format(wording="edited wording"))
+        before = len(srv.requests)
+        again = clinjudge.resume(first.run_id, db=db)
+        resumed = [body["messages"][0]["content"] for body in srv.requests[before:]]
+    assert again.status == "completed" and again.items_ok == 4
+    assert len(resumed) == 2 * 2  # two members for each of the two lost items
+    assert all("(first wording)" in text for text in resumed)
+    stored = clinjudge.load_run(first.run_id, db=db).info["config"]
+    assert stored["personas_data"]["moderator"] == "chair_md"
+    assert len(stored["personas_fingerprint"]) == 16
+
+
+def test_mode_settings_are_nested_and_checked_before_anything_is_written(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    db = tmp_path / "modes.duckdb"
+    with pytest.raises(ConfigError, match="rounds .* applies to magentic mode only"):
+        clinjudge.evaluate(data, model="mock/judge", db=db, rounds=2)
+    with pytest.raises(ConfigError, match="registered modes: magentic, panel, single"):
+        clinjudge.evaluate(data, model="mock/judge", db=db, mode="jury")
+    assert not db.exists()
+    result = clinjudge.evaluate(
+        data, model="mock/judge", db=db, mode="panel", panel={"aggregate": "mean"}
+    )
+    assert result.status == "completed"
+    assert result.load().info["config"]["panel_aggregate"] == "mean"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from clinjudge.judges import draw_shots
 from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.orchestration._context import resolve_run_personas
 from clinjudge.orchestration._session import PreparedRun, apply_shard, load_shot_pool
-from clinjudge.personas import load_personas
 from clinjudge.rubrics import load_rubric
 from clinjudge.runs import AuditItems, load_audit_items, parse_flag_rule
 
@@ -30,13 +30,12 @@ def prepare_audit(
     rubric = load_rubric(config.rubric)
     for rule in rules or ():
         parse_flag_rule(rule, rubric)
-    if config.mode != "single":
-        load_personas(config.personas)
+    personas = resolve_run_personas(config)  # stored with the run, like a run's
     audit_items = load_audit_items(paths, rubric)
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
         for item in audit_items.items:
             draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
-    prepared = PreparedRun(config, rubric, audit_items.items, shots)
+    prepared = PreparedRun(config, rubric, audit_items.items, shots, personas=personas)
     # All vendors of one encounter land in the same shard, so each shard holds whole pairs.
     return apply_shard(prepared, lambda item: item.meta["encounter_id"]), audit_items

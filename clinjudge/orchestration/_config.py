@@ -6,14 +6,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from clinjudge.errors import UserError
 from clinjudge.judges import DocLensSettings, ModelSettings
 from clinjudge.prm_bridge import PRMRunSettings
 from clinjudge.runs import default_db
 
-Mode = Literal["single", "panel", "magentic"]
+Mode = str
+"""A judge mode: any mode a workflow is registered for (``register_workflow``)."""
 
 
 class ConfigError(UserError):
@@ -43,7 +44,8 @@ class RunConfig(BaseModel):
 
     Args:
         rubric: Built-in rubric name or path to a rubric file.
-        mode: Judge mode.
+        mode: Judge mode: a mode with a registered workflow (``single``, ``panel`` and
+            ``magentic`` are built in).
         data: Input file (JSONL, CSV or Parquet).
         name: Optional label for the run.
         samples: Independent samples per item; the final score is their median.
@@ -108,6 +110,17 @@ class RunConfig(BaseModel):
     prm: PRMRunSettings | None = None
     db: str = Field(default_factory=default_db)
 
+    @field_validator("mode")
+    @classmethod
+    def _registered_mode(cls, mode: str) -> str:
+        # Imported here: the workflows import this module (through the sample context).
+        from clinjudge.orchestration._workflows import registered_modes
+
+        modes = registered_modes()
+        if mode not in modes:
+            raise ValueError(f"unknown mode {mode!r}; registered modes: {', '.join(modes)}")
+        return mode
+
     @model_validator(mode="after")
     def _shots_need_pool(self) -> RunConfig:
         if self.shots and not self.shot_pool:
@@ -148,5 +161,6 @@ def build_config(source: str, data: dict[str, Any]) -> RunConfig:
         lines = [f"{source}: invalid configuration"]
         for problem in exc.errors():
             where = ".".join(str(p) for p in problem["loc"]) or "(top level)"
-            lines.append(f"  field {where}: {problem['msg']}")
+            message = str(problem["msg"]).removeprefix("Value error, ")
+            lines.append(f"  field {where}: {message}")
         raise ConfigError("\n".join(lines)) from exc

@@ -30,9 +30,23 @@ from clinjudge.judges import (
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import retry_send
-from clinjudge.personas import PersonaError, load_personas
+from clinjudge.personas import Persona, PersonaError, PersonaSet, resolve_personas
 from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
 from clinjudge.runs import SampleKey, call_row
+
+
+def resolve_run_personas(config: RunConfig) -> PersonaSet | None:
+    """The persona set a run's mode seats, read from ``config.personas`` (None in single mode).
+
+    A run resolves it once, when it is prepared, and stores it; everything after that uses the
+    stored copy.
+
+    Args:
+        config: The run configuration.
+    """
+    if config.mode == "single":
+        return None
+    return resolve_personas(config.personas)
 
 
 class ModelPool:
@@ -43,6 +57,8 @@ class ModelPool:
         rubric: The rubric (the simulated provider needs it).
         default: A prepared model for the default settings (tests inject one).
         clock: Time source of the rate limiters (tests inject a fake one).
+        personas: The run's personas as resolved when it was prepared (``PreparedRun``); a pool
+            built without them resolves ``config.personas`` once, when first asked.
     """
 
     def __init__(
@@ -52,6 +68,7 @@ class ModelPool:
         default: JudgeModel | None = None,
         *,
         clock: Clock | None = None,
+        personas: PersonaSet | None = None,
     ):
         self._config = config
         self._rubric = rubric
@@ -59,13 +76,29 @@ class ModelPool:
         self._clock = clock
         self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
-        self.shared_state: dict[str, Any] = {}
-        self.response_cache: ResponseCache | None = None
+        self._persona_set = personas
+        self._personas_known = personas is not None
         self._stances: dict[str, str] | None = None
-        """Replies every model reuses when the run has ``cache`` on (set by the session)."""
+        self.shared_state: dict[str, Any] = {}
         """Run-wide state of workflows, e.g. each item's PRM evidence (scored once per item)."""
+        self.response_cache: ResponseCache | None = None
+        """Replies every model reuses when the run has ``cache`` on (set by the session)."""
         if default is not None:
             self._models[default.settings.model_dump_json()] = default
+
+    @property
+    def persona_set(self) -> PersonaSet | None:
+        """The run's persona set (None in single mode)."""
+        if not self._personas_known:
+            self._persona_set = resolve_run_personas(self._config)
+            self._personas_known = True
+        return self._persona_set
+
+    @property
+    def personas(self) -> list[Persona]:
+        """The run's personas in speaking order, moderators included (empty in single mode)."""
+        persona_set = self.persona_set
+        return [] if persona_set is None else list(persona_set.personas)
 
     def limiter_for(self, settings: ModelSettings) -> RateLimiter | None:
         """The limiter shared by every agent calling this model at this endpoint, if limited.
@@ -128,7 +161,7 @@ class ModelPool:
             return "chair"
         if self._stances is None:
             try:
-                personas = load_personas(self._config.personas)
+                personas = self.personas
             except (PersonaError, OSError, ValueError):
                 personas = []
             self._stances = {p.name: str(getattr(p.stance, "value", p.stance)) for p in personas}
@@ -250,6 +283,11 @@ class SampleContext:
         self.extra_rows: dict[str, list[dict[str, Any]]] = {}
         """Rows for other tables (e.g. ``prm_steps``), written with the sample."""
         self._seq: dict[str, int] = {}
+
+    @property
+    def personas(self) -> list[Persona]:
+        """The run's personas as stored with it (empty in single mode)."""
+        return self.models.personas
 
     def variation_for(self, agent: str, role: str) -> str:
         """The sample's variation, plus the agent's stance when it has one (the simulated

@@ -46,7 +46,7 @@ from clinjudge.judges._doclens_prompts import (
     fence,
 )
 from clinjudge.orchestration._config import ConfigError, RunConfig
-from clinjudge.orchestration._context import SampleContext, WorkflowResult
+from clinjudge.orchestration._context import SampleContext, WorkflowResult, resolve_run_personas
 from clinjudge.orchestration._doclens_judges import (
     CITATION,
     EXTRACTOR_AGENT,
@@ -76,7 +76,7 @@ from clinjudge.orchestration._doclens_plan import (
     statement_unit,
 )
 from clinjudge.orchestration._workflows import JUDGE_AGENT, register_claims_workflow
-from clinjudge.personas import Persona
+from clinjudge.personas import Persona, PersonaSet
 from clinjudge.rubrics import ChatTurn, Item
 from clinjudge.runs._doclens_metrics import (
     ENTAILED,
@@ -172,10 +172,6 @@ def _decide_by_majority(plan: Plan, members: dict[str, Verdicts]) -> Verdicts:
     }
 
 
-def _panel_personas(ctx: SampleContext) -> list[Persona]:
-    return _personas_of(ctx.config)
-
-
 async def doclens_panel(ctx: SampleContext) -> WorkflowResult:
     """Each persona judges every claim; the majority decides (ties: not entailed)."""
     transcript: Transcript = []
@@ -183,7 +179,7 @@ async def doclens_panel(ctx: SampleContext) -> WorkflowResult:
     if ctx.config.doclens.nli_model:
         verdicts = await judge_plan(NLIJudge(ctx.config.doclens, ctx), plan)
         return _result(ctx, PANEL_AGENT, plan, verdicts, transcript)
-    members, _ = await _member_votes(ctx, plan, _panel_personas(ctx), transcript)
+    members, _ = await _member_votes(ctx, plan, ctx.personas, transcript)
     decided = _decide_by_majority(plan, members)
     return _result(ctx, PANEL_AGENT, plan, decided, transcript, members)
 
@@ -291,7 +287,7 @@ async def doclens_magentic(ctx: SampleContext) -> WorkflowResult:
     if ctx.config.doclens.nli_model:
         verdicts = await judge_plan(NLIJudge(ctx.config.doclens, ctx), plan)
         return _result(ctx, ORCHESTRATOR_AGENT, plan, verdicts, transcript)
-    members, judges = await _member_votes(ctx, plan, _panel_personas(ctx), transcript)
+    members, judges = await _member_votes(ctx, plan, ctx.personas, transcript)
     decided = _decide_by_majority(plan, members)
     disputed = _disputed(plan, members)
     if disputed:
@@ -304,7 +300,9 @@ register_claims_workflow("panel", PANEL_AGENT, doclens_panel)
 register_claims_workflow("magentic", ORCHESTRATOR_AGENT, doclens_magentic)
 
 
-def doclens_estimate_prompts(item: Item, config: RunConfig) -> list[list[ChatTurn]]:
+def doclens_estimate_prompts(
+    item: Item, config: RunConfig, personas: PersonaSet | None = None
+) -> list[list[ChatTurn]]:
     """Representative prompts of one DocLens sample, for ``--dry-run`` and budget estimates.
 
     Claims are not known before extraction, so each text's sentences stand in for its claims;
@@ -313,7 +311,9 @@ def doclens_estimate_prompts(item: Item, config: RunConfig) -> list[list[ChatTur
 
     Args:
         item: The item.
-        config: The run configuration (mode, personas, DocLens settings).
+        config: The run configuration (mode, DocLens settings).
+        personas: The run's resolved personas (``PreparedRun.personas``); None resolves
+            ``config.personas``.
     """
     settings = config.doclens
     output = remove_citations(item.summary)
@@ -337,14 +337,10 @@ def doclens_estimate_prompts(item: Item, config: RunConfig) -> list[list[ChatTur
                 unit = statement_unit(position, statement, source)
                 if unit.fixed is None:
                     judging.append(citation_messages(unit.text, unit.cited))
-    members = 1 if config.mode == "single" else max(len(_personas_of(config)), 1)
+    if personas is None:
+        personas = resolve_run_personas(config)
+    members = 1 if personas is None else max(len(personas.personas), 1)
     return prompts + judging * members
-
-
-def _personas_of(config: RunConfig) -> list[Persona]:
-    from clinjudge.orchestration._panel import panel_personas
-
-    return panel_personas(config.personas)
 
 
 def check_doclens_config(config: RunConfig) -> None:

@@ -65,7 +65,7 @@ from clinjudge.orchestration._magentic_chair import (
 )
 from clinjudge.orchestration._prm import item_evidence, prm_scorer
 from clinjudge.orchestration._workflows import register_workflow
-from clinjudge.personas import Persona, load_personas
+from clinjudge.personas import Persona
 from clinjudge.prm_bridge import PRM_VERIFIER_NAME, PRMEvidence, PRMVerifierAgent, evidence_text
 from clinjudge.rubrics import (
     ChatTurn,
@@ -385,10 +385,14 @@ async def magentic_workflow(ctx: SampleContext) -> WorkflowResult:
 async def _magentic_workflow(ctx: SampleContext) -> WorkflowResult:
     config = ctx.config
     try:
-        personas = load_personas(config.personas)
+        personas = ctx.personas  # resolved when the run was prepared, stored with it
     except Exception as exc:  # noqa: BLE001 - a bad persona spec fails the sample with its reason
         return WorkflowResult(
             ORCHESTRATOR_AGENT, SampleVerdict("failed", error=f"personas: {exc}"[:500])
+        )
+    if not personas:
+        return WorkflowResult(
+            ORCHESTRATOR_AGENT, SampleVerdict("failed", error="personas: none to seat")
         )
     names = [p.name for p in personas]
     aliases: dict[str, str] = {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from functools import lru_cache
 
 from clinjudge.judges import SampleVerdict, judge_single_sample
 from clinjudge.orchestration._context import SampleContext, WorkflowResult
@@ -37,14 +36,10 @@ __all__ = [
 ]
 
 
-@lru_cache(maxsize=32)
-def _personas(spec: str) -> tuple[Persona, ...]:
-    return tuple(load_personas(spec))
-
-
 def panel_personas(spec: str) -> list[Persona]:
-    """The panel's members for a persona spec (set name, file, or comma list of names)."""
-    return list(_personas(spec))
+    """The panel's members for a persona spec (set name, file, or comma list of names), as the
+    spec reads now; a run's workflow uses the copy resolved when the run was prepared."""
+    return load_personas(spec)
 
 
 def _fmt(value: float) -> str:
@@ -88,7 +83,7 @@ def aggregate_members(
 
 async def panel_workflow(ctx: SampleContext) -> WorkflowResult:
     """Every persona scores once, independently; the panel takes the median (or mean)."""
-    personas = panel_personas(ctx.config.personas)
+    personas = ctx.personas  # resolved when the run was prepared, stored with it
     evidence = await prompt_evidence(ctx)  # one PRM report, read by every member
 
     async def member(persona: Persona) -> SampleVerdict:

@@ -17,6 +17,7 @@ import yaml
 
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration._config import ConfigError, RunConfig, build_config, load_config_file
+from clinjudge.orchestration._workflows import registered_modes
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,23 @@ _PRM_OPTIONS = {
     "prm_device": "device",
     "prm_section": "section",
 }
-_SPECIAL = {"config", "role_model", "doclens", "nli", *_PRM_OPTIONS}
+# Settings only one mode reads, by mode: {key in the mode's nested section: RunConfig field}.
+# Flat names (``panel_aggregate``, ``rounds``...) and nested sections (``panel: {aggregate:
+# mean}``, ``magentic: {rounds: 2}``) set the same fields; either given in another mode is an
+# error, so a setting never goes silently unused.
+MODE_SECTIONS: dict[str, dict[str, str]] = {
+    "panel": {"aggregate": "panel_aggregate"},
+    "magentic": {
+        "rounds": "rounds",
+        "max_turns": "max_turns",
+        "max_stalls": "max_stalls",
+        "blind_first_round": "blind_first_round",
+        "planning": "planning",
+    },
+}
+# RunConfig field -> (its mode, its key in the mode's section).
+_MODE_FIELDS = {f: (mode, key) for mode, keys in MODE_SECTIONS.items() for key, f in keys.items()}
+_SPECIAL = {"config", "role_model", "doclens", "nli", *_PRM_OPTIONS, *MODE_SECTIONS}
 
 
 def default_model() -> str:
@@ -103,6 +120,56 @@ def role_models(
     return merged
 
 
+def _flatten_sections(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Mode-specific settings given in one place (a file or the options), flat and nested
+    sections merged into RunConfig fields; the same field given both ways is an error.
+
+    Args:
+        settings: Flat fields and ``panel``/``magentic`` sections (None values: not given).
+        where: What the settings came from, for messages.
+    """
+    given: dict[str, Any] = {}
+    for mode, keys in MODE_SECTIONS.items():
+        section = settings.get(mode)
+        if section is None:
+            continue
+        if not isinstance(section, Mapping):
+            raise ConfigError(
+                f"{where}: {mode} must be a section of {mode}-mode settings "
+                f"({', '.join(keys)}), not {type(section).__name__}"
+            )
+        for key, value in section.items():
+            if key not in keys:
+                raise ConfigError(
+                    f"{where}: unknown setting {mode}.{key}; {mode} settings are {', '.join(keys)}"
+                )
+            if value is not None:
+                given[keys[key]] = value
+    for field in given:
+        if settings.get(field) is not None:
+            mode, key = _MODE_FIELDS[field]
+            raise ConfigError(f"{where}: {field} and {mode}.{key} are the same setting; give one")
+    return given
+
+
+def _check_mode_settings(mode: str, given: Mapping[str, str]) -> None:
+    """Reject settings of another mode given explicitly (defaults are never checked).
+
+    Args:
+        mode: The run's mode.
+        given: Each RunConfig field given explicitly, with what it came from (for messages).
+    """
+    if mode not in registered_modes():
+        return  # validation names the unknown mode and the registered ones
+    for field, where in given.items():
+        owner, key = _MODE_FIELDS.get(field, (mode, ""))
+        if owner != mode:
+            raise ConfigError(
+                f"{where}: {field} ({owner}.{key}) applies to {owner} mode only, but the mode is "
+                f"{mode!r}; drop it or set mode to {owner}"
+            )
+
+
 def _split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Explicit options as (top-level settings, judge model settings); None means not given."""
     top_fields = set(RunConfig.model_fields)
@@ -130,14 +197,26 @@ def run_config_from(options: Mapping[str, Any], *, source: str | None = None) ->
     Args:
         options: Settings by name, as ``judge run``'s options are named (``rubric``, ``mode``,
             ``data``, ``model``, ``samples``, ``role_model``, ``doclens``, ``prm``...); None
-            means not given. ``config`` names a YAML file read first.
+            means not given. ``config`` names a YAML file read first. Mode-specific settings
+            go flat (``panel_aggregate``, ``rounds``) or nested (``panel={"aggregate":
+            "mean"}``, ``magentic={"rounds": 2}``); given for another mode, they are an error.
         source: What the settings came from, for messages (default: the config file or
             "settings").
     """
     config_path = options.get("config")
     file_settings = load_config_file(config_path) if config_path else {}
+    file_name = str(config_path)
+    file_modal = _flatten_sections(file_settings, file_name)
+    file_settings = {k: v for k, v in file_settings.items() if k not in MODE_SECTIONS}
+    file_settings.update(file_modal)
     top, judge = _split_options(options)
+    options_name = source if source and not config_path else "options"
+    top.update(_flatten_sections(options, options_name))
     merged = {**file_settings, **top}
+    # Present in a file or not None in the options: given explicitly.
+    where = {**dict.fromkeys(file_settings, file_name), **dict.fromkeys(top, options_name)}
+    mode = str(merged.get("mode", RunConfig.model_fields["mode"].default))
+    _check_mode_settings(mode, where)
     judge_settings = {**dict(merged.get("judge") or {}), **judge}
     if "model" not in judge_settings:
         judge_settings["model"] = default_model()

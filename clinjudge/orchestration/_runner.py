@@ -41,7 +41,6 @@ from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._context import ModelPool, SampleContext
 from clinjudge.orchestration._progress import RunProgress
 from clinjudge.orchestration._workflows import JUDGE_AGENT, workflow_for
-from clinjudge.personas import load_personas
 from clinjudge.rubrics import Item, Rubric, Shot, render_messages
 from clinjudge.runs import RunStore, SampleKey, workflow_rows
 
@@ -432,7 +431,7 @@ class BatchRunner:
             queue.put_nowait(unit)
         self._started = time.monotonic()
         if self.config.max_cost is not None and self.config.mode != "single":
-            self._calls_per_sample = max(len(load_personas(self.config.personas)), 1)
+            self._calls_per_sample = max(len(self.models.personas), 1)
         progress = RunProgress(self.console, len(units)) if self.show_progress else None
         if progress is not None:
 

@@ -27,13 +27,13 @@ from clinjudge.judges import (
     price_per_token,
 )
 from clinjudge.orchestration._config import ConfigError, RunConfig
-from clinjudge.orchestration._context import ModelPool
+from clinjudge.orchestration._context import ModelPool, resolve_run_personas
 from clinjudge.orchestration._doclens import check_doclens_config, doclens_estimate_prompts
 from clinjudge.orchestration._fit import oversized_items
 from clinjudge.orchestration._prm import check_prm_config
 from clinjudge.orchestration._runner import BatchRunner, CircuitBreakerOpen, RunTally, WorkUnit
 from clinjudge.orchestration._workflows import workflow_for
-from clinjudge.personas import load_personas
+from clinjudge.personas import PersonaSet
 from clinjudge.rubrics import (
     PROMPT_VERSION,
     Item,
@@ -149,22 +149,29 @@ def shard_of(item_id: str, n: int) -> int:
     return int.from_bytes(hashlib.sha256(item_id.encode("utf-8")).digest()[:8], "big") % n + 1
 
 
+# Keys of the stored config JSON holding the resolved personas and their fingerprint.
+_PERSONAS_DATA = "personas_data"
+_PERSONAS_FINGERPRINT = "personas_fingerprint"
+
 # Settings that may differ between the machines running the shards of one run.
 _PER_MACHINE = ("shard", "db", "data", "concurrency", "max_consecutive_failures")
 
 
-def sharded_run_id(config: RunConfig, items: list[Item]) -> str:
+def sharded_run_id(config: RunConfig, items: list[Item], personas: PersonaSet | None = None) -> str:
     """The run id every shard of one sharded run shares.
 
     Derived from the name, the config without its per-machine settings (shard, db, data path,
-    concurrency, rate limits) and the content of the whole dataset, so ``judge run --shard i/n``
-    with the same settings and data yields the same id on every machine.
+    concurrency, rate limits), the personas' wording and the content of the whole dataset, so
+    ``judge run --shard i/n`` with the same settings and data yields the same id on every
+    machine (and a machine whose persona file reads differently does not join the run).
     """
     payload = config.model_dump(mode="json", exclude_none=True, exclude=set(_PER_MACHINE))
     for settings in [payload.get("judge") or {}, *(payload.get("roles") or {}).values()]:
         for key in ("rpm", "tpm"):
             settings.pop(key, None)
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8"))
+    if personas is not None:
+        digest.update(personas.fingerprint().encode("utf-8"))
     for item in items:
         digest.update(item.model_dump_json().encode("utf-8"))
     label = "".join(c if c.isalnum() or c in "-_." else "-" for c in config.name or "")
@@ -183,6 +190,9 @@ class PreparedRun:
     """Fixed run id (shared by every shard of a sharded run); a fresh one otherwise."""
     positions: list[int] | None = None
     """Items' positions in the whole dataset (a shard keeps the global order)."""
+    personas: PersonaSet | None = None
+    """The personas the mode seats (wording, stances, moderator), resolved once when the run is
+    prepared and stored with it; None in single mode."""
 
 
 def prepare_run(config: RunConfig) -> PreparedRun:
@@ -196,8 +206,7 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     if not config.data:
         raise ConfigError("no input data: pass --data FILE or set data in the config file")
     rubric = load_rubric(config.rubric)
-    if config.mode != "single":
-        load_personas(config.personas)  # a bad --personas fails before anything is written
+    personas = resolve_run_personas(config)  # a bad persona spec fails before any write
     if rubric.method == "claims":
         check_doclens_config(config)  # e.g. an NLI model that cannot load
     check_prm_config(config, rubric)  # the PRM loads here, once per process
@@ -212,7 +221,7 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     if config.shots:
         for item in items:
             draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
-    return apply_shard(PreparedRun(config, rubric, items, shots))
+    return apply_shard(PreparedRun(config, rubric, items, shots, personas=personas))
 
 
 def apply_shard(
@@ -234,8 +243,9 @@ def apply_shard(
         prepared.rubric,
         [items[p] for p in keep],
         prepared.shots,
-        run_id=sharded_run_id(prepared.config, items),
+        run_id=sharded_run_id(prepared.config, items, prepared.personas),
         positions=keep,
+        personas=prepared.personas,
     )
 
 
@@ -257,6 +267,9 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
     )
     stored_config = config.model_dump(mode="json", exclude_none=True)
     stored_config["shot_pool_data"] = _shot_payload(prepared.shots)
+    if prepared.personas is not None:
+        stored_config[_PERSONAS_DATA] = prepared.personas.model_dump(mode="json")
+        stored_config[_PERSONAS_FINGERPRINT] = prepared.personas.fingerprint()
     stamp = now()
     run_row = {
         "run_id": run_id,
@@ -274,7 +287,7 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         "config": json.dumps(stored_config),
         "versions": versions.model_dump_json(),
         "data_source": config.data,
-        "simulated": ModelPool(config, prepared.rubric).simulated,
+        "simulated": ModelPool(config, prepared.rubric, personas=prepared.personas).simulated,
         "n_items": len(prepared.items),
         "n_samples": config.samples,
     }
@@ -297,10 +310,30 @@ def load_stored_run(store: RunStore, run_id: str) -> tuple[str, PreparedRun]:
     run = store.get_run(run_id)
     stored = dict(run["config"])
     shots = _shots_from_payload(stored.pop("shot_pool_data", []))
+    persona_data = stored.pop(_PERSONAS_DATA, None)
+    stored.pop(_PERSONAS_FINGERPRINT, None)
     config = RunConfig.model_validate(stored)
+    personas = _stored_personas(run["run_id"], config, persona_data)
     rubric = parse_rubric_text(json.dumps(run["rubric_json"]), f"{run['run_id']}.json")
     rows = store.query("SELECT * FROM items WHERE run_id = ? ORDER BY position", [run["run_id"]])
-    return run["run_id"], PreparedRun(config, rubric, [item_from_row(r) for r in rows], shots)
+    items = [item_from_row(r) for r in rows]
+    return run["run_id"], PreparedRun(config, rubric, items, shots, personas=personas)
+
+
+def _stored_personas(run_id: str, config: RunConfig, data: Any) -> PersonaSet | None:
+    """The personas stored with a run; a run stored before they were (an older version) gets
+    them resolved from their name, as the name reads now."""
+    if data is not None:
+        return PersonaSet.model_validate(data)
+    personas = resolve_run_personas(config)
+    if personas is not None:
+        logger.warning(
+            "run %s was stored without its personas (an older clinjudge): using %r as it reads "
+            "now, which may differ from the wording the run started with",
+            run_id,
+            config.personas,
+        )
+    return personas
 
 
 def missing_work(store: RunStore, run_id: str, prepared: PreparedRun) -> list[WorkUnit]:
@@ -377,7 +410,7 @@ async def execute_run_async(
     """
     config = prepared.config
     assert config.judge is not None
-    judge = ModelPool(config, prepared.rubric, model)
+    judge = ModelPool(config, prepared.rubric, model, personas=prepared.personas)
     if config.cache:
         judge.response_cache = load_response_cache(store)
     runner = BatchRunner(
@@ -488,14 +521,14 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
     prompt_tokens, largest, prompts = 0, 0, 0
     # A panel sends the judge prompt once per member, each prefixed with the persona.
     prefixes = [0]
-    if config.mode != "single":
-        prefixes = [count_tokens(p.system_message) for p in load_personas(config.personas)]
+    if prepared.personas is not None:
+        prefixes = [count_tokens(p.system_message) for p in prepared.personas.personas]
     for sample in range(1, config.samples + 1):
         for item in prepared.items:
             if prepared.rubric.method == "claims":
                 sizes = [
                     count_message_tokens([t.content for t in turns])
-                    for turns in doclens_estimate_prompts(item, config)
+                    for turns in doclens_estimate_prompts(item, config, prepared.personas)
                 ]
             else:
                 shots = draw_shots(

@@ -64,6 +64,11 @@ def register_claims_workflow(mode: str, agent: str, workflow: Workflow) -> None:
     _CLAIM_WORKFLOWS[mode] = (agent, workflow)
 
 
+def registered_modes() -> list[str]:
+    """Every mode a workflow is registered for (score rubrics or claim rubrics), sorted."""
+    return sorted({*_WORKFLOWS, *_CLAIM_WORKFLOWS})
+
+
 def workflow_for(mode: str, rubric: Rubric | None = None) -> tuple[str, Workflow]:
     """The deciding agent's name and the workflow of a mode (for the rubric's method).
 

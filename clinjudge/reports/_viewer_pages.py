@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from clinjudge.errors import ClinJudgeError
-from clinjudge.personas import load_personas
+from clinjudge.personas import PersonaSet, load_personas
 from clinjudge.reports._viewer_compare import compare_items
 from clinjudge.reports._viewer_item import item_page
 from clinjudge.reports._viewer_item_table import item_context
@@ -258,8 +258,12 @@ class Viewer:
         config = run.get("config") or {}
         if run.get("mode") not in ("panel", "magentic") or not config.get("personas"):
             return {}
+        stored = config.get("personas_data")  # the wording the run used, stored with it
         try:
-            personas = load_personas(config["personas"])
+            if stored is not None:
+                personas = PersonaSet.model_validate(stored).personas
+            else:  # a run from a version that stored only the set's name
+                personas = load_personas(config["personas"])
         except Exception as exc:  # a persona file that moved since the run
             return {"personas_note": f"personas {config['personas']!r}: {exc}"}
         rows = [
@@ -272,10 +276,12 @@ class Viewer:
             }
             for p in personas
         ]
-        note = (
-            f"Persona set {config['personas']!r} as it reads now; a run records the set's name, "
-            "so compare fingerprints if the wording may have changed since."
-        )
+        note = f"Persona set {config['personas']!r} as the run used it (stored with the run)."
+        if stored is None:
+            note = (
+                f"Persona set {config['personas']!r} as it reads now; this run recorded only the "
+                "set's name, so compare fingerprints if the wording may have changed since."
+            )
         return {"personas": rows, "personas_note": note}
 
     # -- item ---------------------------------------------------------------------------------
@@ -293,7 +299,7 @@ class Viewer:
             audit = (
                 self._audit(store, run["run_id"]) if is_audit_run(store, run["run_id"]) else None
             )
-        reasons = []
+        reasons: list[str] = []
         if audit:
             reasons = next((f["reasons"] for f in audit["flagged"] if f["item_id"] == item_id), [])
         return render(
