@@ -22,7 +22,11 @@ RubricOption = Annotated[
 ]
 ModeOption = Annotated[
     Mode | None,
-    typer.Option(rich_help_panel=PANELS.panel, show_default=_DEFAULT["mode"], help="Judge mode."),
+    typer.Option(
+        rich_help_panel=PANELS.panel,
+        show_default=_DEFAULT["mode"],
+        help="Judge mode: single, panel, magentic, or a mode a plugin registered.",
+    ),
 ]
 ModelOption = Annotated[
     str | None,
