@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from collections.abc import Mapping, Sequence
 
 from clinjudge.judges import SampleVerdict, judge_single_sample
 from clinjudge.orchestration._context import SampleContext, WorkflowResult
@@ -47,7 +48,7 @@ def _fmt(value: float) -> str:
 
 
 def aggregate_members(
-    rubric: Rubric, members: list[dict[str, int | float | None]], how: str = "median"
+    rubric: Rubric, members: Sequence[Mapping[str, int | float | None]], how: str = "median"
 ) -> tuple[dict[str, float | None], dict[str, str]]:
     """Combine valid member judgments per attribute, with the rubric's gate rule.
 
@@ -69,12 +70,12 @@ def aggregate_members(
     values = _final_values(rubric, samples)
     rationales: dict[str, str] = {}
     for key in rubric.keys:
-        numbers = [s[key] for s in samples if s.get(key) is not None]
+        numbers = [n for s in samples if (n := s.get(key)) is not None]
         if how == "mean" and values[key] is not None:
             values[key] = statistics.fmean(numbers)
         note = f"{how} of {len(samples)} members"
         if numbers:
-            note += f"; spread {_fmt(max(numbers) - min(numbers))}"  # type: ignore[type-var]
+            note += f"; spread {_fmt(max(numbers) - min(numbers))}"
         if values[key] is None:
             note += "; null"
         rationales[key] = note
