@@ -379,7 +379,7 @@ def test_bad_combinations_fail_before_anything_is_written(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     base = ModelSettings(model="openai/gpt-4o-mini", base_url="http://127.0.0.1:9/v1")
-    with pytest.raises(ConfigError, match="--mode single only"):
+    with pytest.raises(ConfigError, match="mode single only"):
         check_batch_config(RunConfig(mode="magentic", judge=base))
     with pytest.raises(ModelConfigError, match="openai/ or azure/"):
         check_batch_config(RunConfig(judge=ModelSettings(model="anthropic/claude-x")))
