@@ -70,19 +70,18 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """Show a persona set or a single persona, with the full system messages."""
-    single = builtin_personas().get(name)
-    try:
-        persona_set = None if single else resolve_personas(name)
-    except PersonaError as exc:
-        fail(str(exc), EXIT_USAGE)
+    shown: Persona | PersonaSet | None = builtin_personas().get(name)
+    if shown is None:
+        try:
+            shown = resolve_personas(name)
+        except PersonaError as exc:
+            fail(str(exc), EXIT_USAGE)
     if as_json:
-        shown = single if single is not None else persona_set
         typer.echo(json.dumps(shown.model_dump(mode="json"), indent=2, ensure_ascii=False))
-        return
-    if single is not None:
-        _print_persona(single)
+    elif isinstance(shown, PersonaSet):
+        _print_set(shown)
     else:
-        _print_set(persona_set)
+        _print_persona(shown)
 
 
 @persona_app.command("validate")

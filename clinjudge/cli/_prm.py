@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 import typer
 from rich.markup import escape
@@ -101,15 +101,16 @@ def _format(opts: _Options):
 
 
 def _chains(opts: _Options, fmt: Any, path: Path, *, need_labels: bool = False):
-    from clinjudge.prm_bridge._inputs import load_chains
+    from clinjudge.prm_bridge import SEGMENTERS, Segmenter, load_chains
+
+    def known(name: str) -> TypeGuard[Segmenter]:
+        return name in SEGMENTERS
 
     segment = opts.segment or fmt.segmenter
-    if segment not in ("medprm", "chain", "note", "lines"):
-        fail(f"--segment {segment!r}: choose medprm, chain, note or lines", EXIT_USAGE)
+    if not known(segment):
+        fail(f"--segment {segment!r}: choose {', '.join(SEGMENTERS)}", EXIT_USAGE)
     try:
-        return load_chains(  # type: ignore[arg-type]
-            path, segment, need_labels=need_labels, section=fmt.section
-        )
+        return load_chains(path, segment, need_labels=need_labels, section=fmt.section)
     except InputError as exc:
         fail(str(exc), EXIT_USAGE)
 

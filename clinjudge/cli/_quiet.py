@@ -13,6 +13,7 @@ import logging
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 log = logging.getLogger("clinjudge.thirdparty")
 
@@ -64,7 +65,7 @@ class _ToDebug(logging.Handler):
 
 def _silence_litellm() -> None:
     """litellm prints its provider list and help banners unless told not to."""
-    module = sys.modules.get("litellm")
+    module: Any = sys.modules.get("litellm")  # a ModuleType has no declared attributes
     if module is not None:
         module.suppress_debug_info = True
         module.set_verbose = False
@@ -119,7 +120,7 @@ def configure_verbose(verbose: bool) -> None:
     # One handler however often the app runs in a process (tests invoke it many times).
     root.handlers = [h for h in root.handlers if not isinstance(h, _LibraryWarnings)]
     if not verbose:
-        handler = _LibraryWarnings(logging.WARNING)
+        handler: logging.Handler = _LibraryWarnings(logging.WARNING)
         root.addHandler(handler)
         if root.level == logging.NOTSET or root.level > logging.WARNING:
             root.setLevel(logging.WARNING)

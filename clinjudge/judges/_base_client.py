@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import (
     AssistantMessage,
     ChatCompletionClient,
     CreateResult,
+    FinishReasons,
     FunctionExecutionResultMessage,
     LLMMessage,
     ModelInfo,
@@ -76,7 +77,7 @@ def to_openai_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     return converted
 
 
-def _is_tool_request(content: Any) -> bool:
+def _is_tool_request(content: Any) -> TypeGuard[list[FunctionCall]]:
     return (
         isinstance(content, list)
         and bool(content)
@@ -97,7 +98,7 @@ def tool_schema(tool: Tool | ToolSchema) -> dict[str, Any]:
     }
 
 
-_FINISH = {
+_FINISH: dict[str, FinishReasons] = {
     "stop": "stop",
     "length": "length",
     "tool_calls": "function_calls",

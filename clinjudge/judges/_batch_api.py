@@ -365,14 +365,17 @@ def _sdk_client(settings: ModelSettings) -> Any:
     import openai
 
     # The SDK's own retries suit these few control-plane calls (upload, create, poll).
-    common = {"timeout": max(settings.timeout, 300.0), "max_retries": 5}
+    timeout = max(settings.timeout, 300.0)
     if settings.provider in AZURE_PROVIDERS:
         version = settings.api_version or os.environ.get("OPENAI_API_VERSION") or "2024-10-21"
         return openai.AsyncAzureOpenAI(
             azure_endpoint=_azure_endpoint(settings),
             api_version=version,
             api_key=_api_key(settings, required=True),
-            **common,
+            timeout=timeout,
+            max_retries=5,
         )
     key = _api_key(settings, required=settings.base_url is None) or "not-needed"
-    return openai.AsyncOpenAI(base_url=settings.base_url, api_key=key, **common)
+    return openai.AsyncOpenAI(
+        base_url=settings.base_url, api_key=key, timeout=timeout, max_retries=5
+    )

@@ -85,7 +85,7 @@ def _chair_scores(rubric: Rubric, heard: Sequence[str]) -> dict[str, int | None]
         return None
     values: dict[str, int | None] = {}
     for attribute in rubric.attributes:
-        given = [v[attribute.key] for v in heard_scores if v.get(attribute.key) is not None]
+        given = [x for v in heard_scores if (x := v.get(attribute.key)) is not None]
         values[attribute.key] = statistics.median_low(given) if given else None
     for attribute in rubric.attributes:
         gate = attribute.gate

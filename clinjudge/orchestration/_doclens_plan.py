@@ -97,16 +97,17 @@ async def judge_plan(judge: Judge, plan: Plan) -> Verdicts:
     """Every unit of a plan judged by one judge."""
     recall, precision = plan.of(RECALL), plan.of(PRECISION)
     statements = plan.of(CITATION)
-    results = await asyncio.gather(
+    # One gather of three: every call of the plan runs concurrently, and each part keeps its type.
+    of_output, of_reference, of_statements = await asyncio.gather(
         judge.claims(recall, plan.output, OUTPUT_LABEL),
         judge.claims(precision, plan.reference, REFERENCE_LABEL),
-        *(judge.statement(u) for u in statements),
+        asyncio.gather(*(judge.statement(u) for u in statements)),
     )
     verdicts: Verdicts = {}
-    for unit, verdict in zip(recall + precision, [*results[0], *results[1]], strict=True):
+    for unit, verdict in zip(recall + precision, [*of_output, *of_reference], strict=True):
         verdicts[unit.key] = verdict
-    for unit, verdict in zip(statements, results[2:], strict=True):
-        verdicts[unit.key] = verdict  # type: ignore[assignment]
+    for unit, verdict in zip(statements, of_statements, strict=True):
+        verdicts[unit.key] = verdict
     return verdicts
 
 

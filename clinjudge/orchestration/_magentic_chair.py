@@ -391,7 +391,8 @@ class _PanelOrchestrator(MagenticOneOrchestrator):
         if message is not None and message.messages:
             self.protocol.seen.extend(message.messages)
         if self.protocol.planning:
-            await super().handle_start(message, ctx)
+            # @rpc types the handler as an unbound MessageHandler; super() binds it at runtime.
+            await super().handle_start(message, ctx)  # type: ignore[call-arg]
             return
         # The stock handler without its two planning calls (a fixed grading task needs no plan).
         assert message is not None and message.messages is not None

@@ -17,6 +17,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -108,7 +109,7 @@ class RunProgress:
         self._started = clock()
         self._last_line = self._started
         self._bar: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
 
     def start(self) -> None:
         """Draw the bar (terminal) or print the first line."""

@@ -22,7 +22,14 @@ from clinjudge.prm_bridge._backend import (
     label_ids,
     token_batches,
 )
-from clinjudge.prm_bridge._inputs import PRMRecord, StepInput, chain_from_text, load_chains
+from clinjudge.prm_bridge._inputs import (
+    SEGMENTERS,
+    PRMRecord,
+    Segmenter,
+    StepInput,
+    chain_from_text,
+    load_chains,
+)
 from clinjudge.prm_bridge._metrics import EvalReport, StepMetrics, evaluate
 from clinjudge.prm_bridge._presets import (
     PRESETS,
@@ -88,6 +95,8 @@ __all__ = [
     "PRMRecord",
     "PRMRunSettings",
     "PRMVerifierAgent",
+    "SEGMENTERS",
+    "Segmenter",
     "StepInput",
     "VLLMPRM",
     "chain_from_text",

@@ -159,7 +159,9 @@ class TransformersPRM(PRMScorer):
             )
         except (OSError, ValueError, ImportError) as exc:
             raise PRMModelError(f"{model}: cannot load the model: {exc}") from exc
-        loaded.to(self.device)
+        # transformers wraps `to` with functools.wraps; its stub then wants the model as the
+        # first argument of the bound call.
+        loaded.to(self.device)  # type: ignore[arg-type]
         loaded.eval()
         return loaded
 

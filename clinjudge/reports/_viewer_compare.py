@@ -46,7 +46,8 @@ def compare_items(
             FROM spread GROUP BY item_id)
     """
     params = {"runs": run_ids, "sample": FINAL_SAMPLE, "agent": FINAL_AGENT}
-    total = store.con.execute(base + "SELECT count(*) FROM ranked", params).fetchone()[0]
+    counted = store.con.execute(base + "SELECT count(*) FROM ranked", params).fetchone()
+    total = counted[0] if counted else 0
     paging = clamp_page(page, total, per_page)
     cursor = store.con.execute(
         base

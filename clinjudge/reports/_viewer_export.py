@@ -131,7 +131,9 @@ def export_site(
 
 def _write_pages(writer: _Writer, ids: list[str], info: dict, groups: list) -> None:
     viewer = writer.viewer
-    listed = [(list(g), writer.links("index.html").compare(g)) for g in groups]
+    links = writer.links("index.html")
+    # Every group here is exported, so each has a link.
+    listed = [(list(g), link) for g in groups if (link := links.compare(g)) is not None]
     writer.write(
         "index.html",
         viewer.runs(

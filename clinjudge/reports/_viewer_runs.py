@@ -43,7 +43,8 @@ def runs_page(
         only: Just these runs (full ids).
     """
     column = RUN_SORTS.get(sort, "created_at")
-    where, params = ["1=1"], []
+    where: list[str] = ["1=1"]
+    params: list[Any] = []
     if query:
         where.append(
             "(run_id || ' ' || coalesce(name, '') || ' ' || coalesce(rubric, '') || ' ' || "

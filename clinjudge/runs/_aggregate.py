@@ -26,7 +26,7 @@ def _final_values(
 ) -> dict[str, float | None]:
     finals: dict[str, float | None] = {}
     for attribute in rubric.attributes:
-        numbers = [s[attribute.key] for s in samples if s.get(attribute.key) is not None]
+        numbers = [v for s in samples if (v := s.get(attribute.key)) is not None]
         finals[attribute.key] = statistics.median(numbers) if numbers else None
     for attribute in rubric.attributes:
         gate = attribute.gate

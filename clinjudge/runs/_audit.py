@@ -325,7 +325,7 @@ def vendor_summaries(
     for vendor, encounters in scores.items():
         out[vendor] = {}
         for attribute in attributes:
-            values = [v[attribute] for v in encounters.values() if v.get(attribute) is not None]
+            values = [x for v in encounters.values() if (x := v.get(attribute)) is not None]
             if not values:
                 out[vendor][attribute] = {"n": 0, "mean": None, "median": None, "ci95": None}
                 continue
@@ -364,7 +364,7 @@ def paired_comparisons(
         attributes: Attributes to compare.
         alpha: Significance level for the ``significant`` flag (on ``p_holm``).
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for a, b in itertools.combinations(list(scores), 2):
         shared = sorted(set(scores[a]) & set(scores[b]))
         for attribute in attributes:
