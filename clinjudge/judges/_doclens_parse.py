@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clinjudge.errors import ClinJudgeError
-from clinjudge.rubrics._parse import _strip_reasoning
+from clinjudge.rubrics import closing_bracket, strip_reasoning
 
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 # A quoted string (kept as is) or a JSON literal outside strings (turned into Python's).
@@ -70,30 +70,6 @@ class Entailment:
     claim: str | None = None
 
 
-def _match_close(text: str, start: int) -> int | None:
-    """Index after the bracket that closes the one at ``start`` (double/single quotes aware)."""
-    depth, quote, escaped = 0, "", False
-    for index in range(start, len(text)):
-        char = text[index]
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-            continue
-        if char == '"' or (char == "'" and not text[index - 1 : index].isalnum()):
-            quote = char
-        elif char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-    return None
-
-
 def _load(fragment: str) -> Any:
     for candidate in (fragment, _TRAILING_COMMA.sub(r"\1", fragment)):
         try:
@@ -116,14 +92,14 @@ def json_values(text: str) -> list[Any]:
     Args:
         text: A model reply.
     """
-    text = _strip_reasoning(text)
+    text = strip_reasoning(text)
     found: list[Any] = []
     index = 0
     while True:
         match = re.compile(r"[\[{]").search(text, index)
         if match is None:
             return found
-        end = _match_close(text, match.start())
+        end = closing_bracket(text, match.start(), single_quotes=True)
         value = _load(text[match.start() : end]) if end else None
         if isinstance(value, list | dict):
             found.append(value)
@@ -183,7 +159,7 @@ def parse_claims(text: str | None) -> list[str]:
             if cleaned:
                 return cleaned
             raise DocLensParseError("the reply's claim list is empty")
-    body = _strip_reasoning(text)
+    body = strip_reasoning(text)
     for pattern in (_CLAIM_LINE, _LIST_LINE):
         lines = [m.group(1) for m in map(pattern.match, body.splitlines()) if m]
         cleaned = _clean_claims(lines)
@@ -331,7 +307,7 @@ def parse_entailment(text: str | None) -> Entailment:
                 return _entry(candidate)
             except ValueError as exc:
                 problem = str(exc)
-    body = _strip_reasoning(text)
+    body = strip_reasoning(text)
     verdict = _VERDICT_LINE.search(body)
     if verdict:
         said = verdict.group(1).strip()

@@ -5,8 +5,10 @@ from clinjudge.rubrics._item import Item, SourceNote
 from clinjudge.rubrics._parse import (
     JudgmentParseError,
     ParsedJudgment,
+    closing_bracket,
     json_objects,
     parse_judgment,
+    strip_reasoning,
 )
 from clinjudge.rubrics._registry import (
     RubricError,
@@ -58,6 +60,7 @@ __all__ = [
     "SourceNote",
     "alias_forms",
     "builtin_rubric_names",
+    "closing_bracket",
     "detect_injection",
     "json_objects",
     "load_rubric",
@@ -73,4 +76,5 @@ __all__ = [
     "render_system",
     "render_user",
     "scan_item",
+    "strip_reasoning",
 ]

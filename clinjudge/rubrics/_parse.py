@@ -82,7 +82,12 @@ def _remove_closed_blocks(text: str) -> str:
     return "".join(kept)
 
 
-def _strip_reasoning(text: str) -> str:
+def strip_reasoning(text: str) -> str:
+    """A reply without its reasoning blocks (``<think>`` and kin, closed, unopened or unclosed).
+
+    Args:
+        text: A model reply.
+    """
     stripped = _remove_closed_blocks(text)
     closers = list(_CLOSE_THINK.finditer(stripped))
     if closers:
@@ -100,26 +105,7 @@ def _decode_at(text: str, start: int, decoder: json.JSONDecoder) -> tuple[Any, i
         return decoder.raw_decode(text, start)
     except json.JSONDecodeError:
         pass
-    depth, end, in_string, escaped = 0, None, False, False
-    for index in range(start, len(text)):
-        char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            continue
-        if char == '"':
-            in_string = True
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                end = index + 1
-                break
+    end = closing_bracket(text, start)
     if end is None:
         return None
     fragment = _TRAILING_COMMA.sub(r"\1", text[start:end])
@@ -128,6 +114,39 @@ def _decode_at(text: str, start: int, decoder: json.JSONDecoder) -> tuple[Any, i
         return json.loads(fragment), end
     except json.JSONDecodeError:
         return None
+
+
+def closing_bracket(text: str, start: int, *, single_quotes: bool = False) -> int | None:
+    """Index just past the bracket that closes the ``{`` or ``[`` at ``start``; None if none.
+
+    Brackets inside quoted strings do not count. Linear in the length of the text.
+
+    Args:
+        text: Free text holding JSON (or a Python-style literal).
+        start: Index of the opening bracket.
+        single_quotes: Also read ``'...'`` as a string (Python-style dicts), except a quote
+            right after a letter or digit, which is an apostrophe.
+    """
+    depth, quote, escaped = 0, "", False
+    for index in range(start, len(text)):
+        char = text[index]
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+            continue
+        if char == '"' or (single_quotes and char == "'" and not text[index - 1 : index].isalnum()):
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return None
 
 
 def _bare_word(word: str) -> str:
@@ -324,7 +343,7 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     if text is None or not text.strip():
         raise JudgmentParseError("empty reply")
     aliases = _alias_map(rubric)
-    candidates = json_objects(_strip_reasoning(text))
+    candidates = json_objects(strip_reasoning(text))
     if not candidates:
         raise JudgmentParseError("no JSON object found in the reply")
     ranked = [(_coverage(c, aliases), i) for i, c in enumerate(candidates)]
