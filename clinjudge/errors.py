@@ -8,7 +8,13 @@ fault (a provider outage, a bug) and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["ClinJudgeError", "UserError"]
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pydantic stays unimported here: `judge --version` imports this module
+    from pydantic import ValidationError
+
+__all__ = ["ClinJudgeError", "UserError", "validation_problems"]
 
 
 class ClinJudgeError(Exception):
@@ -21,3 +27,26 @@ class UserError(ClinJudgeError, ValueError):
     Also a ``ValueError``, so callers that caught ``ValueError`` before the hierarchy existed
     keep working.
     """
+
+
+def validation_problems(
+    error: ValidationError,
+    *,
+    top: str = "(top level)",
+    locate: Callable[[tuple[Any, ...]], str] | None = None,
+) -> list[str]:
+    """One ``field WHERE: MESSAGE`` line per problem pydantic found, for error messages.
+
+    Args:
+        error: pydantic's error.
+        top: What to call the place of a problem with the whole value (an empty location).
+        locate: Names a location (default: its parts joined by dots).
+    """
+    lines = []
+    for problem in error.errors():
+        loc = tuple(problem["loc"])
+        where = locate(loc) if locate else ".".join(str(part) for part in loc)
+        # Our validators raise ValueError; pydantic's "Value error, " prefix says nothing.
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        lines.append(f"field {where or top}: {message}")
+    return lines

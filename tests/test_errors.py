@@ -129,3 +129,37 @@ def test_cli_does_not_turn_a_bug_into_a_usage_error(
     monkeypatch.setattr(_runs, "infer_format", broken)
     with pytest.raises(ValueError, match="a bug"):
         invoke("export", "x", "--out", str(tmp_path / "x.csv"))
+
+
+def test_validation_problems_name_each_field_once() -> None:
+    from pydantic import BaseModel, ValidationError, field_validator
+
+    from clinjudge.errors import validation_problems
+
+    class Inner(BaseModel):
+        n: int
+
+    class Outer(BaseModel):
+        name: str
+        inner: list[Inner]
+
+        @field_validator("name")
+        @classmethod
+        def _short(cls, name: str) -> str:
+            if len(name) > 3:
+                raise ValueError("too long")
+            return name
+
+    with pytest.raises(ValidationError) as caught:
+        Outer.model_validate({"name": "long", "inner": [{"n": 1}, {"n": "x"}]})
+    assert validation_problems(caught.value) == [
+        "field name: too long",
+        "field inner.1.n: Input should be a valid integer, unable to parse string as an integer",
+    ]
+    with pytest.raises(ValidationError) as whole:
+        Inner.model_validate(3)
+    assert validation_problems(whole.value, top="(record)") == [
+        "field (record): Input should be a valid dictionary or instance of Inner"
+    ]
+    named = validation_problems(caught.value, locate=lambda loc: f"<{len(loc)}>")
+    assert [line.split(":")[0] for line in named] == ["field <1>", "field <3>"]

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from clinjudge.errors import UserError
+from clinjudge.errors import UserError, validation_problems
 
 StepKind = Literal[
     "step", "problem", "sentence", "problem_completeness", "note_completeness", "end_of_note"
@@ -305,8 +305,5 @@ def make_format(preset: str = "medprm", overrides: dict[str, Any] | None = None)
     try:
         return PRMFormat.model_validate(fields)
     except ValidationError as exc:
-        problems = [
-            f"field {'.'.join(str(p) for p in e['loc']) or '(format)'}: {e['msg']}"
-            for e in exc.errors()
-        ]
+        problems = validation_problems(exc, top="(format)")
         raise PRMFormatError(f"PRM format {preset!r}: " + "; ".join(problems)) from exc

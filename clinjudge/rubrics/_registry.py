@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from clinjudge._datafile import parse_data_mapping, read_data_text
-from clinjudge.errors import UserError
+from clinjudge.errors import UserError, validation_problems
 from clinjudge.rubrics._schema import Rubric
 
 
@@ -30,11 +30,8 @@ def builtin_rubric_names() -> list[str]:
 
 
 def _format_validation_error(source: str, error: ValidationError) -> str:
-    lines = [f"{source}: not a valid rubric"]
-    for problem in error.errors():
-        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
-        lines.append(f"  field {where}: {problem['msg']}")
-    return "\n".join(lines)
+    problems = validation_problems(error)
+    return "\n".join([f"{source}: not a valid rubric", *(f"  {p}" for p in problems)])
 
 
 def parse_rubric_text(text: str, source: str) -> Rubric:
