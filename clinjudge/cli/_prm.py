@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeGuard
@@ -70,18 +74,72 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 @dataclass
 class _Options:
-    model: str
-    preset: str
-    overrides: list[str]
-    format_file: Path | None
-    segment: str | None
-    device: str
-    dtype: str
-    attn: str
-    batch_tokens: int
-    max_length: int | None
-    prm_url: str | None
-    served_model: str | None
+    """The options every `judge prm` command takes, declared once (name, type, default)."""
+
+    model: ModelOpt
+    input: InputOpt
+    preset: PresetOpt = "medprm"
+    overrides: SetOpt = None
+    format_file: FormatFileOpt = None
+    segment: SegmentOpt = None
+    threshold: ThresholdOpt = 0.5
+    device: DeviceOpt = "auto"
+    dtype: DtypeOpt = "auto"
+    attn: AttnOpt = "auto"
+    batch_tokens: BatchTokensOpt = 16384
+    max_length: MaxLengthOpt = None
+    prm_url: UrlOpt = None
+    served_model: ServedOpt = None
+    db: DbOpt = str(DEFAULT_DB)
+    store: StoreOpt = True
+    name: NameOpt = None
+    as_json: JsonOpt = False
+
+
+_LEADING = ("model", "input")  # listed before a command's own options in --help
+
+
+def _prm_command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register ``func`` as `judge prm NAME` with the shared options of :class:`_Options`.
+
+    ``func`` declares only its own options plus ``opts: _Options``; typer sees one flat
+    signature (model and input, the command's own options, then the rest) and the shared
+    values reach ``func`` packed into ``opts``.
+    """
+
+    def register(func: Callable[..., None]) -> Callable[..., None]:
+        own = [
+            p
+            for p in inspect.signature(func, eval_str=True).parameters.values()
+            if p.name != "opts"
+        ]
+        hints = inspect.get_annotations(_Options, eval_str=True)
+        shared = {
+            f.name: inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=hints[f.name],
+                default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+            )
+            for f in dataclasses.fields(_Options)
+        }
+        params = [
+            *(shared[n] for n in _LEADING),
+            *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own),
+            *(p for n, p in shared.items() if n not in _LEADING),
+        ]
+
+        @functools.wraps(func)
+        def command(**values: Any) -> None:
+            opts = _Options(**{n: values.pop(n) for n in shared})
+            func(opts=opts, **values)
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        prm_app.command(name)(command)
+        return command
+
+    return register
 
 
 def _format(opts: _Options):
@@ -94,13 +152,13 @@ def _format(opts: _Options):
 
     try:
         fields = load_format_file(opts.format_file) if opts.format_file else {}
-        fields.update(parse_overrides(opts.overrides))
+        fields.update(parse_overrides(opts.overrides or []))
         return make_format(opts.preset, fields)
     except PRMFormatError as exc:
         fail(str(exc), EXIT_USAGE)
 
 
-def _chains(opts: _Options, fmt: Any, path: Path, *, need_labels: bool = False):
+def _chains(opts: _Options, fmt: Any, *, need_labels: bool = False):
     from clinjudge.prm_bridge import SEGMENTERS, Segmenter, load_chains
 
     def known(name: str) -> TypeGuard[Segmenter]:
@@ -110,7 +168,7 @@ def _chains(opts: _Options, fmt: Any, path: Path, *, need_labels: bool = False):
     if not known(segment):
         fail(f"--segment {segment!r}: choose {', '.join(SEGMENTERS)}", EXIT_USAGE)
     try:
-        return load_chains(path, segment, need_labels=need_labels, section=fmt.section)
+        return load_chains(opts.input, segment, need_labels=need_labels, section=fmt.section)
     except InputError as exc:
         fail(str(exc), EXIT_USAGE)
 
@@ -148,16 +206,16 @@ def _scorer(opts: _Options, fmt: Any):
         fail(str(exc), EXIT_FAILURE)
 
 
-def _score(opts: _Options, path: Path, threshold: float, *, need_labels: bool = False):
+def _score(opts: _Options, *, need_labels: bool = False):
     """(format, scorer, chains, results, started) with every warning printed to stderr."""
     from clinjudge.prm_bridge import PRMModelError
 
     fmt = _format(opts)
-    chains = _chains(opts, fmt, path, need_labels=need_labels)
+    chains = _chains(opts, fmt, need_labels=need_labels)
     scorer = _scorer(opts, fmt)
     started = now()
     try:
-        results = scorer.score(chains, threshold)
+        results = scorer.score(chains, opts.threshold)
     except PRMModelError as exc:
         fail(str(exc), EXIT_FAILURE)
     for result in results:
@@ -170,17 +228,9 @@ def _score(opts: _Options, path: Path, threshold: float, *, need_labels: bool = 
 
 
 def _store(
-    store_run: bool,
-    db: str,
-    name: str | None,
-    opts: _Options,
-    fmt: Any,
-    path: Path,
-    results: list[Any],
-    started: Any,
-    extra: dict[str, Any],
+    opts: _Options, fmt: Any, results: list[Any], started: Any, extra: dict[str, Any]
 ) -> str | None:
-    if not store_run:
+    if not opts.store:
         return None
     from clinjudge.orchestration import new_run_id
     from clinjudge.prm_bridge._store import write_prm_run
@@ -195,18 +245,18 @@ def _store(
         "prm_url": opts.prm_url,
         **extra,
     }
-    with open_store(db) as store:
+    with open_store(opts.db) as store:
         write_prm_run(
             store,
             run_id,
             results,
             model=opts.served_model or opts.model,
             config=config,
-            data_source=str(path),
-            name=name,
+            data_source=str(opts.input),
+            name=opts.name,
             started=started,
         )
-    console.print(f"stored run {run_id} in {db}")
+    console.print(f"stored run {run_id} in {opts.db}")
     return run_id
 
 
@@ -226,34 +276,13 @@ def _short(text: str, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-@prm_app.command("score")
-def score_command(
-    model: ModelOpt,
-    input: InputOpt,
-    preset: PresetOpt = "medprm",
-    overrides: SetOpt = None,
-    format_file: FormatFileOpt = None,
-    segment: SegmentOpt = None,
-    threshold: ThresholdOpt = 0.5,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    attn: AttnOpt = "auto",
-    batch_tokens: BatchTokensOpt = 16384,
-    max_length: MaxLengthOpt = None,
-    prm_url: UrlOpt = None,
-    served_model: ServedOpt = None,
-    db: DbOpt = str(DEFAULT_DB),
-    store: StoreOpt = True,
-    name: NameOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@_prm_command("score")
+def score_command(opts: _Options) -> None:
     """Score every step of every candidate; flag steps below --threshold."""
-    opts = _Options(model, preset, overrides or [], format_file, segment, device, dtype, attn,
-                    batch_tokens, max_length, prm_url, served_model)  # fmt: skip
-    fmt, _, _, results, started = _score(opts, input, threshold)
-    run_id = _store(store, db, name, opts, fmt, input, results, started,
-                    {"command": "score", "threshold": threshold})  # fmt: skip
-    if as_json:
+    threshold = opts.threshold
+    fmt, _, _, results, started = _score(opts)
+    run_id = _store(opts, fmt, results, started, {"command": "score", "threshold": threshold})
+    if opts.as_json:
         payload = [
             {**r.model_dump(mode="json"), "flagged": [s.index for s in r.flagged_steps]}
             for r in results
@@ -284,10 +313,9 @@ def _print_candidate(result: Any, threshold: float) -> None:
     )
 
 
-@prm_app.command("best-of-n")
+@_prm_command("best-of-n")
 def best_of_n_command(
-    model: ModelOpt,
-    input: InputOpt,
+    opts: _Options,
     aggregate: Annotated[
         str | None,
         typer.Option(
@@ -295,36 +323,18 @@ def best_of_n_command(
             "(default: the preset's)."
         ),  # fmt: skip
     ] = None,
-    preset: PresetOpt = "medprm",
-    overrides: SetOpt = None,
-    format_file: FormatFileOpt = None,
-    segment: SegmentOpt = None,
-    threshold: ThresholdOpt = 0.5,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    attn: AttnOpt = "auto",
-    batch_tokens: BatchTokensOpt = 16384,
-    max_length: MaxLengthOpt = None,
-    prm_url: UrlOpt = None,
-    served_model: ServedOpt = None,
-    db: DbOpt = str(DEFAULT_DB),
-    store: StoreOpt = True,
-    name: NameOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Pick the best candidate per input id (ties go to the earliest in the file)."""
     from clinjudge.prm_bridge import AGGREGATES
 
     if aggregate is not None and aggregate not in AGGREGATES:
         fail(f"--aggregate {aggregate!r}: choose from {', '.join(AGGREGATES)}", EXIT_USAGE)
-    opts = _Options(model, preset, overrides or [], format_file, segment, device, dtype, attn,
-                    batch_tokens, max_length, prm_url, served_model)  # fmt: skip
-    fmt, _, _, results, started = _score(opts, input, threshold)
+    fmt, _, _, results, started = _score(opts)
     how = aggregate or fmt.aggregate
     picks = _best_of_n(results, how)
-    run_id = _store(store, db, name, opts, fmt, input, results, started,
-                    {"command": "best-of-n", "aggregate": how, "threshold": threshold})  # fmt: skip
-    if as_json:
+    extra = {"command": "best-of-n", "aggregate": how, "threshold": opts.threshold}
+    run_id = _store(opts, fmt, results, started, extra)
+    if opts.as_json:
         typer.echo(json.dumps({"run_id": run_id, "aggregate": how, "items": picks}, indent=2))
     else:
         table = Table(title=f"best of n by {how}", title_justify="left")
@@ -363,33 +373,13 @@ def _best_of_n(results: list[Any], how: str) -> list[dict[str, Any]]:
     return picks
 
 
-@prm_app.command("eval")
-def eval_command(
-    model: ModelOpt,
-    input: InputOpt,
-    preset: PresetOpt = "medprm",
-    overrides: SetOpt = None,
-    format_file: FormatFileOpt = None,
-    segment: SegmentOpt = None,
-    threshold: ThresholdOpt = 0.5,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    attn: AttnOpt = "auto",
-    batch_tokens: BatchTokensOpt = 16384,
-    max_length: MaxLengthOpt = None,
-    prm_url: UrlOpt = None,
-    served_model: ServedOpt = None,
-    db: DbOpt = str(DEFAULT_DB),
-    store: StoreOpt = True,
-    name: NameOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@_prm_command("eval")
+def eval_command(opts: _Options) -> None:
     """Evaluate against step labels: PRMScore, F1s, accuracies, first-error accuracy."""
     from clinjudge.prm_bridge import evaluate
 
-    opts = _Options(model, preset, overrides or [], format_file, segment, device, dtype, attn,
-                    batch_tokens, max_length, prm_url, served_model)  # fmt: skip
-    fmt, _, _, results, started = _score(opts, input, threshold, need_labels=True)
+    threshold = opts.threshold
+    fmt, _, _, results, started = _score(opts, need_labels=True)
     labelled = [
         [
             (s.label, s.score, s.error_type, s.kind)
@@ -400,10 +390,10 @@ def eval_command(
         if not r.error
     ]
     report = evaluate(labelled, threshold)
-    run_id = _store(store, db, name, opts, fmt, input, results, started,
+    run_id = _store(opts, fmt, results, started,
                     {"command": "eval", "threshold": threshold,
                      "report": report.model_dump(mode="json")})  # fmt: skip
-    if as_json:
+    if opts.as_json:
         typer.echo(json.dumps({"run_id": run_id, **report.model_dump(mode="json")}, indent=2))
     else:
         _print_report(report)
