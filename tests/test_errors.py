@@ -163,3 +163,19 @@ def test_validation_problems_name_each_field_once() -> None:
     ]
     named = validation_problems(caught.value, locate=lambda loc: f"<{len(loc)}>")
     assert [line.split(":")[0] for line in named] == ["field <1>", "field <3>"]
+
+
+def test_a_setting_the_data_cannot_meet_is_a_user_error(tmp_path: Path) -> None:
+    # More shots than the pool holds: found while the run is prepared, reported in one line.
+    demo = Path(clinjudge.__file__).parent / "demo"
+    db = tmp_path / "runs.duckdb"
+    result = invoke(
+        "run", "--data", str(demo / "pdsqi9_demo.jsonl"), "--model", "mock/judge",
+        "--shots", "50", "--shot-pool", str(demo / "pdsqi9_shots.jsonl"),
+        "--db", str(db), "--dry-run",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: shot pool has 8 usable examples for 'demo-001', need 50"
+    ]
+    assert not db.exists()

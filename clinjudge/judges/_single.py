@@ -7,6 +7,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from clinjudge.errors import UserError
 from clinjudge.judges._faults import ProviderFault
 from clinjudge.judges._model import CallOutcome
 from clinjudge.rubrics import (
@@ -62,7 +63,7 @@ def draw_shots(pool: Sequence[Shot], k: int, *, seed: int, item_id: str, sample:
         return []
     candidates = [shot for shot in pool if shot.item.id != item_id]
     if len(candidates) < k:
-        raise ValueError(
+        raise UserError(
             f"shot pool has {len(candidates)} usable examples for {item_id!r}, need {k}"
         )
     digest = hashlib.sha256(f"{seed}|{item_id}|{sample}".encode()).digest()
