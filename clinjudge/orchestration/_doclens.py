@@ -253,8 +253,8 @@ async def _discuss(
                 context, _dispute_payload(disputed, arguments), stance=judge.stance
             )
             got, _ = await judge.ask(turns, lambda t: parse_keyed(t, ids), shape)
-            for key, entailment in (got or {}).items():
-                arguments[key].append(_argument(name, f"round {round_number}", entailment))
+            for key, argued in (got or {}).items():
+                arguments[key].append(_argument(name, f"round {round_number}", argued))
     chair = LLMJudge(ctx, ORCHESTRATOR_AGENT, "orchestrator", transcript)
     turns = decision_messages(context, _dispute_payload(disputed, arguments))
     got, error = await chair.ask(
@@ -318,10 +318,15 @@ def doclens_estimate_prompts(
     settings = config.doclens
     output = remove_citations(item.summary)
     reference = remove_citations(item.reference or "")
-    limits = {"min_claims": settings.min_claims, "max_claims": settings.max_claims}
-    prompts = [extraction_messages(output, **limits)]
+
+    def extraction(text: str) -> list[ChatTurn]:
+        return extraction_messages(
+            text, min_claims=settings.min_claims, max_claims=settings.max_claims
+        )
+
+    prompts = [extraction(output)]
     if reference.strip():
-        prompts.append(extraction_messages(reference, **limits))
+        prompts.append(extraction(reference))
     judging: list[list[ChatTurn]] = []
     if not settings.nli_model:
         for premise, text, label in (
