@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, console, fail
-from clinjudge.runs import StoreError, merge_databases
+from clinjudge.cli._common import console
+from clinjudge.runs import merge_databases
 
 db_app = typer.Typer(help="Run databases: merge shards.", no_args_is_help=True)
 
@@ -31,10 +31,7 @@ def merge_command(
     run. A key seen with different content is a conflict: it is reported and the first-seen
     row is kept.
     """
-    try:
-        summary = merge_databases(sources, into)
-    except StoreError as exc:
-        fail(str(exc), EXIT_USAGE)
+    summary = merge_databases(sources, into)
     table = Table(title=f"Merged {len(sources)} database(s) into {escape(str(into))}")
     table.add_column("table")
     table.add_column("rows added", justify="right")

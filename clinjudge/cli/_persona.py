@@ -10,10 +10,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, fail, stdout
+from clinjudge.cli._common import stdout
 from clinjudge.personas import (
     Persona,
-    PersonaError,
     PersonaSet,
     builtin_persona_sets,
     builtin_personas,
@@ -72,10 +71,7 @@ def show_command(
     """Show a persona set or a single persona, with the full system messages."""
     shown: Persona | PersonaSet | None = builtin_personas().get(name)
     if shown is None:
-        try:
-            shown = resolve_personas(name)
-        except PersonaError as exc:
-            fail(str(exc), EXIT_USAGE)
+        shown = resolve_personas(name)
     if as_json:
         typer.echo(json.dumps(shown.model_dump(mode="json"), indent=2, ensure_ascii=False))
     elif isinstance(shown, PersonaSet):
@@ -89,10 +85,7 @@ def validate_command(
     path: Annotated[Path, typer.Argument(help="Persona YAML or JSON file.")],
 ) -> None:
     """Check a persona file against the schema."""
-    try:
-        persona_set = load_persona_file(path)
-    except PersonaError as exc:
-        fail(str(exc), EXIT_USAGE)
+    persona_set = load_persona_file(path)
     stdout.print(
         f"{escape(str(path))}: valid persona set {persona_set.name} {persona_set.version} "
         f"with {len(persona_set.personas)} personas: {', '.join(persona_set.names)}"

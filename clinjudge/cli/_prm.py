@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_FAILURE, EXIT_USAGE, console, fail, open_store, stdout
-from clinjudge.runs import DEFAULT_DB, InputError, now
+from clinjudge.runs import DEFAULT_DB, now
 
 PRM_API_KEY_ENV = "CLINJUDGE_PRM_API_KEY"
 """Bearer token sent to a --prm-url server, when set."""
@@ -144,18 +144,14 @@ def _prm_command(name: str) -> Callable[[Callable[..., None]], Callable[..., Non
 
 def _format(opts: _Options):
     from clinjudge.prm_bridge import (
-        PRMFormatError,
         load_format_file,
         make_format,
         parse_overrides,
     )
 
-    try:
-        fields = load_format_file(opts.format_file) if opts.format_file else {}
-        fields.update(parse_overrides(opts.overrides or []))
-        return make_format(opts.preset, fields)
-    except PRMFormatError as exc:
-        fail(str(exc), EXIT_USAGE)
+    fields = load_format_file(opts.format_file) if opts.format_file else {}
+    fields.update(parse_overrides(opts.overrides or []))
+    return make_format(opts.preset, fields)
 
 
 def _chains(opts: _Options, fmt: Any, *, need_labels: bool = False):
@@ -167,10 +163,7 @@ def _chains(opts: _Options, fmt: Any, *, need_labels: bool = False):
     segment = opts.segment or fmt.segmenter
     if not known(segment):
         fail(f"--segment {segment!r}: choose {', '.join(SEGMENTERS)}", EXIT_USAGE)
-    try:
-        return load_chains(opts.input, segment, need_labels=need_labels, section=fmt.section)
-    except InputError as exc:
-        fail(str(exc), EXIT_USAGE)
+    return load_chains(opts.input, segment, need_labels=need_labels, section=fmt.section)
 
 
 def _scorer(opts: _Options, fmt: Any):

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail, open_store, stdout
-from clinjudge.rubrics import RubricError, load_rubric
+from clinjudge.rubrics import load_rubric
 from clinjudge.runs import DEFAULT_DB, InputError, import_ratings, ratings_overview
 
 ratings_app = typer.Typer(help="Import and list physicians' ratings.", no_args_is_help=True)
@@ -28,10 +28,7 @@ def import_command(
     db: StoreDbOption = str(DEFAULT_DB),
 ) -> None:
     """Validate ratings against the rubric and store them (re-importing replaces them)."""
-    try:
-        chosen = load_rubric(rubric)
-    except RubricError as exc:
-        fail(str(exc), EXIT_USAGE)
+    chosen = load_rubric(rubric)
     with open_store(db) as store:
         try:
             summary = import_ratings(store, file, chosen)

@@ -8,9 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from clinjudge.cli._common import EXIT_USAGE, fail, stdout
+from clinjudge.cli._common import stdout
 from clinjudge.rubrics import (
-    RubricError,
     builtin_rubric_names,
     load_rubric,
     load_rubric_file,
@@ -38,10 +37,7 @@ def show_command(
     prompt: Annotated[bool, typer.Option(help="Print the rendered judge system prompt.")] = False,
 ) -> None:
     """Show a rubric's attributes, scales and gates."""
-    try:
-        rubric = load_rubric(name)
-    except RubricError as exc:
-        fail(str(exc), EXIT_USAGE)
+    rubric = load_rubric(name)
     if prompt:
         typer.echo(render_system(rubric))
         return
@@ -63,10 +59,7 @@ def validate_command(
     path: Annotated[Path, typer.Argument(help="Rubric YAML or JSON file.")],
 ) -> None:
     """Check a rubric file against the schema."""
-    try:
-        rubric = load_rubric_file(path)
-    except RubricError as exc:
-        fail(str(exc), EXIT_USAGE)
+    rubric = load_rubric_file(path)
     stdout.print(
         f"{path}: valid rubric {rubric.name} {rubric.version} "
         f"with {len(rubric.attributes)} attributes"

@@ -26,7 +26,6 @@ from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_TABLES,
-    StoreError,
     delete_run,
     doclens_report,
     export_run,
@@ -99,10 +98,7 @@ def delete_command(
     """Delete runs: every row of each run in every table (items, samples, judgments, calls,
     messages, claims, PRM steps). Physicians' ratings are kept."""
     with open_store(db) as store:
-        try:
-            runs = [store.get_run(run_id) for run_id in run_ids]
-        except StoreError as exc:
-            fail(str(exc), EXIT_USAGE)
+        runs = [store.get_run(run_id) for run_id in run_ids]
         for run in runs:
             label = f" ({run['name']})" if run["name"] else ""
             console.print(
@@ -126,10 +122,7 @@ def rename_command(
 ) -> None:
     """Give a run a new name (its id stays)."""
     with open_store(db) as store:
-        try:
-            full_id = rename_run(store, run_id, name)
-        except StoreError as exc:
-            fail(str(exc), EXIT_USAGE)
+        full_id = rename_run(store, run_id, name)
     console.print(f"run {full_id} is now named {escape(name.strip())!r}")
 
 
@@ -199,14 +192,11 @@ def show_command(
 ) -> None:
     """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent."""
     with open_store(db, read_only=True) as store:
-        try:
-            summary = run_summary(store, run_id)
-            doclens = doclens_report(store, run_id, doclens_compat)
-            agent = deciding_agent(summary["mode"])
-            counts = run_counts(store, summary["run_id"], agent) if agent else None
-            coerced = _gate_coercions(store, summary["run_id"])
-        except StoreError as exc:
-            fail(str(exc), EXIT_USAGE)
+        summary = run_summary(store, run_id)
+        doclens = doclens_report(store, run_id, doclens_compat)
+        agent = deciding_agent(summary["mode"])
+        counts = run_counts(store, summary["run_id"], agent) if agent else None
+        coerced = _gate_coercions(store, summary["run_id"])
     if counts is not None:
         # One definition everywhere: a sample is an (item, sample) of the deciding agent.
         summary["samples_ok"] = counts.samples_ok
@@ -292,11 +282,8 @@ def export_command(
     if out.exists() and not force:
         fail(f"{out} exists; pass --force to replace it", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
-        try:
-            count = export_run(store, run_id, out, fmt, table, doclens_compat)
-            simulated = bool(store.get_run(run_id)["simulated"])
-        except StoreError as exc:
-            fail(str(exc), EXIT_USAGE)
+        count = export_run(store, run_id, out, fmt, table, doclens_compat)
+        simulated = bool(store.get_run(run_id)["simulated"])
     console.print(f"wrote {count} rows to {escape(str(out))} ({fmt})")
     if simulated:
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/] (column 'simulated' is true)")
