@@ -2,8 +2,8 @@
 
 Every exception clinjudge raises on purpose derives from :class:`ClinJudgeError`. Problems the
 caller can fix (bad input files, settings, store paths) derive from :class:`UserError`, which the
-``judge`` CLI reports as a one-line message with exit code 2; anything else that escapes is a
-fault (a provider outage, a bug) and keeps its traceback.
+``judge`` CLI reports as its message alone (one line per problem) with exit code 2; anything
+else that escapes is a fault (a provider outage, a bug) and keeps its traceback.
 """
 
 from __future__ import annotations

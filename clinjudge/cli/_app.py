@@ -146,7 +146,7 @@ class LazyGroup(TyperGroup):
         return command
 
     def invoke(self, ctx: Any) -> Any:
-        # The one place a library UserError becomes a one-line message and exit code 2;
+        # The one place a library UserError becomes its message alone and exit code 2;
         # any other exception is a fault and keeps its traceback.
         try:
             return super().invoke(ctx)
