@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from autogen_core.models import (
     AssistantMessage,
@@ -87,6 +87,10 @@ def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
     return {k: v for k, v in args.items() if v is not None}
 
 
+@overload
+def _api_key(settings: ModelSettings, required: Literal[True]) -> str: ...
+@overload
+def _api_key(settings: ModelSettings, required: bool) -> str | None: ...
 def _api_key(settings: ModelSettings, required: bool) -> str | None:
     env_name = settings.api_key_env or _DEFAULT_KEY_ENV.get(settings.provider)
     key = os.environ.get(env_name) if env_name else None
@@ -126,17 +130,16 @@ def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
 
     # A local server (vLLM, Ollama, ...) usually needs no key; api.openai.com does.
     key = _api_key(settings, required=settings.base_url is None) or "not-needed"
+    # Left out rather than None where unset: autogen's typed kwargs take no None (same effect).
+    optional: dict[str, Any] = {}
+    if settings.base_url is not None:
+        optional["base_url"] = settings.base_url
     try:
         get_info(settings.name)
-        model_info = None
     except (KeyError, ValueError):
-        model_info = GENERIC_MODEL_INFO
+        optional["model_info"] = GENERIC_MODEL_INFO
     return OpenAIChatCompletionClient(
-        model=settings.name,
-        base_url=settings.base_url,
-        api_key=key,
-        model_info=model_info,
-        **_autogen_client_args(settings),
+        model=settings.name, api_key=key, **optional, **_autogen_client_args(settings)
     )
 
 

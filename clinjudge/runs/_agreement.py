@@ -236,7 +236,7 @@ def _alpha_block(data: np.ndarray, levels: Sequence[str], boot: _Boot) -> dict:
     """Krippendorff's alpha of a ``units x raters`` array (transposed to raters x units); the
     bootstrap CIs are filled in when ``boot`` runs."""
     job = _stats.alpha_bootstrap_job(data.T, levels)
-    out = {
+    out: dict[str, dict[str, Any]] = {
         level: {"value": _stats.krippendorff_alpha(data.T, level), "ci95": None} for level in levels
     }
 
@@ -505,7 +505,7 @@ def _build_blocks(table: pa.Table, judge: str | None, notes: list[str]) -> dict[
         humans[local[cell_row[mine]], rater_col[cell_rater[mine]]] = medians[mine]
         judge_scores = judge_samples = None
         if judge is not None:
-            assert judge_rows is not None and judge_medians is not None
+            assert judge_rows is not None and judge_medians is not None and judge_counts is not None
             judge_scores = np.full(rows.size, np.nan)
             judge_samples = np.zeros(rows.size, dtype=int)
             mine = row_attr[judge_rows] == a1
@@ -619,18 +619,18 @@ def analyse_ratings(
         raise UserError(f"judge {judge!r} has no ratings")
 
     blocks = _build_blocks(table, judge, notes)
-    common = {"judge": judge, "n_boot": n_boot, "seed": seed, "notes": notes}
+    common: dict[str, Any] = {"judge": judge, "n_boot": n_boot, "seed": seed, "notes": notes}
     per_attribute: dict[str, Any] = {}
     if None not in blocks:
-        for attribute, block in blocks.items():
-            assert attribute is not None
+        named = {a: b for a, b in blocks.items() if a is not None}  # every block here
+        for attribute, block in named.items():
             binary = attribute in binary_attributes
             declared = [0.0, 1.0] if binary else categories.get(attribute)
             per_attribute[attribute] = _analyse_block(
                 block, attribute, binary=binary, declared=declared, **common
             )
-        pooled_blocks = {a: b for a, b in blocks.items() if a not in binary_attributes}
-        left_out = sorted(a for a in blocks if a in binary_attributes)
+        pooled_blocks = {a: b for a, b in named.items() if a not in binary_attributes}
+        left_out = sorted(a for a in named if a in binary_attributes)
         if left_out and pooled_blocks:
             notes.append(f"pooled: binary attributes {left_out} are left out of the pooled block")
         declared_pool: list[float] | None = None
@@ -638,9 +638,9 @@ def analyse_ratings(
             declared_pool = sorted({float(c) for a in pooled_blocks for c in categories[a]})
         pooled_binary = False
         if not pooled_blocks:  # only binary attributes: pool them as binary
-            pooled_blocks, pooled_binary, declared_pool = blocks, True, [0.0, 1.0]
+            pooled_blocks, pooled_binary, declared_pool = named, True, [0.0, 1.0]
         pooled = _analyse_block(
-            _pool(pooled_blocks, judge is not None),  # type: ignore[arg-type]
+            _pool(pooled_blocks, judge is not None),
             "pooled",
             binary=pooled_binary,
             declared=declared_pool,

@@ -22,11 +22,12 @@ and its variance; Cohen (1960) and Fleiss (1971) for the kappas.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 from threadpoolctl import ThreadpoolController
 
@@ -59,7 +60,11 @@ def _mean_squares(x: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def _icc_from_ms(ms: dict[str, np.ndarray], n: int, k: int, form: str) -> np.ndarray:
+# Mean squares of one matrix (scalars) or of a batch (arrays): the ICC has the same type.
+_MS = TypeVar("_MS", np.ndarray, np.float64)
+
+
+def _icc_from_ms(ms: Mapping[str, _MS], n: int, k: int, form: str) -> _MS:
     msr, msc, mse, msw = ms["msr"], ms["msc"], ms["mse"], ms["msw"]
     if form == "ICC1":
         return (msr - msw) / (msr + (k - 1) * msw)
@@ -279,7 +284,7 @@ def krippendorff_alpha_ci(
 # Gwet's AC2
 
 
-def gwet_weights(categories: Sequence[float], weights: str) -> np.ndarray:
+def gwet_weights(categories: ArrayLike, weights: str) -> np.ndarray:
     """Gwet's agreement weights ``w[k, l]`` over the ordered category set.
 
     ``identity`` gives AC1; ``ordinal`` uses category ranks (1 - C(d+1, 2) / max); ``linear`` and
@@ -305,7 +310,7 @@ def gwet_weights(categories: Sequence[float], weights: str) -> np.ndarray:
     raise ValueError(f"unknown weights {weights!r}; expected one of {', '.join(GWET_WEIGHTS)}")
 
 
-def _category_counts(data: np.ndarray, categories: Sequence[float]) -> np.ndarray:
+def _category_counts(data: np.ndarray, categories: ArrayLike) -> np.ndarray:
     """``units x categories`` counts from a ``units x raters`` array with NaN for missing."""
     x = np.asarray(data, dtype=float)
     if x.ndim != 2:
@@ -383,7 +388,7 @@ def gwet_ac2(data: np.ndarray, categories: Sequence[float], weights: str) -> dic
 # Kappas and percent agreement
 
 
-def cohen_kappa(a: Sequence[float], b: Sequence[float]) -> float:
+def cohen_kappa(a: ArrayLike, b: ArrayLike) -> float:
     """Cohen's (unweighted) kappa of two raters; pairs with a missing value are dropped."""
     x = np.asarray(a, dtype=float)
     y = np.asarray(b, dtype=float)
@@ -483,9 +488,7 @@ def _exact_sign_flip_p(diff: np.ndarray, zero_method: str) -> float:
     return float(min(1.0, 2.0 * min(below, above)))
 
 
-def wilcoxon_paired(
-    x: Sequence[float], y: Sequence[float], zero_method: str = "wilcox"
-) -> dict[str, Any]:
+def wilcoxon_paired(x: ArrayLike, y: ArrayLike, zero_method: str = "wilcox") -> dict[str, Any]:
     """Wilcoxon signed-rank test of ``x - y``, with the zero-difference method stated.
 
     ``wilcox`` (scipy's default) discards zero differences; ``pratt`` ranks them and then drops

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -439,7 +439,7 @@ class RunStore:
         ).fetchone()
         return bool(rows and rows[0])
 
-    def write_batch(self, batch: dict[str, Sequence[dict[str, Any]]]) -> None:
+    def write_batch(self, batch: Mapping[str, Sequence[dict[str, Any]]]) -> None:
         """Write rows to several tables in one transaction.
 
         Args:
