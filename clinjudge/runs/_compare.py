@@ -164,9 +164,7 @@ def compare_runs(
             and settings are unchanged, and keep new ones there when the store is writable.
     """
     if sort is not None and sort not in SORT_COLUMNS:
-        raise UserError(
-            f"cannot sort by {sort!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}"
-        )
+        raise UserError(f"cannot sort by {sort!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}")
     rows: list[dict[str, Any]] = []
     agreements: dict[str, dict[str, Any] | None] = {}
     notes: list[str] = []

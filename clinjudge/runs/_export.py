@@ -192,13 +192,9 @@ def export_run(
         Number of rows written.
     """
     if fmt not in EXPORT_FORMATS:
-        raise UserError(
-            f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}"
-        )
+        raise UserError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     if table not in EXPORT_TABLES:
-        raise UserError(
-            f"unknown export table {table!r}; choose one of {', '.join(EXPORT_TABLES)}"
-        )
+        raise UserError(f"unknown export table {table!r}; choose one of {', '.join(EXPORT_TABLES)}")
     run = store.get_run(run_id)
     rid = str(run["run_id"]).replace("'", "''")
     if table in ("claims", "doclens"):
