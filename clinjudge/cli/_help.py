@@ -47,6 +47,7 @@ def tidy_help(command: Any) -> None:
             param.show_default = False
     # Panels in PANEL_ORDER whatever the order of the function's parameters.
     rank = {name: n for n, name in enumerate(PANEL_ORDER)}
+
     def place(param: Any) -> int:
         panel = getattr(param, "rich_help_panel", None)
         return -1 if panel is None else rank.get(panel, len(PANEL_ORDER))

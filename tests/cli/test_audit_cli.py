@@ -98,8 +98,10 @@ def test_audit_report_is_self_contained_with_banner(
     html_text = (out / "report.html").read_text()
     md_text = (out / "report.md").read_text()
     assert 'class="banner"' in html_text and "SIMULATED" in md_text
-    assert "<svg" in html_text and "<script" not in html_text and "http" not in html_text.replace(
-        'http-equiv="Content-Security-Policy"', ""
+    assert (
+        "<svg" in html_text
+        and "<script" not in html_text
+        and "http" not in html_text.replace('http-equiv="Content-Security-Policy"', "")
     )
     # The same policy as run reports: no script at all, nothing fetched.
     policy = html_text.split('http-equiv="Content-Security-Policy" content="', 1)[1].split('"')[0]
