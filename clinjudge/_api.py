@@ -258,14 +258,7 @@ async def resume_async(
     max_cost: float | None = None,
     progress: bool = False,
 ) -> RunResult:
-    """Finish the missing work of a stored run; the async form of :func:`resume`.
-
-    Args:
-        run_id: Run id or a unique part of it.
-        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
-        max_cost: A budget for this invocation, replacing the stored one.
-        progress: Draw a progress bar on stderr.
-    """
+    """Finish the missing work of a stored run: the async form of :func:`resume`."""
     with RunStore(_db(db)) as store:
         full_id, prepared = load_stored_run(store, run_id)
         if max_cost is not None:
