@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import clinjudge  # noqa: F401 - sets the offline environment before anything imports litellm
-from clinjudge.rubrics import Item, Rubric, load_rubric
+from clinjudge.rubrics import Rubric, load_rubric
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 
@@ -24,25 +24,6 @@ def fake_openai() -> Iterator[FakeOpenAIServer]:
 def pdsqi9() -> Rubric:
     """The built-in PDSQI-9 rubric."""
     return load_rubric("pdsqi9")
-
-
-def make_items(count: int, prefix: str = "item") -> list[Item]:
-    """Small synthetic items (no clinical content needed for plumbing tests)."""
-    return [
-        Item(
-            id=f"{prefix}-{n:04d}",
-            notes=[f"Visit {k}: synthetic note {k} for patient {n}." for k in (1, 2, 3)],
-            summary=f"Synthetic summary {n} [Note 1] [Note 3].",
-            specialty="Primary Care",
-        )
-        for n in range(count)
-    ]
-
-
-def write_jsonl(path: Path, items: list[Item]) -> Path:
-    """Write items as JSONL."""
-    path.write_text("".join(json.dumps(i.model_dump(exclude_none=True)) + "\n" for i in items))
-    return path
 
 
 @pytest.fixture

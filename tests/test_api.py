@@ -12,7 +12,7 @@ import pytest
 import clinjudge
 from clinjudge.orchestration import ConfigError, run_config_from
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli._helpers import invoke, scalar
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.ratings_data import ratings_matching, write_ratings
 
 BOOT = "100"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli._helpers import JUDGE, invoke, query, scalar
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from clinjudge.rubrics import Polarity, load_rubric
 from tests.cli._helpers import invoke, query
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 REPO_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.cli._helpers import invoke, query
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 
 @pytest.fixture

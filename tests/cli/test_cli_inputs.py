@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.cli._helpers import invoke, query, scalar
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from tests.cli._helpers import invoke, query, scalar
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 LONG_NAME = "cardiology-vendor-comparison-" + "x" * 90
 

@@ -34,8 +34,8 @@ from clinjudge.orchestration import (  # noqa: E402
     prepare_run,
 )
 from clinjudge.runs import RunStore  # noqa: E402
-from tests.conftest import write_jsonl  # noqa: E402
 from tests.doclens_fake import ITEMS, make_responder  # noqa: E402
+from tests.factories import write_jsonl  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer  # noqa: E402
 
 _TEXT = (

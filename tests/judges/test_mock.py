@@ -15,7 +15,7 @@ from clinjudge.judges import (
     simulated_scores,
 )
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
-from tests.conftest import make_items
+from tests.factories import make_items
 
 
 def ask(

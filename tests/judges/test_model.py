@@ -32,7 +32,7 @@ from clinjudge.judges import (
     count_tokens,
 )
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
-from tests.conftest import make_items
+from tests.factories import make_items
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault
 
 pytestmark = pytest.mark.filterwarnings("ignore:Resolved model mismatch:UserWarning")

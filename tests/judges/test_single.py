@@ -27,7 +27,7 @@ from clinjudge.rubrics import (
     render_messages,
     render_repair,
 )
-from tests.conftest import make_items
+from tests.factories import make_items
 from tests.fake_openai import FakeOpenAIServer, Fault, pdsqi9_scores
 
 VALID = {

@@ -38,7 +38,7 @@ from clinjudge.orchestration import (
 )
 from clinjudge.rubrics import render_messages
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault, pdsqi9_scores
 
 N_ITEMS = 5

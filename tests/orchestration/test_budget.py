@@ -17,7 +17,7 @@ from clinjudge.orchestration import (
     prepare_run,
 )
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 FAST = RetryPolicy(max_attempts=4, initial_wait=0.01, max_wait=0.05, jitter=0.01)

@@ -26,7 +26,6 @@ from clinjudge.orchestration._doclens import doclens_estimate_prompts, majority
 from clinjudge.orchestration._doclens_judges import UnitVerdict
 from clinjudge.rubrics import load_rubric
 from clinjudge.runs import RunStore
-from tests.conftest import write_jsonl
 from tests.doclens_fake import (
     BATCH_MARKER,
     DECISION_MARKER,
@@ -35,6 +34,7 @@ from tests.doclens_fake import (
     SINGLE_MARKER,
     make_responder,
 )
+from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
 
 FAST = RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.02, jitter=0.0)

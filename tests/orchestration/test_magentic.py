@@ -23,7 +23,7 @@ from clinjudge.orchestration import (
 from clinjudge.orchestration._magentic import ORCHESTRATOR_AGENT, magentic_workflow
 from clinjudge.orchestration._magentic_chair import match_speaker, read_ledger
 from clinjudge.runs import FINAL_AGENT, RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault
 from tests.magentic_fake import PanelFake
 

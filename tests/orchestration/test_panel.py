@@ -30,7 +30,7 @@ from clinjudge.orchestration._panel import (
     panel_personas,
 )
 from clinjudge.runs import FINAL_AGENT, RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import LIKERT_KEYS, PDSQI9_KEYS, FakeOpenAIServer, Fault
 
 FAST = RetryPolicy(max_attempts=3, initial_wait=0.01, max_wait=0.05, jitter=0.01)

@@ -22,7 +22,7 @@ from clinjudge.orchestration import (  # noqa: E402
 from clinjudge.prm_bridge import PRMRunSettings  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
 from tests.cli._helpers import invoke  # noqa: E402
-from tests.conftest import make_items, write_jsonl  # noqa: E402
+from tests.factories import make_items, write_jsonl  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores  # noqa: E402
 from tests.magentic_fake import PanelFake  # noqa: E402
 from tests.prm_bridge._tiny import save_exact_medprm  # noqa: E402

@@ -27,7 +27,7 @@ from clinjudge.orchestration import (
 )
 from clinjudge.orchestration._workflows import _WORKFLOWS
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 FAST = RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.05, jitter=0.01)

@@ -12,7 +12,7 @@ import pytest
 from clinjudge.judges import CallOutcome, JudgeModel, ModelSettings, ProviderFault
 from clinjudge.orchestration import RetryPolicy, call_with_retries
 from clinjudge.rubrics import ChatTurn, Rubric, render_messages
-from tests.conftest import make_items
+from tests.factories import make_items
 from tests.fake_openai import FakeOpenAIServer, Fault
 
 # tenacity >= 9.2 deprecates wait_exponential_jitter(initial=...); clinjudge still passes it so

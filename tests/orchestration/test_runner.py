@@ -32,7 +32,7 @@ from clinjudge.orchestration import (
 )
 from clinjudge.rubrics import JudgmentParseError, Rubric, parse_judgment
 from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault
 
 FAST = RetryPolicy(max_attempts=4, initial_wait=0.01, max_wait=0.05, jitter=0.01)

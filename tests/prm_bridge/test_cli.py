@@ -202,7 +202,7 @@ def test_judge_run_prm_section(exact, tmp_path, db_path):
     """--prm-section scores only that section; an item without it gets a PRM error naming the
     headings, and its judgment still happens."""
     from clinjudge.rubrics import Item
-    from tests.conftest import write_jsonl
+    from tests.factories import write_jsonl
 
     model, p = exact
     with_plan = "CHIEF COMPLAINT\nCough.\nPLAN\nRest at home. Drink fluids."

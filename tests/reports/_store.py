@@ -19,7 +19,7 @@ from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_
 from clinjudge.rubrics import Item
 from clinjudge.runs import RunStore
 from tests.cli._helpers import invoke
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores
 from tests.magentic_fake import PanelFake
 

@@ -243,7 +243,7 @@ def test_run_totals_match_judge_runs_show(viewer_store: ViewerStore) -> None:
 
 
 def test_item_page_numbers_retried_attempts(tmp_path: Path) -> None:
-    from tests.conftest import make_items, write_jsonl
+    from tests.factories import make_items, write_jsonl
     from tests.fake_openai import FakeOpenAIServer, Fault
 
     db = tmp_path / "retry.duckdb"

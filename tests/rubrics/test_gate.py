@@ -15,7 +15,7 @@ import yaml
 
 from clinjudge.rubrics import JudgmentParseError, Rubric, load_rubric, parse_judgment
 from tests.cli._helpers import invoke, query
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 RUBRIC = load_rubric("pdsqi9")

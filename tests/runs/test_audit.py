@@ -27,7 +27,7 @@ from clinjudge.runs import (
     vendor_summaries,
     write_audit_report,
 )
-from tests.conftest import write_jsonl
+from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores
 
 LIKERT = ["citation", "accurate", "thorough", "useful", "organized", "comprehensible", "succinct"]

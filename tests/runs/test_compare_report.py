@@ -22,7 +22,7 @@ from clinjudge.runs import (
     import_ratings,
     write_report,
 )
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 from tests.ratings_data import ratings_matching, write_ratings
 

@@ -19,8 +19,8 @@ import yaml
 from clinjudge.rubrics import Item
 from clinjudge.runs import RunStore, doclens_report
 from tests.cli._helpers import invoke, query
-from tests.conftest import write_jsonl
 from tests.doclens_fake import make_responder
+from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 DIALOGUE = (

@@ -12,8 +12,8 @@ import yaml
 
 from clinjudge.runs import RunStore, doclens_report, pooled_scores
 from tests.cli._helpers import invoke
-from tests.conftest import write_jsonl
 from tests.doclens_fake import ITEMS, make_responder
+from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 
@@ -98,7 +98,7 @@ def test_export_claims_and_pooled_scores(doclens_run: tuple[Path, str], tmp_path
 
 
 def test_non_doclens_run_has_no_doclens_report(tmp_path: Path) -> None:
-    from tests.conftest import make_items
+    from tests.factories import make_items
 
     data = write_jsonl(tmp_path / "items.jsonl", make_items(1))
     db = tmp_path / "runs.duckdb"

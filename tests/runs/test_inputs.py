@@ -13,7 +13,7 @@ import pytest
 
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import InputError, load_items
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 
 def _record(item_id: str = "a", **overrides: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from clinjudge.orchestration._session import (
     shard_of,
 )
 from clinjudge.runs import RunStore, StoreError, merge_databases
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 # Values compared between a merged sharded run and one unsharded run (no timings, no run id).
 _JUDGMENTS = (

@@ -13,7 +13,7 @@ from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.runs import RunStore, run_summary
 from tests.cli._helpers import invoke
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
 from tests.orchestration.test_panel import persona_of, responder
 

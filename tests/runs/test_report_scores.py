@@ -32,9 +32,9 @@ from clinjudge.runs._html_report import (
 )
 from tests.browser_support import chromium, dialogs_fired
 from tests.cli._helpers import invoke
-from tests.conftest import write_jsonl
 from tests.doclens_fake import ITEMS as DOCLENS_ITEMS
 from tests.doclens_fake import make_responder
+from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 BOOT = 50

@@ -24,7 +24,7 @@ from clinjudge.judges import ModelSettings
 from clinjudge.orchestration._fit import context_window, oversized_items
 from clinjudge.rubrics import Item, Rubric
 from tests.cli._helpers import invoke
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 TABLES = ("runs", "items", "samples", "judgments", "calls", "messages", "human_ratings")

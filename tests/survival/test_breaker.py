@@ -25,10 +25,10 @@ from clinjudge.orchestration import (
     prepare_run,
 )
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
 from tests.survival._hostile_server import HostileServer
-from tests.survival.conftest import NetworkGuard, make_config
+from tests.survival.factories import NetworkGuard, make_config
 
 ITEMS = 30
 

@@ -25,10 +25,10 @@ import pytest
 
 from clinjudge.orchestration._magentic import ORCHESTRATOR_AGENT, ORCHESTRATOR_MARKER
 from tests.cli._helpers import JUDGE
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault, _message_text
 from tests.magentic_fake import PanelFake
-from tests.survival.conftest import make_config, run_in_process
+from tests.survival.factories import make_config, run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 N_KEYS = 11

@@ -25,10 +25,10 @@ from typing import Any
 from clinjudge.orchestration import JUDGE_AGENT
 from clinjudge.orchestration._magentic import ORCHESTRATOR_AGENT
 from clinjudge.runs import FINAL_AGENT, RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault, _message_text
 from tests.magentic_fake import PanelFake
-from tests.survival.conftest import FAST, make_config, run_in_process
+from tests.survival.factories import FAST, make_config, run_in_process
 
 # Faults answered with a completion the client accepts (the judge may still reject its content).
 # Generous: on a loaded 2-core CI machine an ordinary reply can take a good part of a second,

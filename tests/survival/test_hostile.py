@@ -21,10 +21,10 @@ from autogen_core.models import UserMessage
 from clinjudge.judges import ModelSettings, ProviderFault, build_client, classify_fault
 from clinjudge.rubrics import load_rubric
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 from tests.survival._hostile_server import HostileServer
-from tests.survival.conftest import make_config, run_in_process
+from tests.survival.factories import make_config, run_in_process
 
 # (model, client): our direct client, autogen-ext's OpenAI client, and litellm's two kinds of
 # route (the openai SDK for OpenAI-compatible providers, its own httpx handler for others).

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from clinjudge.cli import app
 from clinjudge.rubrics import Item, load_rubric
 from clinjudge.runs import InputError, load_items
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 RUBRIC = load_rubric("pdsqi9")
 

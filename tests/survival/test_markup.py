@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from clinjudge.cli import _audit as audit_cli
 from clinjudge.cli import app
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
 
 HOSTILE = "[/] [bold]x[/bold] [/red] [link=http://e.x]y"

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.cli._helpers import JUDGE, invoke, query
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
-from tests.survival.conftest import NetworkGuard, make_config, run_in_process
+from tests.survival.factories import NetworkGuard, make_config, run_in_process
 
 CANARY = "sk-canary-" + "q7Zx3" * 8
 FORMATS = ("jsonl", "csv", "parquet")

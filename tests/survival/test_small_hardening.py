@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 from clinjudge.cli import app
 from clinjudge.judges import ModelSettings, classify_fault
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
-from tests.survival.conftest import make_config, run_in_process
+from tests.survival.factories import make_config, run_in_process
 
 CANARY = "sk-userinfo-" + "Zq9" * 8
 

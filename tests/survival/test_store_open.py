@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from clinjudge.cli import app
 from clinjudge.runs import RunStore, StoreError
 from clinjudge.runs._store import SCHEMA_VERSION, connect_duckdb
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 
 
 def _version(db: Path) -> str:

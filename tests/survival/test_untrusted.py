@@ -29,7 +29,7 @@ from clinjudge.rubrics import (
 )
 from clinjudge.rubrics._render import FENCE_TAGS
 from tests.cli._helpers import invoke, query
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 ATTACKS = [

@@ -30,9 +30,9 @@ from clinjudge.orchestration import (
     prepare_run,
 )
 from clinjudge.runs import RunStore
-from tests.conftest import make_items, write_jsonl
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
-from tests.survival.conftest import make_config, run_in_process
+from tests.survival.factories import make_config, run_in_process
 
 
 def _stored_samples(db: Path, run_id: str) -> list[tuple[str, int]]:
