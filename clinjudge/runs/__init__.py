@@ -67,6 +67,7 @@ from clinjudge.runs._ratings import (
     HumanRating,
     ImportSummary,
     import_ratings,
+    is_null_score,
     load_human_ratings,
     ratings_overview,
 )
@@ -188,6 +189,7 @@ __all__ = [
     "list_runs",
     "load_human_ratings",
     "load_items",
+    "is_null_score",
     "load_ratings_file",
     "mean_abs_difference",
     "now",

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from clinjudge.errors import UserError
 from clinjudge.runs import _stats
 from clinjudge.runs._inputs import InputError, read_records
+from clinjudge.runs._ratings import is_null_score
 
 PRIMARY_FORM = "ICC3k"
 ALPHA_LEVELS = ("nominal", "ordinal", "interval")
@@ -58,16 +59,9 @@ def _text_field(value: Any) -> Any:
 
 
 def _score_field(value: Any) -> Any:
-    if value is None:
+    if is_null_score(value):
         return None
-    if isinstance(value, str):
-        text = value.strip()
-        if text == "" or text.lower() in {"na", "nan", "null", "none"}:
-            return None
-        return text
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
+    return value.strip() if isinstance(value, str) else value
 
 
 def _coerce(where: str, raw: Any, problems: list[str]) -> RatingRecord | None:

@@ -27,6 +27,22 @@ RATING_FIELDS = ("item_id", "rater_id", "attribute", "score")
 _NULL_TEXT = {"", "na", "n/a", "nan", "null", "none"}
 
 
+def is_null_score(raw: Any) -> bool:
+    """Whether a rating's score means "no score": null, NaN, or text such as N/A or none.
+
+    Both ratings readers (``judge ratings import`` and ``judge agree --ratings``) use it, so a
+    file means the same to both.
+
+    Args:
+        raw: The score as read from the file.
+    """
+    if raw is None:
+        return True
+    if isinstance(raw, float):
+        return raw != raw  # NaN
+    return isinstance(raw, str) and raw.strip().lower() in _NULL_TEXT
+
+
 @dataclass(frozen=True)
 class HumanRating:
     """One validated rating.
@@ -108,7 +124,7 @@ def _score(
         return False, None
     raw = record["score"]
     value: float | None
-    if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NULL_TEXT):
+    if is_null_score(raw):
         value = None
     elif isinstance(raw, bool):
         problems.append(f"{where}: field score: must be a number, got {raw!r}")

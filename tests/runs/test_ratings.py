@@ -14,7 +14,9 @@ from clinjudge.runs import (
     InputError,
     RunStore,
     import_ratings,
+    is_null_score,
     load_human_ratings,
+    load_ratings_file,
     ratings_overview,
 )
 
@@ -210,3 +212,18 @@ def test_empty_and_unknown_files(tmp_path: Path, pdsqi9: Rubric) -> None:
     broken.write_text('{"item_id": "i1"\n')
     with pytest.raises(InputError, match=r"broken.jsonl:line 1: not valid JSON"):
         load_human_ratings(broken, pdsqi9)
+
+
+@pytest.mark.parametrize("spelling", ["N/A", "n/a", " NA ", "none", "null", "", None])
+def test_both_ratings_readers_read_null_spellings_alike(tmp_path: Path, spelling: Any) -> None:
+    # `judge agree --ratings` once rejected "N/A" that `judge ratings import` stores as null.
+    path = tmp_path / "ratings.jsonl"
+    rows = [
+        {"unit_id": "u1", "rater_id": "a", "score": 3},
+        {"unit_id": "u1", "rater_id": "b", "score": spelling},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = load_ratings_file(path)
+    scores = {r.rater_id: r.score for r in records}
+    assert scores == {"a": 3, "b": None}
+    assert is_null_score(spelling) and not is_null_score("3") and not is_null_score(0)
