@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from clinjudge.errors import UserError
+from clinjudge.errors import UserError, validation_problems
 from clinjudge.judges import DocLensSettings, ModelSettings
 from clinjudge.prm_bridge import PRMRunSettings
 from clinjudge.runs import default_db
@@ -159,8 +159,5 @@ def build_config(source: str, data: dict[str, Any]) -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         lines = [f"{source}: invalid configuration"]
-        for problem in exc.errors():
-            where = ".".join(str(p) for p in problem["loc"]) or "(top level)"
-            message = str(problem["msg"]).removeprefix("Value error, ")
-            lines.append(f"  field {where}: {message}")
+        lines += [f"  {line}" for line in validation_problems(exc)]
         raise ConfigError("\n".join(lines)) from exc

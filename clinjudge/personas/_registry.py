@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from clinjudge._datafile import parse_data_mapping, read_data_text
-from clinjudge.errors import UserError
+from clinjudge.errors import UserError, validation_problems
 from clinjudge.personas._schema import Persona, PersonaSet
 
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -47,8 +47,9 @@ def _where(loc: tuple[Any, ...], data: Any) -> str:
 
 def _format_validation_error(source: str, what: str, error: ValidationError, data: Any) -> str:
     lines = [f"{source}: not a valid {what}"]
-    for problem in error.errors():
-        lines.append(f"  field {_where(problem['loc'], data)}: {problem['msg']}")
+    lines += [
+        f"  {line}" for line in validation_problems(error, locate=lambda loc: _where(loc, data))
+    ]
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ValidationError
 
-from clinjudge.errors import UserError
+from clinjudge.errors import UserError, validation_problems
 from clinjudge.runs import _stats
 from clinjudge.runs._inputs import InputError, read_records
 from clinjudge.runs._ratings import is_null_score
@@ -110,9 +110,7 @@ def _coerce(where: str, raw: Any, problems: list[str]) -> RatingRecord | None:
     try:
         return RatingRecord(**record)
     except ValidationError as exc:
-        for problem in exc.errors():
-            field = ".".join(str(part) for part in problem["loc"]) or "(record)"
-            problems.append(f"{where}: field {field}: {problem['msg']}")
+        problems.extend(f"{where}: {line}" for line in validation_problems(exc, top="(record)"))
         return None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ValidationError
 
-from clinjudge.errors import UserError
+from clinjudge.errors import UserError, validation_problems
 from clinjudge.rubrics import Item, Rubric
 from clinjudge.runs._store import connect_duckdb
 
@@ -161,11 +161,7 @@ def _decode_json_fields(where: str, record: dict[str, Any], problems: list[str])
 
 
 def _pydantic_problems(where: str, error: ValidationError) -> list[str]:
-    problems = []
-    for problem in error.errors():
-        field = ".".join(str(part) for part in problem["loc"]) or "(record)"
-        problems.append(f"{where}: field {field}: {problem['msg']}")
-    return problems
+    return [f"{where}: {line}" for line in validation_problems(error, top="(record)")]
 
 
 def validate_records(

@@ -153,7 +153,7 @@ def test_bad_input_names_line_and_field_and_writes_nothing(exact, tmp_path, db_p
     )  # fmt: skip
     err = " ".join(result.stderr.split())
     assert result.exit_code == 2
-    assert "line 2: field (record): Value error, give exactly one of text, steps or note" in err
+    assert "line 2: field (record): give exactly one of text, steps or note" in err
     assert "line 3: field labels: 1 values for 2 steps" in err
     assert "line 4: field id: Field required" in err
     assert "line 1: field labels: no step labels" in err
