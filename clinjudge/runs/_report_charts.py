@@ -177,20 +177,37 @@ def _diff_domain(attribute_block: dict[str, Any]) -> list[float]:
     return sorted(set(domain) | set(keys))
 
 
-def difference_histogram(attribute: str, block: dict[str, Any]) -> str:
-    """Bar chart of judge-minus-human-median differences for one attribute."""
-    counts = {float(k): int(v) for k, v in (block.get("differences") or {}).items()}
-    domain = _diff_domain(block)
-    total = sum(counts.values())
-    peak = max(counts.values(), default=0) or 1
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a bar chart: its tick label (None: unlabelled), height, tooltip and colour."""
+
+    label: str | None
+    count: int
+    tip: str
+    colour: str = _BLUE
+
+
+def bar_chart_body(
+    title: str, bars: Sequence[Bar], axis: str, *, plot_h: int, bar_class: str | None = None
+) -> tuple[list[str], int, int]:
+    """SVG elements of a small bar chart (title, grid, bars, axis), with its width and height.
+
+    Args:
+        title: Text above the plot (escaped here).
+        bars: The bars, left to right.
+        axis: Label under the x axis.
+        plot_h: Height of the plotting area.
+        bar_class: CSS class of the bars' rectangles, if any.
+    """
+    peak = max((bar.count for bar in bars), default=0) or 1
     left, right, top, bottom = 34, 12, 24, 34
-    plot_w, plot_h = 234, 110
-    bar_w = min(30.0, plot_w / max(1, len(domain)))
-    offset = (plot_w - bar_w * len(domain)) / 2
+    plot_w = 234
+    bar_w = min(30.0, plot_w / max(1, len(bars)))
+    offset = (plot_w - bar_w * len(bars)) / 2
     width, height = left + plot_w + right, top + plot_h + bottom
     body = [
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
-        _text(left, 15, f"{attribute} (n = {total})", size=12, font_weight="700"),
+        _text(left, 15, title, size=12, font_weight="700"),
     ]
     for tick in _nice_ticks(0, peak, 3, integer=True):
         ty = top + plot_h - tick / peak * plot_h
@@ -198,31 +215,44 @@ def difference_histogram(attribute: str, block: dict[str, Any]) -> str:
             f'<line x1="{left}" y1="{ty:.1f}" x2="{left + plot_w}" y2="{ty:.1f}" stroke="#eaeef2"/>'
         )
         body.append(_text(left - 4, ty + 3, f"{tick:g}", anchor="end", size=9))
-    label_every = 1 if len(domain) <= 11 else 2
-    for index, value in enumerate(domain):
-        count = counts.get(value, 0)
-        bh = count / peak * plot_h
+    css = f'class="{bar_class}" ' if bar_class else ""
+    for index, bar in enumerate(bars):
         bx = left + offset + index * bar_w
-        colour = _BLUE if value == 0 else (_ORANGE if value > 0 else _GREY)
-        if count:
+        bh = bar.count / peak * plot_h
+        if bar.count:
             body.append(
-                f'<rect x="{bx + 1:.1f}" y="{top + plot_h - bh:.1f}" width="{bar_w - 2:.1f}" '
-                f'height="{bh:.1f}" fill="{colour}"><title>{_esc(_diff_label(value))}: '
-                f"{count}</title></rect>"
+                f'<rect {css}x="{bx + 1:.1f}" y="{top + plot_h - bh:.1f}" '
+                f'width="{bar_w - 2:.1f}" height="{bh:.1f}" fill="{bar.colour}">'
+                f"<title>{_esc(bar.tip)}</title></rect>"
             )
-        if index % label_every == 0 or value == 0:
+        if bar.label is not None:
             body.append(
-                _text(
-                    bx + bar_w / 2, top + plot_h + 12, _diff_label(value), anchor="middle", size=9
-                )
+                _text(bx + bar_w / 2, top + plot_h + 12, bar.label, anchor="middle", size=9)
             )
     body.append(
         f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
         f'stroke="#57606a"/>'
     )
-    body.append(
-        _text(left + plot_w / 2, height - 6, "judge - human median", anchor="middle", size=9)
-    )
+    body.append(_text(left + plot_w / 2, height - 6, axis, anchor="middle", size=9))
+    return body, width, height
+
+
+def difference_histogram(attribute: str, block: dict[str, Any]) -> str:
+    """Bar chart of judge-minus-human-median differences for one attribute."""
+    counts = {float(k): int(v) for k, v in (block.get("differences") or {}).items()}
+    domain = _diff_domain(block)
+    label_every = 1 if len(domain) <= 11 else 2
+    bars = [
+        Bar(
+            _diff_label(value) if index % label_every == 0 or value == 0 else None,
+            counts.get(value, 0),
+            f"{_diff_label(value)}: {counts.get(value, 0)}",
+            _BLUE if value == 0 else (_ORANGE if value > 0 else _GREY),
+        )
+        for index, value in enumerate(domain)
+    ]
+    title = f"{attribute} (n = {sum(counts.values())})"
+    body, width, height = bar_chart_body(title, bars, "judge - human median", plot_h=110)
     return _figure(
         "diff-hist",
         _svg(width, height, body, f"Differences judge minus human median for {attribute}"),

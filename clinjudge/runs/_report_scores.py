@@ -12,8 +12,8 @@ from clinjudge.runs._agreement_run import run_rubric
 from clinjudge.runs._doclens_report import METRICS as DOCLENS_METRICS
 from clinjudge.runs._doclens_report import doclens_report, instance_tallies
 from clinjudge.runs._report import failures_by_reason, item_scores, score_distributions
-from clinjudge.runs._report_charts import _BLUE, _figure, _nice_ticks, _svg, _text
-from clinjudge.runs._report_doc import _Doc, _esc, _Table, fmt_num
+from clinjudge.runs._report_charts import Bar, _figure, _svg, bar_chart_body
+from clinjudge.runs._report_doc import _Doc, _Table, fmt_num
 from clinjudge.runs._store import RunStore, StoreError
 
 DEFAULT_MAX_ITEMS = 200
@@ -44,39 +44,10 @@ def _bins(dist: dict[str, Any]) -> list[tuple[str, int, str]]:
 
 def score_histogram(dist: dict[str, Any]) -> str:
     """Bar chart of one attribute's final scores over the run's items."""
-    bars = _bins(dist)
-    peak = max((n for _, n, _ in bars), default=0) or 1
-    left, right, top, bottom = 34, 12, 24, 34
-    plot_w, plot_h = 234, 100
-    bar_w = min(30.0, plot_w / max(1, len(bars)))
-    offset = (plot_w - bar_w * len(bars)) / 2
-    width, height = left + plot_w + right, top + plot_h + bottom
-    body = [
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
-        _text(left, 15, f"{dist['key']} (n = {dist['n']})", size=12, font_weight="700"),
-    ]
-    for tick in _nice_ticks(0, peak, 3, integer=True):
-        ty = top + plot_h - tick / peak * plot_h
-        body.append(
-            f'<line x1="{left}" y1="{ty:.1f}" x2="{left + plot_w}" y2="{ty:.1f}" stroke="#eaeef2"/>'
-        )
-        body.append(_text(left - 4, ty + 3, f"{tick:g}", anchor="end", size=9))
-    for index, (label, count, tip) in enumerate(bars):
-        bx = left + offset + index * bar_w
-        bh = count / peak * plot_h
-        if count:
-            body.append(
-                f'<rect class="bar" x="{bx + 1:.1f}" y="{top + plot_h - bh:.1f}" '
-                f'width="{bar_w - 2:.1f}" height="{bh:.1f}" fill="{_BLUE}">'
-                f"<title>{_esc(tip)}</title></rect>"
-            )
-        body.append(_text(bx + bar_w / 2, top + plot_h + 12, label, anchor="middle", size=9))
-    body.append(
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
-        f'stroke="#57606a"/>'
-    )
+    bars = [Bar(label, count, tip) for label, count, tip in _bins(dist)]
     axis = "score (tenths; the last bin holds 1)" if dist["scale"] == "proportion" else "score"
-    body.append(_text(left + plot_w / 2, height - 6, axis, anchor="middle", size=9))
+    title = f"{dist['key']} (n = {dist['n']})"
+    body, width, height = bar_chart_body(title, bars, axis, plot_h=100, bar_class="bar")
     caption = f"{dist['name']} ({dist['key']}): final scores of {dist['n']} item(s)"
     if dist["mean"] is not None:
         caption += f", mean {dist['mean']:.2f}, median {fmt_score(dist['median'], dist['scale'])}"
