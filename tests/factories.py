@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from clinjudge.rubrics import Item
 
 
@@ -35,3 +37,30 @@ def write_jsonl(path: Path, items: list[Item]) -> Path:
     """
     path.write_text("".join(json.dumps(i.model_dump(exclude_none=True)) + "\n" for i in items))
     return path
+
+
+def judged_doclens_run(tmp: Path) -> tuple[Path, str]:
+    """Judge the two hand-checked DocLens items of tests/doclens_fake from the CLI, with a config
+    file, on the fake server; returns the database and the run id.
+
+    Args:
+        tmp: A folder for the data, config and database.
+    """
+    from tests.cli._helpers import invoke
+    from tests.doclens_fake import ITEMS, make_responder
+    from tests.fake_openai import FakeOpenAIServer
+
+    data = write_jsonl(tmp / "items.jsonl", ITEMS)
+    db = tmp / "runs.duckdb"
+    with FakeOpenAIServer(make_responder()) as server:
+        config = {
+            "rubric": "doclens",
+            "data": str(data),
+            "db": str(db),
+            "judge": {"model": "openai/local-judge", "base_url": server.base_url},
+            "doclens": {"max_citations": 10, "uncited": "borrow_next", "citation_base": 0},
+        }
+        (tmp / "judge.yaml").write_text(yaml.safe_dump(config))
+        result = invoke("run", "--config", str(tmp / "judge.yaml"), "--no-progress")
+    assert result.exit_code == 0, result.stderr
+    return db, result.stdout.strip()

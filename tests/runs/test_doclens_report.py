@@ -8,33 +8,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from clinjudge.runs import RunStore, doclens_report, pooled_scores
 from tests.cli._helpers import invoke
-from tests.doclens_fake import ITEMS, make_responder
-from tests.factories import write_jsonl
+from tests.factories import judged_doclens_run, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 
 @pytest.fixture(scope="module")
 def doclens_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A DocLens run of the two hand-checked items, started from the CLI with a config file."""
-    tmp = tmp_path_factory.mktemp("doclens")
-    data = write_jsonl(tmp / "items.jsonl", ITEMS)
-    db = tmp / "runs.duckdb"
-    with FakeOpenAIServer(make_responder()) as server:
-        config = {
-            "rubric": "doclens",
-            "data": str(data),
-            "db": str(db),
-            "judge": {"model": "openai/local-judge", "base_url": server.base_url},
-            "doclens": {"max_citations": 10, "uncited": "borrow_next", "citation_base": 0},
-        }
-        (tmp / "judge.yaml").write_text(yaml.safe_dump(config))
-        result = invoke("run", "--config", str(tmp / "judge.yaml"), "--no-progress")
-    assert result.exit_code == 0, result.stderr
-    return db, result.stdout.strip()
+    return judged_doclens_run(tmp_path_factory.mktemp("doclens"))
 
 
 def test_pooled_scores_per_section_and_total(doclens_run: tuple[Path, str]) -> None:

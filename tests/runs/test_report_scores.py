@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from markdown_it import MarkdownIt
 
 from clinjudge.judges import ModelSettings
@@ -32,9 +31,7 @@ from clinjudge.runs._html_report import (
 )
 from tests.browser_support import chromium, dialogs_fired
 from tests.cli._helpers import invoke
-from tests.doclens_fake import ITEMS as DOCLENS_ITEMS
-from tests.doclens_fake import make_responder
-from tests.factories import write_jsonl
+from tests.factories import judged_doclens_run, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 BOOT = 50
@@ -408,21 +405,7 @@ def test_notes_write_lists_as_text() -> None:
 @pytest.fixture(scope="module")
 def doclens_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The two hand-checked DocLens items of tests/doclens_fake, judged on the fake server."""
-    tmp = tmp_path_factory.mktemp("doclens-report")
-    data = write_jsonl(tmp / "items.jsonl", DOCLENS_ITEMS)
-    db = tmp / "runs.duckdb"
-    with FakeOpenAIServer(make_responder()) as server:
-        config = {
-            "rubric": "doclens",
-            "data": str(data),
-            "db": str(db),
-            "judge": {"model": "openai/local-judge", "base_url": server.base_url},
-            "doclens": {"max_citations": 10, "uncited": "borrow_next", "citation_base": 0},
-        }
-        (tmp / "judge.yaml").write_text(yaml.safe_dump(config))
-        result = invoke("run", "--config", str(tmp / "judge.yaml"), "--no-progress")
-    assert result.exit_code == 0, result.stderr
-    return db, result.stdout.strip()
+    return judged_doclens_run(tmp_path_factory.mktemp("doclens-report"))
 
 
 def test_doclens_report_shows_claim_metrics_per_section_and_instance(
