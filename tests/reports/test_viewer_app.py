@@ -31,6 +31,15 @@ def client(viewer_store: ViewerStore) -> Iterator[TestClient]:
         yield TestClient(create_app(viewer_store.db, n_boot=50, items_per_page=2))
 
 
+def _client_on_copy(viewer_store: ViewerStore, tmp_path: Path) -> tuple[Path, TestClient]:
+    """A viewer over a copy of the test store, for tests that write to the database."""
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(viewer_store.db.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return db, TestClient(create_app(db, n_boot=20))
+
+
 def _pages(s: ViewerStore) -> list[str]:
     runs = [s.single, s.magentic, s.doclens, s.audit] + [r for r in (s.prm, s.prm_score) if r]
     items = query(s.db, "SELECT run_id, item_id FROM items WHERE run_id IN (?, ?, ?)",
@@ -100,11 +109,7 @@ con.close()
 def test_a_database_held_by_a_writer_gets_a_retry_page(
     viewer_store: ViewerStore, tmp_path: Path
 ) -> None:
-    db = tmp_path / "copy.duckdb"
-    db.write_bytes(viewer_store.db.read_bytes())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        client = TestClient(create_app(db, n_boot=20))
+    db, client = _client_on_copy(viewer_store, tmp_path)
     writer = subprocess.Popen(
         [sys.executable, "-c", _HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True,
@@ -297,11 +302,7 @@ def test_cached_run_summaries_follow_writes_to_the_database(
 ) -> None:
     import duckdb
 
-    db = tmp_path / "copy.duckdb"
-    db.write_bytes(viewer_store.db.read_bytes())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        client = TestClient(create_app(db, n_boot=20))
+    db, client = _client_on_copy(viewer_store, tmp_path)
     page = f"/runs/{viewer_store.single}/"
     assert "invalid reply" in client.get(page).text
     assert "a reason written later" not in client.get(page).text  # served from the cache
