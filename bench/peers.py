@@ -26,19 +26,22 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import _items, _judge_command, _start_server  # noqa: E402
+from bench.throughput import (  # noqa: E402
+    _items,
+    _start_server,
+    judge_run_command,
+    timed_process,
+)
 from clinjudge.rubrics import load_rubric, render_messages  # noqa: E402
 
 MODEL = "local-judge"
@@ -100,21 +103,6 @@ class Result:
         return (c2 - c1) / (n2 - n1) * 1000
 
 
-def _timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
-    """Run a command to completion; returns (CPU s, wall s, output) measured from outside."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"{command[0]} exited {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
-        )
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, wall, done.stdout + done.stderr
-
-
 def _env() -> dict[str, str]:
     return {
         **os.environ,
@@ -128,24 +116,10 @@ def run_clinjudge(tmp: Path, base_url: str, sizes: list[int], concurrency: int) 
     result = Result("clinjudge (judge run)")
     for n in sizes:
         data = tmp / f"items-{n}.jsonl"
-        command = [
-            *_judge_command(),
-            "run",
-            "--data",
-            str(data),
-            "--db",
-            str(tmp / f"clinjudge-{n}.duckdb"),
-            "--model",
-            f"openai/{MODEL}",
-            "--base-url",
-            base_url,
-            "--timeout",
-            "30",
-            "--concurrency",
-            str(concurrency),
-            "--no-progress",
-        ]
-        cpu, wall, _ = _timed(command, _env(), tmp)
+        command = judge_run_command(
+            data, tmp / f"clinjudge-{n}.duckdb", f"openai/{MODEL}", base_url, concurrency
+        )
+        cpu, wall, _ = timed_process(command, _env(), tmp)
         result.runs.append((n, cpu, wall))
     return result
 
@@ -203,7 +177,7 @@ def run_inspect(
             "--timeout",
             "30",
         ]
-        cpu, wall, _ = _timed(command, env, tmp)
+        cpu, wall, _ = timed_process(command, env, tmp)
         result.runs.append((n, cpu, wall))
         valid.append(_inspect_accuracy(inspect, tmp / f"inspect-logs-{n}"))
     result.detail = (
@@ -265,7 +239,7 @@ def run_promptfoo(tmp: Path, base_url: str, sizes: list[int], concurrency: int) 
         path.write_text(json.dumps(config))
         command = [npx, "--yes", "promptfoo", "eval", "-c", str(path), "--no-cache",
                    "--no-table", "--no-progress-bar", "-j", str(concurrency)]  # fmt: skip
-        cpu, wall, _ = _timed(command, _env(), tmp)
+        cpu, wall, _ = timed_process(command, _env(), tmp)
         result.runs.append((n, cpu, wall))
     return result
 

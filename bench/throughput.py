@@ -117,6 +117,46 @@ def _judge_command() -> list[str]:
     return [found]
 
 
+def judge_run_command(
+    data: Path, db: Path, model: str, base_url: str, concurrency: int
+) -> list[str]:
+    """The ``judge run`` command line every whole-process benchmark measures."""
+    return [
+        *_judge_command(),
+        "run",
+        "--data",
+        str(data),
+        "--db",
+        str(db),
+        "--model",
+        model,
+        "--base-url",
+        base_url,
+        "--timeout",
+        "30",
+        "--concurrency",
+        str(concurrency),
+        "--no-progress",
+    ]
+
+
+def timed_process(
+    command: list[str], env: dict[str, str], cwd: Path | None = None
+) -> tuple[float, float, str]:
+    """Run a command to completion; returns (CPU s, wall s, output), measured from outside."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{command[0]} exited {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+        )
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, done.stdout + done.stderr
+
+
 def whole_process(
     tmp: Path, base_url: str, sizes: list[int], concurrency: int
 ) -> list[tuple[int, float, float]]:
@@ -130,31 +170,10 @@ def whole_process(
     for n in sizes:
         data = tmp / f"process-{n}.jsonl"
         data.write_text("".join(i.model_dump_json() + "\n" for i in _items(n)))
-        command = [
-            *_judge_command(),
-            "run",
-            "--data",
-            str(data),
-            "--db",
-            str(tmp / f"process-{n}.duckdb"),
-            "--model",
-            "openai/local-judge",
-            "--base-url",
-            base_url,
-            "--timeout",
-            "30",
-            "--concurrency",
-            str(concurrency),
-            "--no-progress",
-        ]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"judge run exited {done.returncode}: {done.stderr[-2000:]}")
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        command = judge_run_command(
+            data, tmp / f"process-{n}.duckdb", "openai/local-judge", base_url, concurrency
+        )
+        cpu, wall, _ = timed_process(command, env)
         out.append((n, cpu, wall))
     return out
 
