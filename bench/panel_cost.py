@@ -182,32 +182,18 @@ def main() -> None:
                     personas=args.personas,
                 )
             )
-        for rounds in (1, 2):
-            for planning in (True, False):
-                label = f"magentic {rounds} round(s), " + (
-                    "planning" if planning else "--no-planning"
-                )
-                magentic, pending = _magentic_responder(args.personas, rounds)
-                if magentic is None:
-                    rows.append(Row(label, note=pending))
-                    continue
-                with FakeOpenAIServer(magentic) as server:
-                    rows.append(
-                        _measure(
-                            label,
-                            tmp,
-                            data,
-                            server.base_url,
-                            args.items,
-                            mode="magentic",
-                            personas=args.personas,
-                            rounds=rounds,
-                            planning=planning,
-                        )
-                    )
-        for scenario, ledger in SCENARIOS.items():
-            label = f"magentic 1 round(s), planning, {scenario}"
-            magentic, pending = _magentic_responder(args.personas, 1, ledger)
+        # The best case (the fake's ledger ends on time), then the stalling and looping ones.
+        cases = [
+            (f"magentic {rounds} round(s), " + ("planning" if planning else "--no-planning"),
+             rounds, planning, "ok")
+            for rounds in (1, 2)
+            for planning in (True, False)
+        ] + [
+            (f"magentic 1 round(s), planning, {scenario}", 1, True, ledger)
+            for scenario, ledger in SCENARIOS.items()
+        ]  # fmt: skip
+        for label, rounds, planning, ledger in cases:
+            magentic, pending = _magentic_responder(args.personas, rounds, ledger)
             if magentic is None:
                 rows.append(Row(label, note=pending))
                 continue
@@ -221,8 +207,8 @@ def main() -> None:
                         args.items,
                         mode="magentic",
                         personas=args.personas,
-                        rounds=1,
-                        planning=True,
+                        rounds=rounds,
+                        planning=planning,
                     )
                 )
 
