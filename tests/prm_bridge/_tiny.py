@@ -7,7 +7,9 @@ through the same ``AutoTokenizer``/``AutoModelForCausalLM`` path as a real check
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
@@ -109,3 +111,24 @@ def save_exact_medprm(path: Path, a: float = 1.7, seed: int = 1) -> float:
         model.lm_head.weight[minus] = 0.0
     model.save_pretrained(path)
     return 1 / (1 + math.exp(-a / math.sqrt(1 + model.config.rms_norm_eps)))
+
+
+def set_kind_logits(model: LlamaForCausalLM, tokenizer: Any, logits: dict[int, float]) -> None:
+    """Give the '+' label logit ``logits[n]`` at reserved kind token n (one hidden dimension
+    each), and 0 everywhere else; call after :func:`isolate_positions`.
+
+    Args:
+        model: A tiny PRM-Clinic-shaped model.
+        tokenizer: Its tokenizer.
+        logits: Reserved token number (1-based) to the '+' logit read at it.
+    """
+    plus = tokenizer.convert_tokens_to_ids(RESERVED[6])
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+        for dim, (n, logit) in enumerate(logits.items()):
+            onehot = torch.zeros(HIDDEN)
+            onehot[dim] = math.sqrt(HIDDEN)
+            model.model.embed_tokens.weight[tokenizer.convert_tokens_to_ids(RESERVED[n - 1])] = (
+                onehot
+            )
+            model.lm_head.weight[plus, dim] = logit / math.sqrt(HIDDEN)

@@ -25,7 +25,7 @@ from clinjudge.prm_bridge import (
     chain_from_text,
     make_format,
 )
-from tests.prm_bridge._tiny import HIDDEN, RESERVED, isolate_positions, save_tiny
+from tests.prm_bridge._tiny import RESERVED, isolate_positions, save_tiny, set_kind_logits
 
 # Facts of Med-PRM's scoring script: its two PRM system prompts (the RAG one ends in a space).
 RAG_PROMPT = (
@@ -194,16 +194,7 @@ def test_prm_clinic_product_floors_only_non_positive(tmp_path):
     tokenizer, model = save_tiny(tmp_path, "prm-clinic", seed=5)
     isolate_positions(model)
     logits = {1: 4.0, 2: -19.5, 3: 0.5, 4: -27.0, 5: 2.0}  # kind token -> logit of '+'
-    plus = tokenizer.convert_tokens_to_ids(RESERVED[6])
-    with torch.no_grad():
-        model.lm_head.weight.zero_()
-        for dim, (n, logit) in enumerate(logits.items()):
-            onehot = torch.zeros(HIDDEN)
-            onehot[dim] = math.sqrt(HIDDEN)
-            model.model.embed_tokens.weight[tokenizer.convert_tokens_to_ids(RESERVED[n - 1])] = (
-                onehot
-            )
-            model.lm_head.weight[plus, dim] = logit / math.sqrt(HIDDEN)
+    set_kind_logits(model, tokenizer, logits)
     model.save_pretrained(tmp_path)
     steps = [
         Step(text="Asthma.", kind="problem"),

@@ -12,11 +12,10 @@ from transformers import AutoTokenizer
 from clinjudge.prm_bridge import Chain, PRMInputError, Step, TransformersPRM, make_format
 from clinjudge.prm_bridge._render import encode
 from tests.prm_bridge._tiny import (
-    HIDDEN,
-    RESERVED,
     isolate_positions,
     save_exact_medprm,
     save_tiny,
+    set_kind_logits,
 )
 
 EPS = 1e-6
@@ -47,15 +46,7 @@ def test_vocab_softmax_exact_at_kind_token(tmp_path):
     tokenizer, model = save_tiny(tmp_path, "prm-clinic", seed=2)
     isolate_positions(model)
     kinds = {1: 2.0, 2: -1.0, 3: 0.5, 4: 3.0, 5: 1.0}  # reserved token n -> logit of '+'
-    plus = tokenizer.convert_tokens_to_ids(RESERVED[6])
-    with torch.no_grad():
-        model.lm_head.weight.zero_()
-        for dim, (n, logit) in enumerate(kinds.items()):
-            token = tokenizer.convert_tokens_to_ids(RESERVED[n - 1])
-            onehot = torch.zeros(HIDDEN)
-            onehot[dim] = math.sqrt(HIDDEN)
-            model.model.embed_tokens.weight[token] = onehot
-            model.lm_head.weight[plus, dim] = logit / math.sqrt(HIDDEN)
+    set_kind_logits(model, tokenizer, kinds)
     model.save_pretrained(tmp_path)
     steps = [
         Step(text="Asthma.", kind="problem"),
