@@ -70,7 +70,7 @@ def make_table(n_items: int, seed: int = 0) -> pa.Table:
 
 
 def child_analysis(n_items: int, n_boot: int) -> dict:
-    from clinjudge.runs._agreement import analyse_ratings
+    from clinjudge.analysis._agreement import analyse_ratings
 
     table = make_table(n_items)
     categories = {f"attr{a + 1}": [1.0, 2.0, 3.0, 4.0, 5.0] for a in range(N_ATTRIBUTES - 1)}
@@ -96,8 +96,9 @@ def child_store(n_items: int, n_boot: int, db: str) -> dict:
     """Write a run and the physicians' ratings into a store, then time agreement_for_run."""
     import json as _json
 
+    from clinjudge.analysis import agreement_for_run
     from clinjudge.rubrics import load_rubric
-    from clinjudge.runs import RunStore, agreement_for_run
+    from clinjudge.runs import RunStore
 
     # PDSQI-9's scales, widened to 11 agreement attributes (10 Likert, 1 binary).
     base = load_rubric("pdsqi9")

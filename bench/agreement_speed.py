@@ -38,8 +38,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clinjudge.runs._agreement import RatingRecord, analyse_ratings  # noqa: E402
-from clinjudge.runs._stats import (  # noqa: E402
+from clinjudge.analysis._agreement import RatingRecord, analyse_ratings  # noqa: E402
+from clinjudge.analysis._stats import (  # noqa: E402
     bootstrap_indices,
     gwet_ac2,
     icc_values_batch,

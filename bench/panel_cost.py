@@ -37,14 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.throughput import _items  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
-from clinjudge.orchestration import (  # noqa: E402
-    RetryPolicy,
-    RunConfig,
-    create_run,
-    execute_run,
-    prepare_run,
-    workflow_for,
-)
+from clinjudge.judges.workflows import workflow_for  # noqa: E402
+from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores  # noqa: E402
 

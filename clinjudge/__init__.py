@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from clinjudge._offline import configure_offline_environment
+from clinjudge._util.offline import configure_offline_environment
 from clinjudge.errors import ClinJudgeError, UserError
 
 configure_offline_environment()

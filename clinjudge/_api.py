@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
+from clinjudge.analysis import Comparison, agreement_for_run, audit_for_run, compare_runs
+from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import (
     create_run,
     execute_run_async,
@@ -24,18 +26,9 @@ from clinjudge.orchestration import (
     prepare_audit,
     prepare_run,
     run_config_from,
-    workflow_for,
 )
-from clinjudge.runs import (
-    Comparison,
-    RunStore,
-    agreement_for_run,
-    audit_for_run,
-    compare_runs,
-    default_db,
-    run_counts,
-    write_audit_report,
-)
+from clinjudge.reports import write_audit_report
+from clinjudge.runs import RunStore, default_db, run_counts
 
 __all__ = [
     "AgreementResult",

@@ -18,14 +18,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from clinjudge.judges._doclens_prompts import (
+from clinjudge.judges.doclens._prompts import (
     BATCH_MARKER,
     CITATION_MARKER,
     DECISION_MARKER,
     DISCUSSION_MARKER,
     SINGLE_MARKER,
 )
-from clinjudge.judges._doclens_prompts import EXTRACTION_MARKER as EXTRACT_MARKER
+from clinjudge.judges.doclens._prompts import EXTRACTION_MARKER as EXTRACT_MARKER
 from clinjudge.rubrics import Item
 
 

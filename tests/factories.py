@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from clinjudge.rubrics import Item
+from tests.fake_openai import LIKERT_KEYS
 
 
 def make_items(count: int, prefix: str = "item") -> list[Item]:
@@ -64,3 +66,48 @@ def judged_doclens_run(tmp: Path) -> tuple[Path, str]:
         result = invoke("run", "--config", str(tmp / "judge.yaml"), "--no-progress")
     assert result.exit_code == 0, result.stderr
     return db, result.stdout.strip()
+
+
+# Scripted panel: the fake server answers each built-in scoring persona with a fixed rating.
+
+RATINGS: dict[str, dict[str, Any]] = {
+    "high_scorer": {
+        **dict.fromkeys(LIKERT_KEYS, 5),
+        "abstraction": 1,
+        "synthesized": 5,
+        "voice_summ": 0,
+        "voice_note": 0,
+    },
+    "low_scorer": {
+        **dict.fromkeys(LIKERT_KEYS, 1),
+        "abstraction": 0,
+        "synthesized": None,
+        "voice_summ": 1,
+        "voice_note": 1,
+    },
+    "middle_scorer": {
+        **dict.fromkeys(LIKERT_KEYS, 4),
+        "abstraction": 1,
+        "synthesized": 2,
+        "voice_summ": 0,
+        "voice_note": 1,
+    },
+}
+
+
+def persona_of(body: dict[str, Any]) -> str:
+    """Which persona sent a request, from the text of its system message."""
+    system = body["messages"][0]
+    assert system["role"] == "system"
+    text = system["content"]
+    if "the unfavourable end" in text:
+        return "low_scorer"
+    if "the favourable end" in text:
+        return "high_scorer"
+    if "moderator of a panel" in text:
+        return "middle_scorer"
+    raise AssertionError("request from no known persona")
+
+
+def responder(body: dict[str, Any]) -> dict[str, Any]:
+    return {**RATINGS[persona_of(body)], "rationale": f"as {persona_of(body)}"}

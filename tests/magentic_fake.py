@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from clinjudge.orchestration._magentic import (
+from clinjudge.judges.workflows._magentic import (
     AGENDA_MARKER,
     FACTS_MARKER,
     FINAL_MARKER,

@@ -36,9 +36,9 @@ USER_ERRORS = {
     "clinjudge.orchestration.ConfigError",
     "clinjudge.rubrics.RubricError",
     "clinjudge.personas.PersonaError",
-    "clinjudge.runs.InputError",
-    "clinjudge.runs.AuditError",
-    "clinjudge.runs.AgreementError",
+    "clinjudge.inputs.InputError",
+    "clinjudge.analysis.AuditError",
+    "clinjudge.analysis.AgreementError",
     "clinjudge.runs.StoreError",
     "clinjudge.judges.ModelConfigError",
     "clinjudge.prm_bridge.PRMFormatError",
@@ -46,6 +46,7 @@ USER_ERRORS = {
     "clinjudge.prm_bridge.PRMDependencyError",
     "clinjudge.prm_bridge.SectionError",
     "clinjudge.reports.ExportError",
+    "clinjudge.reports.FolderNotEmpty",
 }
 # Faults: a provider, a model reply, a failed write; they keep their tracebacks in the CLI.
 INTERNAL_ERRORS = {

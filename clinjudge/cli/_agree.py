@@ -15,6 +15,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from clinjudge.analysis import (
+    SORT_COLUMNS,
+    agreement_for_file,
+    agreement_for_run,
+    block_summary,
+    compare_runs,
+)
 from clinjudge.cli._common import (
     EXIT_USAGE,
     DocLensCompatOption,
@@ -25,22 +32,15 @@ from clinjudge.cli._common import (
     stdout,
 )
 from clinjudge.judges import SIMULATED_NOTICE
-from clinjudge.runs import (
-    DEFAULT_DB,
-    SORT_COLUMNS,
-    agreement_for_file,
-    agreement_for_run,
-    block_summary,
-    compare_runs,
-    write_report,
-)
-from clinjudge.runs._html_report import (
+from clinjudge.reports import (
     DEFAULT_MAX_ITEMS,
     comparison_cells,
     fmt_ci,
     fmt_num,
     fmt_p,
+    write_report,
 )
+from clinjudge.runs import DEFAULT_DB
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from clinjudge.analysis import audit_for_run
 from clinjudge.cli._common import EXIT_USAGE, console, default_db, fail, open_store
 from clinjudge.cli._help import PANELS
 from clinjudge.cli._options import (
@@ -33,6 +34,7 @@ from clinjudge.cli._options import (
 from clinjudge.cli._outcome import AllowFailuresOption, exit_on_failures, parse_allow_failures
 from clinjudge.cli._run import _finish, _print_estimate
 from clinjudge.errors import UserError
+from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import (
     ConfigError,
     create_run,
@@ -40,13 +42,9 @@ from clinjudge.orchestration import (
     load_config_file,
     prepare_audit,
     run_config_from,
-    workflow_for,
 )
-from clinjudge.runs import (
-    audit_for_run,
-    run_counts,
-    write_audit_report,
-)
+from clinjudge.reports import write_audit_report
+from clinjudge.runs import run_counts
 
 _STATS = "Audit statistics"
 

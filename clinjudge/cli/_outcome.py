@@ -29,7 +29,7 @@ _DETAIL_CHARS = 200
 
 def deciding_agent(mode: str) -> str | None:
     """The agent whose verdicts are a run's samples (None for runs without judge samples)."""
-    from clinjudge.orchestration import workflow_for
+    from clinjudge.judges.workflows import workflow_for
 
     try:
         return workflow_for(mode)[0]

@@ -171,7 +171,7 @@ def _scorer(opts: _Options, fmt: Any):
 
     try:
         if opts.prm_url:
-            from clinjudge.prm_bridge._vllm import VLLMPRM
+            from clinjudge.prm_bridge import VLLMPRM
 
             return VLLMPRM(
                 opts.prm_url,
@@ -226,7 +226,7 @@ def _store(
     if not opts.store:
         return None
     from clinjudge.orchestration import new_run_id
-    from clinjudge.prm_bridge._store import write_prm_run
+    from clinjudge.runs import write_prm_run
 
     run_id = new_run_id()
     config = {

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail, open_store, stdout
+from clinjudge.inputs import InputError
 from clinjudge.rubrics import load_rubric
-from clinjudge.runs import DEFAULT_DB, InputError, import_ratings, ratings_overview
+from clinjudge.runs import DEFAULT_DB, import_ratings, ratings_overview
 
 ratings_app = typer.Typer(help="Import and list physicians' ratings.", no_args_is_help=True)
 

@@ -48,6 +48,7 @@ from clinjudge.cli._outcome import (
 from clinjudge.cli._quiet import third_party_quiet
 from clinjudge.errors import UserError
 from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ModelSettings, ReasoningEffort
+from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import (
     PROGRESS_SECONDS_ENV,
     CircuitBreakerOpen,
@@ -68,7 +69,6 @@ from clinjudge.orchestration import (
     missing_work,
     prepare_run,
     run_config_from,
-    workflow_for,
 )
 from clinjudge.runs import RunStore, run_counts
 
@@ -197,7 +197,7 @@ def _finish(
                 raise typer.Exit(EXIT_INTERRUPTED) from None
             except (ModelConfigError, RunWriteError, CircuitBreakerOpen) as exc:
                 # execute_run has already marked the run failed with this reason.
-                fail(str(exc))
+                fail(f"{exc}\ncontinue with: judge run --resume {run_id} --db {store_path}")
         counts = run_counts(store, run_id, agent)
     cost = f"${counts.cost_usd:.4f}" + ("" if counts.cost_known else " (some prices unknown)")
     print_outcome(counts, cost)

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from clinjudge.analysis import doclens_report, export_doclens_scores, run_summary
 from clinjudge.cli._common import (
     EXIT_USAGE,
     DocLensCompatOption,
@@ -27,14 +28,16 @@ from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_TABLES,
     delete_run,
-    doclens_report,
     export_run,
     infer_format,
     rename_run,
     run_counts,
-    run_summary,
     runs_overview,
 )
+
+DOCLENS_SCORES = "doclens"
+"""The export table of a DocLens run's pooled scores (computed, not stored)."""
+TABLES = (*EXPORT_TABLES, DOCLENS_SCORES)
 
 runs_app = typer.Typer(help="List, inspect, rename and delete stored runs.", no_args_is_help=True)
 
@@ -277,12 +280,15 @@ def export_command(
         fmt = infer_format(out, fmt)
     except UserError as exc:
         fail(f"{exc} (--format)", EXIT_USAGE)
-    if table not in EXPORT_TABLES:
-        fail(f"unknown table {table!r}; choose one of {', '.join(EXPORT_TABLES)}", EXIT_USAGE)
+    if table not in TABLES:
+        fail(f"unknown table {table!r}; choose one of {', '.join(TABLES)}", EXIT_USAGE)
     if out.exists() and not force:
         fail(f"{out} exists; pass --force to replace it", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
-        count = export_run(store, run_id, out, fmt, table, doclens_compat)
+        if table == DOCLENS_SCORES:
+            count = export_doclens_scores(store, run_id, out, fmt, doclens_compat)
+        else:
+            count = export_run(store, run_id, out, fmt, table)
         simulated = bool(store.get_run(run_id)["simulated"])
     console.print(f"wrote {count} rows to {escape(str(out))} ({fmt})")
     if simulated:

@@ -49,14 +49,16 @@ def view_command(
 ) -> None:
     """Browse runs, items, discussions, claims, PRM steps, comparisons and audits in a web
     browser. Read-only; binds 127.0.0.1 unless told otherwise."""
-    from clinjudge.reports import ViewerServer, export_site, is_loopback
+    from clinjudge.reports import FolderNotEmpty, ViewerServer, export_site, is_loopback
 
     if not Path(db).exists():
         fail(f"{db}: no such database (judge something first, or pass --db)", EXIT_USAGE)
     if export is not None:
         groups = [[r.strip() for r in c.split(",") if r.strip()] for c in compare or []]
-        # ExportError and StoreError are UserErrors: the root group reports them (exit 2).
-        summary = export_site(db, export, runs=run or None, compares=groups, force=force)
+        try:
+            summary = export_site(db, export, runs=run or None, compares=groups, force=force)
+        except FolderNotEmpty as exc:
+            fail(f"{exc} (--force)", EXIT_USAGE)
         console.print(
             f"wrote {summary.pages} page(s) for {len(summary.runs)} run(s) to "
             f"{escape(str(summary.path))}; open {escape(str(summary.path / 'index.html'))}"

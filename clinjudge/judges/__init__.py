@@ -1,62 +1,81 @@
-"""Model access (OpenAI, Azure, OpenAI-compatible servers, litellm, mock) and judge workflows."""
+"""Judging: model clients (``judges.clients``), the judge workflows (``judges.workflows``: single,
+panel, magentic) and DocLens (``judges.doclens``). The names most callers need are re-exported
+here; each subpackage is a front door of its own.
+"""
 
-from clinjudge.judges._accounting import (
-    call_cost,
-    count_message_tokens,
-    count_tokens,
-    price_per_token,
-)
-from clinjudge.judges._base_client import GENERIC_MODEL_INFO, SimpleChatCompletionClient
-from clinjudge.judges._batch_api import (
+from clinjudge.judges.clients import (
+    GENERIC_MODEL_INFO,
+    SIMULATED_NOTICE,
     BatchClient,
     BatchLine,
     BatchState,
-    batch_call_cost,
-    batch_price_per_token,
-)
-from clinjudge.judges._cache import ResponseCache, cache_key
-from clinjudge.judges._doclens_citations import source_units
-from clinjudge.judges._doclens_settings import DocLensSettings
-from clinjudge.judges._faults import ProviderFault, classify_fault
-from clinjudge.judges._litellm_client import LiteLLMChatCompletionClient
-from clinjudge.judges._mock_client import (
-    SIMULATED_NOTICE,
-    MockChatCompletionClient,
-    simulated_scores,
-)
-from clinjudge.judges._model import (
     CallOutcome,
     JudgeModel,
+    LiteLLMChatCompletionClient,
+    MockChatCompletionClient,
     ModelConfigError,
+    ModelSettings,
+    Price,
+    ProviderFault,
+    ReasoningEffort,
+    ResponseCache,
+    SimpleChatCompletionClient,
+    batch_call_cost,
+    batch_price_per_token,
     build_client,
+    cache_key,
+    call_cost,
+    classify_fault,
+    count_message_tokens,
+    count_tokens,
+    price_per_token,
+    simulated_scores,
     to_autogen_messages,
 )
-from clinjudge.judges._nli import NLIError, NLIModel, load_nli
-from clinjudge.judges._settings import ModelSettings, Price, ReasoningEffort
-from clinjudge.judges._single import CallFn, SampleVerdict, draw_shots, judge_single_sample
+from clinjudge.judges.doclens import DocLensSettings, NLIError, NLIModel, load_nli, source_units
+from clinjudge.judges.workflows import (
+    DECIDING_AGENTS,
+    JUDGE_AGENT,
+    CallFn,
+    SampleVerdict,
+    Workflow,
+    WorkflowContext,
+    WorkflowResult,
+    draw_shots,
+    judge_single_sample,
+    register_claims_workflow,
+    register_workflow,
+    registered_modes,
+    workflow_for,
+)
 
 __all__ = [
-    "GENERIC_MODEL_INFO",
-    "SIMULATED_NOTICE",
     "BatchClient",
     "BatchLine",
     "BatchState",
     "CallFn",
     "CallOutcome",
+    "DECIDING_AGENTS",
     "DocLensSettings",
+    "GENERIC_MODEL_INFO",
+    "JUDGE_AGENT",
     "JudgeModel",
     "LiteLLMChatCompletionClient",
     "MockChatCompletionClient",
-    "NLIError",
-    "NLIModel",
     "ModelConfigError",
     "ModelSettings",
+    "NLIError",
+    "NLIModel",
     "Price",
     "ProviderFault",
     "ReasoningEffort",
     "ResponseCache",
+    "SIMULATED_NOTICE",
     "SampleVerdict",
     "SimpleChatCompletionClient",
+    "Workflow",
+    "WorkflowContext",
+    "WorkflowResult",
     "batch_call_cost",
     "batch_price_per_token",
     "build_client",
@@ -69,7 +88,11 @@ __all__ = [
     "judge_single_sample",
     "load_nli",
     "price_per_token",
+    "register_claims_workflow",
+    "register_workflow",
+    "registered_modes",
     "simulated_scores",
     "source_units",
     "to_autogen_messages",
+    "workflow_for",
 ]

@@ -1,10 +1,9 @@
-"""Run orchestration: configuration, the batch runner, retries, and run lifecycle."""
+"""Running a judge configuration over a dataset: run settings (one place where defaults, config
+files and flags meet), preparation and preflight checks, the sample runner (concurrency, rate
+limits, retries, budgets, circuit breaker, batched durable writes), resume, shards, and runs
+through a provider's batch API.
+"""
 
-from clinjudge.orchestration import (
-    _doclens,  # noqa: F401  (registers the DocLens workflows of claim rubrics)
-    _magentic,  # noqa: F401  (registers --mode magentic)
-    _panel,  # noqa: F401  (registers --mode panel)
-)
 from clinjudge.orchestration._audit_prep import prepare_audit
 from clinjudge.orchestration._batch_run import (
     BatchRun,
@@ -25,15 +24,10 @@ from clinjudge.orchestration._context import (
     ModelPool,
     RecordingClient,
     SampleContext,
-    WorkflowResult,
-)
-from clinjudge.orchestration._doclens import (
-    doclens_estimate_prompts,
-    doclens_magentic,
-    doclens_panel,
-    doclens_single,
+    resolve_run_personas,
 )
 from clinjudge.orchestration._limits import FakeClock, MonotonicClock, RateLimiter
+from clinjudge.orchestration._preflight import check_doclens_config, check_prm_config
 from clinjudge.orchestration._progress import PROGRESS_SECONDS_ENV, RunProgress, progress_line
 from clinjudge.orchestration._retry import call_with_retries, retry_send
 from clinjudge.orchestration._run_settings import (
@@ -45,12 +39,11 @@ from clinjudge.orchestration._run_settings import (
     role_models,
     run_config_from,
 )
-from clinjudge.orchestration._runner import (
-    JUDGE_AGENT,
-    BatchRunner,
+from clinjudge.orchestration._sample_runner import (
     CircuitBreakerOpen,
     RunTally,
     RunWriteError,
+    SampleRunner,
     WorkUnit,
 )
 from clinjudge.orchestration._session import (
@@ -69,49 +62,40 @@ from clinjudge.orchestration._session import (
     new_run_id,
     prepare_run,
 )
-from clinjudge.orchestration._workflows import (
-    Workflow,
-    register_claims_workflow,
-    register_workflow,
-    single_workflow,
-    workflow_for,
-)
 
 __all__ = [
-    "PROGRESS_SECONDS_ENV",
-    "RunProgress",
-    "progress_line",
-    "prepare_audit",
-    "DEFAULT_MODEL_ENV",
-    "FALLBACK_MODEL",
-    "default_model",
-    "doclens_settings",
-    "prm_settings",
-    "role_models",
-    "run_config_from",
-    "doclens_estimate_prompts",
-    "doclens_magentic",
-    "doclens_panel",
-    "doclens_single",
-    "JUDGE_AGENT",
     "BatchRun",
-    "BatchRunner",
+    "CircuitBreakerOpen",
     "ConfigError",
+    "DEFAULT_MODEL_ENV",
     "DryRunEstimate",
+    "FALLBACK_MODEL",
+    "FakeClock",
     "Mode",
+    "ModelPool",
+    "MonotonicClock",
+    "PROGRESS_SECONDS_ENV",
     "PreparedRun",
+    "RateLimiter",
+    "RecordingClient",
     "RetryPolicy",
     "RunConfig",
+    "RunProgress",
     "RunTally",
     "RunWriteError",
-    "CircuitBreakerOpen",
+    "SampleContext",
+    "SampleRunner",
     "ShotRecord",
     "WorkUnit",
     "apply_shard",
     "build_config",
     "call_with_retries",
     "check_batch_config",
+    "check_doclens_config",
+    "check_prm_config",
     "create_run",
+    "default_model",
+    "doclens_settings",
     "estimate_batch_run",
     "estimate_run",
     "execute_batch_run",
@@ -124,18 +108,12 @@ __all__ = [
     "mark_failed",
     "missing_work",
     "new_run_id",
+    "prepare_audit",
     "prepare_run",
-    "ModelPool",
-    "RecordingClient",
-    "SampleContext",
-    "WorkflowResult",
+    "prm_settings",
+    "progress_line",
+    "resolve_run_personas",
     "retry_send",
-    "FakeClock",
-    "MonotonicClock",
-    "RateLimiter",
-    "Workflow",
-    "register_claims_workflow",
-    "register_workflow",
-    "single_workflow",
-    "workflow_for",
+    "role_models",
+    "run_config_from",
 ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from clinjudge.analysis import parse_flag_rule
+from clinjudge.inputs import AuditItems, load_audit_items
 from clinjudge.judges import draw_shots
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import resolve_run_personas
 from clinjudge.orchestration._session import PreparedRun, apply_shard, load_shot_pool
 from clinjudge.rubrics import load_rubric
-from clinjudge.runs import AuditItems, load_audit_items, parse_flag_rule
 
 
 def prepare_audit(

@@ -11,11 +11,8 @@ open batch is polled again (never submitted twice) and queued requests are sent 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
-import signal
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,8 +28,7 @@ from clinjudge.judges import (
     SampleVerdict,
     draw_shots,
 )
-from clinjudge.judges._accounting import count_message_tokens, count_tokens
-from clinjudge.judges._batch_api import (
+from clinjudge.judges.clients import (
     BatchClient,
     BatchLine,
     BatchState,
@@ -40,19 +36,21 @@ from clinjudge.judges._batch_api import (
     batch_price_per_token,
     batch_supported,
     check_batch_settings,
+    count_message_tokens,
+    count_tokens,
     request_line,
 )
-from clinjudge.judges._single import first_turns, reply_problem
+from clinjudge.judges.workflows import JUDGE_AGENT, first_turns, reply_problem
 from clinjudge.orchestration._config import ConfigError, RunConfig
-from clinjudge.orchestration._runner import RunTally
+from clinjudge.orchestration._sample_runner import RunTally
 from clinjudge.orchestration._session import (
     DryRunEstimate,
     PreparedRun,
+    drive_run,
     estimate_run,
-    mark_failed,
     missing_work,
+    run_in_new_loop,
 )
-from clinjudge.orchestration._workflows import JUDGE_AGENT
 from clinjudge.rubrics import (
     ChatTurn,
     JudgmentParseError,
@@ -60,7 +58,7 @@ from clinjudge.rubrics import (
     parse_judgment,
     render_repair,
 )
-from clinjudge.runs import RunStore, SampleKey, call_row, finalize_run, verdict_rows
+from clinjudge.runs import RunStore, SampleKey, call_row, verdict_rows
 
 BATCH_DDL = """
 CREATE TABLE IF NOT EXISTS provider_batches (
@@ -148,7 +146,7 @@ def check_batch_config(
             "calls that depend on each other (use a direct run)"
         )
     if config.judge is None:
-        raise ConfigError("no judge model: pass --model or set judge.model in the config file")
+        raise ConfigError("no judge model: set judge.model (the model setting)")
     if credentials:
         check_batch_settings(config.judge)
     elif not batch_supported(config.judge):
@@ -271,7 +269,7 @@ class BatchRun:
     ):
         settings = prepared.config.judge
         if settings is None:
-            raise ConfigError("no judge model: pass --model or set judge.model in the config")
+            raise ConfigError("no judge model: set judge.model (the model setting)")
         self.store = store
         self.run_id = run_id
         self.prepared = prepared
@@ -691,15 +689,6 @@ class BatchRun:
             await self.client.close()
 
 
-async def _with_sigterm(batch_run: BatchRun) -> RunTally:
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    if task is not None:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    return await batch_run.run()
-
-
 def execute_batch_run(
     store: RunStore,
     run_id: str,
@@ -737,15 +726,7 @@ def execute_batch_run(
         max_poll_interval=max_poll_interval,
         show_progress=show_progress,
     )
-    store.set_run_status(run_id, "running")
-    try:
-        tally = asyncio.run(_with_sigterm(batch_run))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        store.set_run_status(run_id, "interrupted")
-        raise KeyboardInterrupt from None
-    except Exception as exc:
-        mark_failed(store, run_id, str(exc))
-        raise
-    finalize_run(store, run_id, prepared.rubric, config.samples, JUDGE_AGENT)
-    store.set_run_status(run_id, "completed", finished=True)
-    return tally
+    coroutine = drive_run(
+        store, run_id, prepared, batch_run.run, agent=JUDGE_AGENT, handle_sigterm=True
+    )
+    return run_in_new_loop(store, run_id, coroutine)

@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from clinjudge.errors import UserError, validation_problems
-from clinjudge.judges import DocLensSettings, ModelSettings
+from clinjudge.judges import DocLensSettings, ModelSettings, registered_modes
 from clinjudge.prm_bridge import PRMRunSettings
 from clinjudge.runs import default_db
 
@@ -113,9 +113,6 @@ class RunConfig(BaseModel):
     @field_validator("mode")
     @classmethod
     def _registered_mode(cls, mode: str) -> str:
-        # Imported here: the workflows import this module (through the sample context).
-        from clinjudge.orchestration._workflows import registered_modes
-
         modes = registered_modes()
         if mode not in modes:
             raise ValueError(f"unknown mode {mode!r}; registered modes: {', '.join(modes)}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +22,6 @@ from clinjudge.judges import (
     ModelSettings,
     ProviderFault,
     ResponseCache,
-    SampleVerdict,
     SimpleChatCompletionClient,
     count_message_tokens,
 )
@@ -226,26 +224,6 @@ class RecordingClient(SimpleChatCompletionClient):
         )
         assert outcome.result is not None
         return outcome.result
-
-
-@dataclass
-class WorkflowResult:
-    """What a workflow concluded for one sample.
-
-    Args:
-        agent: Agent name of the sample-level decision (``judge``, ``panel``, ``orchestrator``).
-        verdict: The sample-level decision.
-        members: Each member's own verdict (panels and discussions).
-        transcript: Every turn as (agent, turn), in order; empty means the verdict's transcript.
-        extra_rows: Rows for other tables (e.g. DocLens ``claims``, ``prm_steps``), written in the
-            same transaction as the sample.
-    """
-
-    agent: str
-    verdict: SampleVerdict
-    members: dict[str, SampleVerdict] = field(default_factory=dict)
-    transcript: list[tuple[str, ChatTurn]] = field(default_factory=list)
-    extra_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class SampleContext:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clinjudge.judges import ModelSettings, count_message_tokens
-from clinjudge.judges._accounting import _lookup_names, _price_map
+from clinjudge.judges.clients import bundled_model_map, model_map_names
 from clinjudge.rubrics import Item, Rubric, render_messages
 
 
@@ -23,8 +23,8 @@ def context_window(settings: ModelSettings) -> int | None:
     """
     if settings.is_mock:
         return None
-    models = _price_map()
-    for name in _lookup_names(settings):
+    models = bundled_model_map()
+    for name in model_map_names(settings):
         entry = models.get(name) or {}
         limit = entry.get("max_input_tokens") or entry.get("max_tokens")
         if isinstance(limit, int) and limit > 0:

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from clinjudge.judges import ModelSettings
+from clinjudge.judges.workflows import registered_modes
 from clinjudge.orchestration._config import ConfigError, RunConfig, build_config, load_config_file
-from clinjudge.orchestration._workflows import registered_modes
 
 logger = logging.getLogger(__name__)
 

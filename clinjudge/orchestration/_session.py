@@ -10,7 +10,7 @@ import logging
 import platform
 import secrets
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from clinjudge.inputs import (
+    InputError,
+    check_rubric_inputs,
+    load_items,
+    read_records,
+    validate_records,
+)
 from clinjudge.judges import (
     JudgeModel,
     ModelSettings,
@@ -26,13 +33,18 @@ from clinjudge.judges import (
     draw_shots,
     price_per_token,
 )
+from clinjudge.judges.doclens import doclens_estimate_prompts
+from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import ModelPool, resolve_run_personas
-from clinjudge.orchestration._doclens import check_doclens_config, doclens_estimate_prompts
 from clinjudge.orchestration._fit import oversized_items
-from clinjudge.orchestration._prm import check_prm_config
-from clinjudge.orchestration._runner import BatchRunner, CircuitBreakerOpen, RunTally, WorkUnit
-from clinjudge.orchestration._workflows import workflow_for
+from clinjudge.orchestration._preflight import check_doclens_config, check_prm_config
+from clinjudge.orchestration._sample_runner import (
+    CircuitBreakerOpen,
+    RunTally,
+    SampleRunner,
+    WorkUnit,
+)
 from clinjudge.personas import PersonaSet
 from clinjudge.rubrics import (
     PROMPT_VERSION,
@@ -46,18 +58,13 @@ from clinjudge.rubrics import (
     render_messages,
 )
 from clinjudge.runs import (
-    InputError,
     RunStore,
-    check_rubric_inputs,
     finalize_run,
     item_from_row,
     item_row,
-    load_items,
     load_response_cache,
     now,
-    read_records,
     save_response_cache,
-    validate_records,
 )
 
 logger = logging.getLogger(__name__)
@@ -137,10 +144,10 @@ def parse_shard(spec: str) -> tuple[int, int]:
     """
     index, sep, count = spec.partition("/")
     if not sep or not index.strip().isdigit() or not count.strip().isdigit():
-        raise ConfigError(f"--shard {spec!r}: expected i/n, e.g. 1/4")
+        raise ConfigError(f"shard {spec!r}: expected i/n, e.g. 1/4")
     i, n = int(index), int(count)
     if n < 1 or not 1 <= i <= n:
-        raise ConfigError(f"--shard {spec!r}: need 1 <= i <= n (shards are numbered 1..n)")
+        raise ConfigError(f"shard {spec!r}: need 1 <= i <= n (shards are numbered 1..n)")
     return i, n
 
 
@@ -202,9 +209,9 @@ def prepare_run(config: RunConfig) -> PreparedRun:
         config: The run configuration.
     """
     if config.judge is None:
-        raise ConfigError("no judge model: pass --model or set judge.model in the config file")
+        raise ConfigError("no judge model: set judge.model (the model setting)")
     if not config.data:
-        raise ConfigError("no input data: pass --data FILE or set data in the config file")
+        raise ConfigError("no input data: set data to a JSONL, CSV or Parquet file")
     rubric = load_rubric(config.rubric)
     personas = resolve_run_personas(config)  # a bad persona spec fails before any write
     if rubric.method == "claims":
@@ -373,16 +380,88 @@ def mark_failed(store: RunStore, run_id: str, reason: str) -> None:
         logger.warning("could not mark run %s failed: %s", run_id, exc)
 
 
-async def _run_units(runner: BatchRunner, units: list[WorkUnit], handle_sigterm: bool) -> RunTally:
+def cancel_on_sigterm() -> None:
+    """Make SIGTERM cancel the current task, so a run stops as cleanly as on Ctrl-C (only for
+    a loop this process owns)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    if handle_sigterm and task is not None:
+    if task is not None:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
+
+
+async def drive_run(
+    store: RunStore,
+    run_id: str,
+    prepared: PreparedRun,
+    work: Callable[[], Awaitable[RunTally]],
+    *,
+    agent: str,
+    handle_sigterm: bool = False,
+) -> RunTally:
+    """Run a run's work and keep its status: ``running``, then ``completed`` with the final
+    per-item scores written, or ``interrupted``, ``budget_exhausted`` or ``failed``.
+
+    Every way of producing samples (the sample runner, a provider's batch API) goes through
+    here, so a run ends in the same states whichever produced it.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        prepared: The run's config, rubric, items and shots.
+        work: Produces the missing samples and returns the tally.
+        agent: The deciding agent whose samples the final scores come from.
+        handle_sigterm: Treat SIGTERM as a cancellation.
+    """
+    store.set_run_status(run_id, "running")
+    if handle_sigterm:
+        cancel_on_sigterm()
     try:
-        return await runner.run(units)
-    finally:
-        await runner.models.close()
+        tally = await work()
+    except asyncio.CancelledError:
+        store.set_run_status(run_id, "interrupted")
+        raise
+    except CircuitBreakerOpen as exc:
+        # Not a failed run: the endpoint failed; a resume redoes the samples it stopped.
+        store.set_run_status(run_id, "interrupted", reason=str(exc)[:2000])
+        raise
+    except Exception as exc:
+        # Finished samples are already stored; the run stays resumable after the fix.
+        mark_failed(store, run_id, str(exc))
+        raise
+    if tally.budget_exhausted:
+        # Not finalized: the run is resumable and its final scores wait for the missing samples.
+        store.set_run_status(run_id, "budget_exhausted")
+        logger.info(
+            "budget of $%.4f reached after $%.4f: %d samples not started; resume run %s "
+            "(each resume may spend up to its own budget)",
+            prepared.config.max_cost,
+            tally.cost_usd,
+            tally.not_started,
+            run_id,
+        )
+        return tally
+    finalize_run(store, run_id, prepared.rubric, prepared.config.samples, agent)
+    store.set_run_status(run_id, "completed", finished=True)
+    return tally
+
+
+def run_in_new_loop(
+    store: RunStore, run_id: str, coroutine: Coroutine[Any, Any, RunTally]
+) -> RunTally:
+    """Run a run's coroutine on a fresh event loop; Ctrl-C or SIGTERM mark the run
+    ``interrupted`` and propagate as ``KeyboardInterrupt``.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        coroutine: The run's work, usually :func:`drive_run`.
+    """
+    try:
+        return asyncio.run(coroutine)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        store.set_run_status(run_id, "interrupted")
+        raise KeyboardInterrupt from None
 
 
 async def execute_run_async(
@@ -413,42 +492,22 @@ async def execute_run_async(
     judge = ModelPool(config, prepared.rubric, model, personas=prepared.personas)
     if config.cache:
         judge.response_cache = load_response_cache(store)
-    runner = BatchRunner(
+    runner = SampleRunner(
         store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
     )
     units = missing_work(store, run_id, prepared)
-    store.set_run_status(run_id, "running")
-    try:
-        tally = await _run_units(runner, units, handle_sigterm)
-    except asyncio.CancelledError:
-        store.set_run_status(run_id, "interrupted")
-        raise
-    except CircuitBreakerOpen as exc:
-        # Not a failed run: the endpoint failed; --resume redoes the samples it stopped.
-        store.set_run_status(run_id, "interrupted", reason=str(exc)[:2000])
-        raise
-    except Exception as exc:
-        # Finished samples are already stored; the run stays resumable after the fix.
-        mark_failed(store, run_id, str(exc))
-        raise
-    finally:
-        save_response_cache(store, judge.response_cache)
-    if tally.budget_exhausted:
-        # Not finalized: the run is resumable and its final scores wait for the missing samples.
-        store.set_run_status(run_id, "budget_exhausted")
-        logger.info(
-            "budget of $%.4f reached after $%.4f: %d samples not started; resume run %s "
-            "(each resume may spend up to its own budget)",
-            config.max_cost,
-            tally.cost_usd,
-            tally.not_started,
-            run_id,
-        )
-        return tally
+
+    async def work() -> RunTally:
+        try:
+            return await runner.run(units)
+        finally:
+            await judge.close()
+            save_response_cache(store, judge.response_cache)
+
     agent = workflow_for(config.mode, prepared.rubric)[0]
-    finalize_run(store, run_id, prepared.rubric, config.samples, agent)
-    store.set_run_status(run_id, "completed", finished=True)
-    return tally
+    return await drive_run(
+        store, run_id, prepared, work, agent=agent, handle_sigterm=handle_sigterm
+    )
 
 
 def execute_run(
@@ -468,11 +527,7 @@ def execute_run(
     coroutine = execute_run_async(
         store, run_id, prepared, show_progress=show_progress, model=model, handle_sigterm=True
     )
-    try:
-        return asyncio.run(coroutine)
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        store.set_run_status(run_id, "interrupted")
-        raise KeyboardInterrupt from None
+    return run_in_new_loop(store, run_id, coroutine)
 
 
 @dataclass

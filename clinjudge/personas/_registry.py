@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from clinjudge._datafile import parse_data_mapping, read_data_text
+from clinjudge._util.datafile import parse_data_mapping, read_data_text
 from clinjudge.errors import UserError, validation_problems
 from clinjudge.personas._schema import Persona, PersonaSet
 

@@ -42,6 +42,7 @@ from clinjudge.prm_bridge._presets import (
     preset_names,
 )
 from clinjudge.prm_bridge._render import Encoded, PRMInputError, encode, render
+from clinjudge.prm_bridge._rows import PRM_AGENT, PRM_MODE, PRM_ROLE, prm_step_rows, step_rows
 from clinjudge.prm_bridge._scorer import INSTALL_HINT, PRMDependencyError, TransformersPRM
 from clinjudge.prm_bridge._sections import (
     Section,
@@ -62,7 +63,6 @@ from clinjudge.prm_bridge._segment import (
     steps_from_note_json,
 )
 from clinjudge.prm_bridge._settings import PRMRunSettings
-from clinjudge.prm_bridge._store import prm_step_rows, write_prm_run
 from clinjudge.prm_bridge._tool import (
     PRM_TOOL_NAME,
     PRM_VERIFIER_NAME,
@@ -109,7 +109,10 @@ __all__ = [
     "score_item",
     "score_text",
     "shared_scorer",
-    "write_prm_run",
+    "step_rows",
+    "PRM_AGENT",
+    "PRM_MODE",
+    "PRM_ROLE",
     "PRMFormat",
     "PRMFormatError",
     "PRMInputError",

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from clinjudge.inputs import InputError, read_records, validate_records
 from clinjudge.prm_bridge._presets import StepKind
 from clinjudge.prm_bridge._sections import ALL, SectionError, select_sections
 from clinjudge.prm_bridge._segment import (
@@ -41,7 +42,6 @@ from clinjudge.prm_bridge._segment import (
     steps_from_note_json,
     strip_step_prefix,
 )
-from clinjudge.runs import InputError, read_records, validate_records
 
 Segmenter = Literal["medprm", "chain", "note", "lines"]
 SEGMENTERS: tuple[str, ...] = ("medprm", "chain", "note", "lines")

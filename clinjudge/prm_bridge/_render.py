@@ -157,7 +157,7 @@ def _chat(fmt: PRMFormat, tokenizer: Any, content: str, grounded: bool, label: s
     if not getattr(tokenizer, "chat_template", None):
         raise PRMInputError(
             f"{label}: format {fmt.name!r} uses a chat template but the tokenizer has none; "
-            "use a checkpoint with a chat template or --set template=raw"
+            "use a checkpoint with a chat template or the format override template=raw"
         )
     system = fmt.system_prompt_documents if grounded and fmt.system_prompt_documents else None
     system = system if system is not None else fmt.system_prompt

@@ -26,7 +26,7 @@ from clinjudge.prm_bridge._aggregate import DEFAULT_THRESHOLD
 from clinjudge.prm_bridge._backend import DEFAULT_BATCH_TOKENS, PRMScorer, StepScore
 from clinjudge.prm_bridge._inputs import Segmenter, chain_from_text
 from clinjudge.prm_bridge._presets import make_format
-from clinjudge.prm_bridge._store import step_rows
+from clinjudge.prm_bridge._rows import step_rows
 from clinjudge.rubrics import Item
 
 PRM_TOOL_NAME = "prm_step_scores"

@@ -68,7 +68,7 @@ class VLLMPRM(PRMScorer):
         if fmt.softmax == "vocab":
             raise PRMModelError(
                 f"format {fmt.name!r} reads P('+') from a full-vocabulary softmax, which a vLLM "
-                "pooling server cannot return; score it in-process (drop --prm-url)"
+                "pooling server cannot return; score it in-process (without a PRM server url)"
             )
         super().__init__(
             fmt,

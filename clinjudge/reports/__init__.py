@@ -1,4 +1,5 @@
-"""Reports and the `judge view` web viewer over the run store (SPEC §14).
+"""Reports (HTML and Markdown, with server-drawn SVG charts) and the `judge view` web viewer over
+the run store (SPEC §14).
 
 The viewer is read-only: each page opens the DuckDB file read-only, runs paged queries and
 closes it. Pages are Jinja2 templates with autoescaping, our own small CSS and script files and
@@ -6,23 +7,45 @@ server-drawn SVG; every response carries a Content-Security-Policy that forbids 
 ``export_site`` writes the same pages as a static folder that opens from disk.
 """
 
+from clinjudge.reports._agreement_report import comparison_cells, render_report, write_report
+from clinjudge.reports._audit_report import render_audit_report, write_audit_report
+from clinjudge.reports._document import ReportFiles, fmt_ci, fmt_num, fmt_p, fmt_seconds, fmt_usd
+from clinjudge.reports._scores_section import DEFAULT_MAX_ITEMS
 from clinjudge.reports._viewer_app import ViewerServer, create_app, is_loopback
-from clinjudge.reports._viewer_export import ExportError, ExportSummary, export_site
+from clinjudge.reports._viewer_export import (
+    ExportError,
+    ExportSummary,
+    FolderNotEmpty,
+    export_site,
+)
 from clinjudge.reports._viewer_pages import PageNotFound, Viewer
 from clinjudge.reports._viewer_render import CSP
 from clinjudge.reports._viewer_store import DatabaseBusy, DatabaseMissing, read_store
 
 __all__ = [
     "CSP",
+    "DEFAULT_MAX_ITEMS",
     "DatabaseBusy",
     "DatabaseMissing",
     "ExportError",
     "ExportSummary",
+    "FolderNotEmpty",
     "PageNotFound",
+    "ReportFiles",
     "Viewer",
     "ViewerServer",
+    "comparison_cells",
     "create_app",
     "export_site",
+    "fmt_ci",
+    "fmt_num",
+    "fmt_p",
+    "fmt_seconds",
+    "fmt_usd",
     "is_loopback",
     "read_store",
+    "render_audit_report",
+    "render_report",
+    "write_audit_report",
+    "write_report",
 ]

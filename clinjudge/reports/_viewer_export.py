@@ -36,6 +36,10 @@ class ExportError(UserError):
     """The export cannot be written where asked."""
 
 
+class FolderNotEmpty(ExportError):
+    """The destination holds files that are not a previous export (``force`` writes anyway)."""
+
+
 @dataclass
 class ExportSummary:
     """What an export wrote."""
@@ -49,9 +53,9 @@ def _check_destination(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out}: exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists() and not force:
-        raise ExportError(
-            f"{out}: folder is not empty and is not a previous `judge view --export`; "
-            "choose an empty or new folder, or pass --force to write into it"
+        raise FolderNotEmpty(
+            f"{out}: folder is not empty and is not a previous viewer export; "
+            "choose an empty or new folder, or force writing into it"
         )
 
 

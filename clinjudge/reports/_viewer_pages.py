@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clinjudge.analysis import (
+    AgreementError,
+    AuditError,
+    agreement_for_run,
+    audit_for_run,
+    block_summary,
+    compare_runs,
+    doclens_report,
+    run_rubric,
+)
 from clinjudge.errors import ClinJudgeError
 from clinjudge.personas import PersonaSet, load_personas
 from clinjudge.reports._viewer_compare import compare_items
@@ -34,18 +44,7 @@ from clinjudge.reports._viewer_run import (
 from clinjudge.reports._viewer_runs import RUN_SORTS, runs_page
 from clinjudge.reports._viewer_store import ResultCache, file_version, read_store
 from clinjudge.reports._viewer_svg import forest, histogram
-from clinjudge.runs import (
-    AgreementError,
-    AuditError,
-    RunStore,
-    StoreError,
-    agreement_for_run,
-    audit_for_run,
-    block_summary,
-    compare_runs,
-    doclens_report,
-    run_rubric,
-)
+from clinjudge.runs import RunStore, StoreError
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from clinjudge.analysis import run_rubric
+from clinjudge.judges.workflows import DECIDING_AGENTS
 from clinjudge.reports._viewer_paging import clamp_page
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import DECIDING_AGENTS, RunStore, StoreError, run_rubric
+from clinjudge.runs import RunStore, StoreError
 
 ITEM_FILTERS = ("all", "failed", "flagged")
 

@@ -1,5 +1,6 @@
 """Rubrics: schema, built-in instruments, prompt rendering and reply parsing."""
 
+from clinjudge.rubrics._combine import median_scores
 from clinjudge.rubrics._injection import InjectionFlag, detect_injection, scan_item
 from clinjudge.rubrics._item import Item, SourceNote
 from clinjudge.rubrics._parse import (
@@ -42,6 +43,7 @@ from clinjudge.rubrics._schema import (
 )
 
 __all__ = [
+    "median_scores",
     "PROMPT_VERSION",
     "Attribute",
     "ChatTurn",

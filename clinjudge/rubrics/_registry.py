@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from clinjudge._datafile import parse_data_mapping, read_data_text
+from clinjudge._util.datafile import parse_data_mapping, read_data_text
 from clinjudge.errors import UserError, validation_problems
 from clinjudge.rubrics._schema import Rubric
 

@@ -11,28 +11,13 @@ Rules (documented in the README):
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from typing import Any
 
-from clinjudge.rubrics import Rubric
+from clinjudge.rubrics import Rubric, median_scores
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore
 
 FINAL_AGENT = "final"
-
-
-def _final_values(
-    rubric: Rubric, samples: list[dict[str, float | None]]
-) -> dict[str, float | None]:
-    finals: dict[str, float | None] = {}
-    for attribute in rubric.attributes:
-        numbers = [v for s in samples if (v := s.get(attribute.key)) is not None]
-        finals[attribute.key] = statistics.median(numbers) if numbers else None
-    for attribute in rubric.attributes:
-        gate = attribute.gate
-        if gate is not None and finals.get(gate.attribute) == gate.null_when:
-            finals[attribute.key] = None
-    return finals
 
 
 def final_rows(
@@ -67,7 +52,7 @@ def final_rows(
             }
             for key in rubric.keys
         ]
-    finals = _final_values(rubric, samples)
+    finals = median_scores(rubric, samples)
     note = f"median of {len(samples)} valid sample(s)" + (
         f", {n_failed} failed" if n_failed else ""
     )

@@ -1,18 +1,23 @@
 """Export a run's judgments (one row per item, sample, agent, attribute), its discussions, its
-DocLens claims or pooled scores, or its PRM steps, to JSONL, CSV or Parquet."""
+DocLens claims or its PRM steps, to JSONL, CSV or Parquet."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import uuid
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from clinjudge.errors import UserError
 from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
-EXPORT_TABLES = ("judgments", "transcripts", "claims", "doclens", "prm_steps")
+EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps")
+"""Tables ``export_run`` writes (a DocLens run's pooled scores come from ``analysis``)."""
 
 # File name endings that name a format; anything else needs an explicit format.
 FORMAT_BY_SUFFIX = {
@@ -60,6 +65,17 @@ _PRM_STEPS_QUERY = """
     SELECT run_id, item_id, candidate, step, kind, text, score, flagged, label, model
     FROM prm_steps WHERE run_id = '{run_id}'
     ORDER BY item_id, candidate, step
+"""
+
+
+_CLAIMS_QUERY = """
+    SELECT c.run_id, c.item_id, c.sample, c.agent, c.section, c.kind, c.idx, c.text, c.verdict,
+           c.score, c.explanation, c.citations, c.supporting, {official} AS official, c.status,
+           c.error, r.simulated
+    FROM claims c JOIN runs r USING (run_id)
+    LEFT JOIN items i ON i.run_id = c.run_id AND i.item_id = c.item_id
+    WHERE c.run_id = ?
+    ORDER BY i.position, c.sample, c.agent, c.kind, c.idx
 """
 
 
@@ -124,6 +140,27 @@ def copy_query(store: RunStore, query: str, out: str | Path, fmt: str) -> None:
         raise
 
 
+def write_rows(store: RunStore, rows: list[dict[str, Any]], out: str | Path, fmt: str) -> int:
+    """Write rows computed outside the store (e.g. pooled scores) like any export.
+
+    Args:
+        store: The run store (its connection writes the file).
+        rows: The rows, all with the same keys.
+        out: Output path (appears only once complete).
+        fmt: ``jsonl``, ``csv`` or ``parquet``.
+
+    Returns:
+        Number of rows written.
+    """
+    view = f"_export_rows_{uuid.uuid4().hex}"
+    store.con.register(view, pa.Table.from_pylist(rows))
+    try:
+        copy_query(store, f"SELECT * FROM {view}", out, fmt)
+    finally:
+        store.con.unregister(view)
+    return len(rows)
+
+
 def infer_format(out: str | Path, fmt: str | None = None) -> str:
     """The export format: from ``fmt`` if given, else from the file name's ending.
 
@@ -165,7 +202,6 @@ def export_run(
     out: str | Path,
     fmt: str,
     table: str = "judgments",
-    doclens_compat: str | None = None,
 ) -> int:
     """Write one table of a run to a file; the file appears only once it is complete.
 
@@ -182,11 +218,9 @@ def export_run(
         out: Output path.
         fmt: ``jsonl``, ``csv`` or ``parquet``.
         table: ``judgments``; ``transcripts`` (every message, discussions included);
-            ``claims`` (DocLens claims, statements and verdicts); ``doclens`` (pooled DocLens
-            scores per section and total); ``prm_steps`` (PRM step scores, of
-            a ``judge prm`` run or a judge run with ``--prm``).
-        doclens_compat: Arithmetic of the ``doclens`` scores: ``clinjudge`` or ``official``
-            (default: the run's own setting).
+            ``claims`` (DocLens claims, statements and verdicts); ``prm_steps`` (PRM step
+            scores, of a ``judge prm`` run or a judge run with ``--prm``). A DocLens run's
+            pooled scores are computed, not stored: ``analysis.export_doclens_scores``.
 
     Returns:
         Number of rows written.
@@ -197,10 +231,8 @@ def export_run(
         raise UserError(f"unknown export table {table!r}; choose one of {', '.join(EXPORT_TABLES)}")
     run = store.get_run(run_id)
     rid = str(run["run_id"]).replace("'", "''")
-    if table in ("claims", "doclens"):
-        from clinjudge.runs._doclens_export import export_doclens
-
-        return export_doclens(store, run_id, out, fmt, table, doclens_compat)
+    if table == "claims":
+        return export_claims(store, run_id, out, fmt)
     if table == "prm_steps":
         if not _count(store, "prm_steps", run["run_id"]):
             raise StoreError(f"run {run['run_id']} has no PRM steps (it ran without a PRM)")
@@ -221,5 +253,40 @@ def _refuse_prm_run(run: dict[str, Any]) -> None:
     if run.get("mode") == "prm":
         raise StoreError(
             f"run {run['run_id']} is a PRM scoring run (judge prm): it has no judgments; "
-            "export its steps with --table prm_steps"
+            "export its steps (table prm_steps)"
         )
+
+
+def is_claims_run(run: dict[str, Any]) -> bool:
+    """Whether a stored run's rubric computes its attributes from claims (DocLens).
+
+    Args:
+        run: The run's row (``RunStore.get_run``).
+    """
+    rubric = run.get("rubric_json")
+    if isinstance(rubric, str):
+        rubric = json.loads(rubric)
+    return isinstance(rubric, dict) and rubric.get("method") == "claims"
+
+
+def export_claims(store: RunStore, run_id: str, out: str | Path, fmt: str) -> int:
+    """Write a DocLens run's ``claims`` rows (every claim and its verdicts) to a file.
+
+    Args:
+        store: The run store.
+        run_id: Run id or unique prefix.
+        out: Output path (appears only once complete).
+        fmt: ``jsonl``, ``csv`` or ``parquet``.
+
+    Returns:
+        Number of rows written.
+    """
+    run = store.get_run(run_id)
+    if not is_claims_run(run):
+        raise StoreError(f"run {run_id!r} does not use a claim rubric (DocLens); nothing to export")
+    rid = run["run_id"].replace("'", "''")
+    official = "c.official" if store.has_column("claims", "official") else "NULL"
+    query = _CLAIMS_QUERY.replace("?", f"'{rid}'").format(official=official)
+    copy_query(store, query, out, fmt)
+    count = store.con.execute("SELECT count(*) FROM claims WHERE run_id = ?", [rid]).fetchone()
+    return int(count[0]) if count else 0

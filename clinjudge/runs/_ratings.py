@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clinjudge.inputs import InputError, read_records
 from clinjudge.rubrics import Rubric, alias_forms, normalise_key
-from clinjudge.runs._inputs import InputError, read_records
 from clinjudge.runs._store import RunStore, now
 
 RATING_FIELDS = ("item_id", "rater_id", "attribute", "score")

@@ -14,13 +14,14 @@ import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from clinjudge._util.offline import connect_duckdb
+from clinjudge._util.timestamps import now
 from clinjudge.errors import UserError
 
 DEFAULT_DB = Path("runs") / "clinjudge.duckdb"
@@ -37,25 +38,6 @@ SCHEMA_VERSION = 2
 """Version of the tables below. 1: stores from before the version was checked (columns added
 since: items.flags, runs.status_reason, calls.cached; newer tables). Opening an older store
 for writing migrates it and records this version; a newer one is refused."""
-
-_NO_EXTENSION_DOWNLOADS = {
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-}
-"""DuckDB would otherwise fetch an extension from the internet for a file it does not know
-(an SQLite file given as --db): clinical data never leads to a network call."""
-
-
-def connect_duckdb(
-    database: str = ":memory:", *, read_only: bool = False
-) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection that never installs or loads extensions on its own.
-
-    Args:
-        database: File name, or ``:memory:``.
-        read_only: Open without write access.
-    """
-    return duckdb.connect(database, read_only=read_only, config=dict(_NO_EXTENSION_DOWNLOADS))
 
 
 _DDL = """
@@ -243,7 +225,7 @@ def _check_path(path: Path) -> None:
     if str(path).startswith(":memory:"):
         raise StoreError(
             f"{path}: an in-memory database would lose every run when the process ends; "
-            "give a file name as --db"
+            "give the database a file name"
         )
     if path.is_dir():
         raise StoreError(f"{path}: is a folder, not a database file")
@@ -273,7 +255,7 @@ def _prepare_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool)
         raise StoreError(
             f"{path}: schema version {shown} is not one this clinjudge knows (it reads versions "
             f"1 to {SCHEMA_VERSION}); it was written by a newer clinjudge or altered: upgrade "
-            "clinjudge or use another --db"
+            "clinjudge or use another database"
         )
     if read_only:
         return
@@ -311,7 +293,7 @@ def _open_error(path: Path, exc: duckdb.Error) -> str:
         by = f" (PID {holder.group(1)})" if holder else ""
         return (
             f"{path}: database is in use by another process{by}; DuckDB allows one writer at a "
-            "time: wait for it to finish or use another --db"
+            "time: wait for it to finish or use another database"
         )
     if "Extension" in text and ("not found" in text or "autoload" in text.lower()):
         kind = " (it looks like an SQLite file)" if "sqlite" in text.lower() else ""
@@ -320,11 +302,6 @@ def _open_error(path: Path, exc: duckdb.Error) -> str:
             "never loads DuckDB extensions"
         )
     return f"{path}: cannot open database: {text}"
-
-
-def now() -> datetime:
-    """Current UTC time."""
-    return datetime.now(UTC)
 
 
 class RunStore:

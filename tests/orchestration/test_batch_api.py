@@ -23,7 +23,7 @@ from clinjudge.judges import (
     call_cost,
     price_per_token,
 )
-from clinjudge.judges._batch_api import parse_result_line
+from clinjudge.judges.clients._batch_api import parse_result_line
 from clinjudge.orchestration import (
     ConfigError,
     RetryPolicy,

@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 from clinjudge.judges import ModelSettings, count_message_tokens
-from clinjudge.orchestration import (
-    RunConfig,
-    doclens_estimate_prompts,
-    estimate_run,
-    prepare_run,
-)
+from clinjudge.judges.doclens import doclens_estimate_prompts
+from clinjudge.orchestration import RunConfig, estimate_run, prepare_run
 from tests.cli._helpers import invoke, query
 
 DEMO = str(Path(__file__).resolve().parents[2] / "examples" / "doclens_demo.jsonl")

@@ -13,12 +13,12 @@ from rich.console import Console
 
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import (
-    BatchRunner,
     FakeClock,
     ModelPool,
     RateLimiter,
     RetryPolicy,
     RunConfig,
+    SampleRunner,
     create_run,
     missing_work,
     prepare_run,
@@ -188,7 +188,7 @@ def test_runner_honours_rpm_and_shows_achieved_rate(tmp_path: Path) -> None:
         run_id = create_run(store, prepared)
         out = io.StringIO()
         console = Console(file=out, width=200, force_terminal=False)
-        runner = BatchRunner(
+        runner = SampleRunner(
             store,
             run_id,
             prepared.rubric,

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from clinjudge.judges import ModelSettings
+from clinjudge.judges.workflows import register_workflow, single_workflow
+from clinjudge.judges.workflows._registry import _WORKFLOWS
 from clinjudge.orchestration import (
     ConfigError,
     RetryPolicy,
@@ -21,11 +23,8 @@ from clinjudge.orchestration import (
     execute_run,
     load_stored_run,
     prepare_run,
-    register_workflow,
     run_config_from,
-    single_workflow,
 )
-from clinjudge.orchestration._workflows import _WORKFLOWS
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer

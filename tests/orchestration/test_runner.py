@@ -1,4 +1,4 @@
-"""The batch runner end to end: fake server over HTTP, DuckDB store in a temp dir.
+"""The sample runner end to end: fake server over HTTP, DuckDB store in a temp dir.
 
 Checks the promises of SPEC §12: provider faults never crash a run and never lose or duplicate a
 judgment (each sample ends ok or failed-with-reason), every attempt is recorded, a resumed run
@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from clinjudge.judges import JudgeModel, ModelSettings
+from clinjudge.judges.workflows import JUDGE_AGENT
 from clinjudge.orchestration import (
-    JUDGE_AGENT,
-    BatchRunner,
     RetryPolicy,
     RunConfig,
+    SampleRunner,
     WorkUnit,
     create_run,
     execute_run,
@@ -491,7 +491,7 @@ def test_missing_work_and_resume_do_exactly_what_is_left(fake_openai, pdsqi9, it
 
     done_first = [all_units[i] for i in (0, 3, 4, 7, 11)]
     model = JudgeModel(config.judge, prepared.rubric)
-    runner = BatchRunner(store, run_id, prepared.rubric, config, model, show_progress=False)
+    runner = SampleRunner(store, run_id, prepared.rubric, config, model, show_progress=False)
 
     async def partial() -> None:
         try:
@@ -526,7 +526,7 @@ def test_interrupted_run_resumes_exactly_the_missing_samples(pdsqi9, items_file,
         config = make_config(items_file, srv, db_path, samples=2, concurrency=2)
         store, run_id, prepared = start_run(config)
         model = JudgeModel(config.judge, prepared.rubric)
-        runner = BatchRunner(
+        runner = SampleRunner(
             store, run_id, prepared.rubric, config, model, show_progress=False, flush_every=1
         )
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from clinjudge.inputs import InputError
 from clinjudge.prm_bridge import load_chains
-from clinjudge.runs import InputError
 
 
 def test_csv_cells_with_json_lists(tmp_path):

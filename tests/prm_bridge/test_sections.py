@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from clinjudge.inputs import InputError
 from clinjudge.prm_bridge import (
     SectionError,
     chain_from_text,
@@ -20,7 +21,6 @@ from clinjudge.prm_bridge import (
     segment_note,
     select_sections,
 )
-from clinjudge.runs import InputError
 
 PC, NC, EON = ("problem_completeness", ""), ("note_completeness", ""), ("end_of_note", "")
 

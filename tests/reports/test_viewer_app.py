@@ -227,8 +227,9 @@ def test_listening_beyond_loopback_warns(viewer_store: ViewerStore) -> None:
 
 def test_run_totals_match_judge_runs_show(viewer_store: ViewerStore) -> None:
     """The viewer's cheaper scans give the numbers of `runs show` (run_summary)."""
+    from clinjudge.analysis import run_summary
     from clinjudge.reports._viewer_run import run_and_rubric, run_totals
-    from clinjudge.runs import RunStore, run_summary
+    from clinjudge.runs import RunStore
 
     s = viewer_store
     with RunStore(s.db, read_only=True) as store:
@@ -287,8 +288,9 @@ def test_prm_scoring_run_lists_its_scored_items(
 def test_runs_page_counts_items_like_runs_show(
     client: TestClient, viewer_store: ViewerStore
 ) -> None:
+    from clinjudge.analysis import run_summary
     from clinjudge.reports._viewer_runs import runs_page
-    from clinjudge.runs import RunStore, run_summary
+    from clinjudge.runs import RunStore
 
     with RunStore(viewer_store.db, read_only=True) as store:
         for run in runs_page(store, per_page=100)["runs"]:

@@ -10,9 +10,10 @@ from typing import Any
 import duckdb
 import pytest
 
+from clinjudge.analysis import list_runs, run_summary
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run
-from clinjudge.runs import RunStore, StoreError, export_run, list_runs, now, run_summary
+from clinjudge.runs import RunStore, StoreError, export_run, now
 
 N_ITEMS, N_SAMPLES, N_KEYS = 6, 2, 11
 

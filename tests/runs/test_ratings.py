@@ -9,14 +9,14 @@ from typing import Any
 import duckdb
 import pytest
 
+from clinjudge.analysis import load_ratings_file
+from clinjudge.inputs import InputError
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import (
-    InputError,
     RunStore,
     import_ratings,
     is_null_score,
     load_human_ratings,
-    load_ratings_file,
     ratings_overview,
 )
 

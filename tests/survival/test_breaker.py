@@ -80,7 +80,7 @@ def _check_stopped(db: Path, run_id: str, message: str, kind: str) -> None:
     status, reason, stored_failed = _status(db, run_id)
     assert status == "interrupted"
     assert reason is not None and kind in reason and "10 samples in a row" in reason
-    assert f"judge run --resume {run_id}" in message
+    assert f"resume run {run_id} (database {db})" in message
     assert stored_failed == 0  # the streak is not stored as failed
 
 

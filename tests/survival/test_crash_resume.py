@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from clinjudge.orchestration._magentic import ORCHESTRATOR_AGENT, ORCHESTRATOR_MARKER
+from clinjudge.judges.workflows._magentic import ORCHESTRATOR_AGENT, ORCHESTRATOR_MARKER
 from tests.cli._helpers import JUDGE
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault, _message_text

@@ -22,8 +22,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from clinjudge.orchestration import JUDGE_AGENT
-from clinjudge.orchestration._magentic import ORCHESTRATOR_AGENT
+from clinjudge.judges.workflows import JUDGE_AGENT
+from clinjudge.judges.workflows._magentic import ORCHESTRATOR_AGENT
 from clinjudge.runs import FINAL_AGENT, RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault, _message_text

@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from clinjudge.cli import app
+from clinjudge.inputs import InputError, load_items
 from clinjudge.rubrics import Item, load_rubric
-from clinjudge.runs import InputError, load_items
 from tests.factories import make_items, write_jsonl
 
 RUBRIC = load_rubric("pdsqi9")

@@ -18,8 +18,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clinjudge.inputs import InputError, load_items
 from clinjudge.rubrics import Item, JudgmentParseError, load_rubric, parse_judgment
-from clinjudge.runs import InputError, load_items
 
 PDSQI9 = load_rubric("pdsqi9")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

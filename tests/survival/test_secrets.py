@@ -141,7 +141,7 @@ def test_the_guard_itself_refuses_other_hosts(network_guard: NetworkGuard) -> No
 
 def test_fault_reasons_never_carry_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     from clinjudge.judges import ProviderFault
-    from clinjudge.judges._faults import redact_secrets, remember_secret
+    from clinjudge.judges.clients._faults import redact_secrets, remember_secret
 
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok_abcdefgh12345")
     remember_secret("plainkeyvalue-0001")

@@ -21,9 +21,10 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
+from clinjudge._util.offline import connect_duckdb
 from clinjudge.cli import app
 from clinjudge.runs import RunStore, StoreError
-from clinjudge.runs._store import SCHEMA_VERSION, connect_duckdb
+from clinjudge.runs._store import SCHEMA_VERSION
 from tests.factories import make_items, write_jsonl
 
 

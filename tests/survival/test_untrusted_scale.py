@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import pytest
 
-from clinjudge.judges._doclens_prompts import fence as doclens_fence
+from clinjudge.judges.doclens._prompts import fence as doclens_fence
 from clinjudge.rubrics import (
     JudgmentParseError,
     detect_injection,

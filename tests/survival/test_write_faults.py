@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from clinjudge.orchestration import (
-    BatchRunner,
     ModelPool,
     RunWriteError,
+    SampleRunner,
     create_run,
     execute_run,
     load_stored_run,
@@ -69,12 +69,12 @@ def _resume(db: Path, run_id: str) -> None:
         execute_run(store, rid, prepared, show_progress=False)
 
 
-def _runner_run(config, flush_every: int = 10) -> tuple[str, BatchRunner, Exception | None]:  # noqa: ANN001
+def _runner_run(config, flush_every: int = 10) -> tuple[str, SampleRunner, Exception | None]:  # noqa: ANN001
     """Create a run and judge it with a runner that flushes often (failures hit mid-run)."""
     prepared = prepare_run(config)
     store = RunStore(config.db)
     run_id = create_run(store, prepared)
-    runner = BatchRunner(
+    runner = SampleRunner(
         store,
         run_id,
         prepared.rubric,
@@ -116,7 +116,7 @@ def test_failed_background_write_stops_the_run_and_loses_nothing(
         monkeypatch.undo()
         assert isinstance(error, RunWriteError)
         message = str(error)
-        assert "No space left on device" in message and f"--resume {run_id}" in message
+        assert "No space left on device" in message and f"resume run {run_id}" in message
         finished = runner.tally.ok + runner.tally.failed
         assert finished < 300, "the run must stop at the failed write, not judge everything"
         stored = _stored_samples(db, run_id)
@@ -147,7 +147,7 @@ def test_cli_exits_nonzero_and_marks_the_run_failed_with_the_reason(
 
     data = write_jsonl(tmp_path / "items.jsonl", make_items(40))
     db = tmp_path / "runs.duckdb"
-    monkeypatch.setattr("clinjudge.orchestration._runner.BatchRunner.flush", _fail_flush)
+    monkeypatch.setattr("clinjudge.orchestration._sample_runner.SampleRunner.flush", _fail_flush)
     result = CliRunner().invoke(
         app,
         ["run", "--rubric", "pdsqi9", "--data", str(data), "--db", str(db), "--no-progress"],
@@ -160,7 +160,7 @@ def test_cli_exits_nonzero_and_marks_the_run_failed_with_the_reason(
     assert "No space left on device" in run["status_reason"]
 
 
-def _fail_flush(self) -> None:  # noqa: ANN001 - replaces BatchRunner.flush
+def _fail_flush(self) -> None:  # noqa: ANN001 - replaces SampleRunner.flush
     self.write_failure = OSError(errno.ENOSPC, "No space left on device")
     raise RunWriteError(self._write_message(1, unwritten=True))
 

@@ -1,0 +1,1 @@
+"""Helpers every package may use; they import nothing else of clinjudge."""

@@ -1,0 +1,469 @@
+"""Vendor audits: one judge configuration over several vendors' outputs on the same encounters.
+
+An audit is an ordinary run whose items carry a vendor: the stored item id is
+``f"{vendor}::{encounter_id}"``, ``item.vendor`` names the vendor and ``meta.encounter_id``
+the encounter, so vendors are matched by encounter. From the final per-item scores this module
+computes, per vendor and attribute, the mean, median and a bootstrap 95% CI of the mean;
+Wilcoxon signed-rank tests between every pair of vendors on their matched encounters, with Holm's
+correction across all comparisons; flagged items from simple rules (``accurate<=2``); and cost
+and time per vendor from the calls. The report is drawn by :mod:`clinjudge.reports`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from clinjudge.analysis._agreement_run import run_rubric
+from clinjudge.analysis._stats import wilcoxon_paired
+from clinjudge.analysis._summary import flagged_items
+from clinjudge.errors import UserError
+from clinjudge.inputs import audit_item_id, unmatched_encounters
+from clinjudge.rubrics import Rubric, ScaleKind
+from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore
+
+PRM_ATTRIBUTE = "prm"
+"""Pseudo-attribute of flag rules: an item's lowest PRM step score (from ``prm_steps``)."""
+DEFAULT_FLAG_RULES = ("accurate<=2", "voice_summ>=1", "prm<0.5")
+NO_PRM_NOTE = "No PRM step scores are stored for this run, so PRM rules (prm<...) flag nothing."
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+_RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
+
+# Scores: vendor -> encounter id -> attribute -> value (None when null or failed).
+Scores = dict[str, dict[str, dict[str, float | None]]]
+
+
+class AuditError(UserError):
+    """An audit cannot be prepared or computed (bad rule, not an audit run, ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Flag rules
+
+
+@dataclass(frozen=True)
+class FlagRule:
+    """``attribute <op> value``: an item is flagged when its final score satisfies it."""
+
+    attribute: str
+    op: str
+    value: float
+
+    @property
+    def text(self) -> str:
+        """The rule as written."""
+        return f"{self.attribute}{self.op}{_number(self.value)}"
+
+    def fires(self, score: float | None) -> bool:
+        """Whether a score triggers the rule (a missing score never does)."""
+        return score is not None and _OPS[self.op](score, self.value)
+
+
+def parse_flag_rule(text: str, rubric: Rubric | None = None) -> FlagRule:
+    """Parse ``attribute<op>value`` with op one of ``<= >= == < >``; ``prm<0.5`` flags items
+    whose lowest PRM step score is below 0.5.
+
+    Args:
+        text: The rule.
+        rubric: When given, the attribute must be one of its keys (or ``prm``).
+    """
+    match = _RULE.match(text)
+    if not match:
+        raise AuditError(
+            f"flag rule {text!r}: expected attribute<=value, attribute>=value, attribute==value, "
+            "attribute<value or attribute>value (e.g. accurate<=2, prm<0.5)"
+        )
+    attribute, op, value = match.group(1), match.group(2), float(match.group(3))
+    if attribute == PRM_ATTRIBUTE:
+        if not 0.0 <= value <= 1.0:
+            raise AuditError(f"flag rule {text!r}: a PRM threshold is a probability in [0, 1]")
+    elif rubric is not None and attribute not in rubric.keys:
+        raise AuditError(
+            f"flag rule {text!r}: unknown attribute {attribute!r}; rubric {rubric.name} has "
+            f"{', '.join(rubric.keys)} (and {PRM_ATTRIBUTE} for PRM step scores)"
+        )
+    return FlagRule(attribute, op, value)
+
+
+def default_flag_rules(rubric: Rubric, prm_used: bool = True) -> list[str]:
+    """The default rules that apply to a rubric (an attribute it lacks is skipped).
+
+    Args:
+        rubric: The run's rubric.
+        prm_used: Whether the run has PRM step scores; without them ``prm<...`` is left out.
+    """
+    usable = (*rubric.keys, PRM_ATTRIBUTE) if prm_used else tuple(rubric.keys)
+    return [rule for rule in DEFAULT_FLAG_RULES if parse_flag_rule(rule).attribute in usable]
+
+
+def has_prm_steps(store: RunStore, run_id: str) -> bool:
+    """Whether a run stored PRM step scores (then ``prm<...`` flag rules apply)."""
+    if not store.has_table("prm_steps"):
+        return False
+    return bool(store.query("SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1", [run_id]))
+
+
+def _reason(rule: FlagRule, score: float) -> str:
+    if rule.attribute == PRM_ATTRIBUTE:
+        return f"lowest PRM step {score:.3f} ({rule.text})"
+    return f"{rule.attribute}={_number(score)} ({rule.text})"
+
+
+def flag_items(
+    scores: Scores,
+    rules: Sequence[FlagRule],
+    failed: Sequence[tuple[str, str]] = (),
+    addressed: Mapping[tuple[str, str], Sequence[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """Items that trip at least one rule, with every reason; failed judgments and outputs whose
+    text addresses the judge are flagged too.
+
+    Args:
+        scores: Final scores per vendor and encounter.
+        rules: Flag rules.
+        failed: (vendor, encounter id) pairs whose judgment failed.
+        addressed: (vendor, encounter id) -> what in its text addresses the judge
+            (``items.flags``), e.g. ``score_request in summary``.
+    """
+    flagged: dict[tuple[str, str], list[str]] = {}
+    for vendor, encounters in scores.items():
+        for encounter, values in encounters.items():
+            for rule in rules:
+                score = values.get(rule.attribute)
+                if rule.fires(score):
+                    assert score is not None
+                    flagged.setdefault((vendor, encounter), []).append(_reason(rule, score))
+    for vendor, encounter in failed:
+        flagged.setdefault((vendor, encounter), []).append("no valid judgment (all samples failed)")
+    for key, found in (addressed or {}).items():
+        flagged.setdefault(key, []).append(f"text addresses the judge: {', '.join(found)}")
+    order = {v: i for i, v in enumerate(scores)}
+    return [
+        {
+            "item_id": audit_item_id(vendor, encounter),
+            "vendor": vendor,
+            "encounter_id": encounter,
+            "reasons": reasons,
+        }
+        for (vendor, encounter), reasons in sorted(
+            flagged.items(), key=lambda kv: (order.get(kv[0][0], 0), kv[0][1])
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float], n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float] | None:
+    """Percentile bootstrap CI of the mean, all resamples drawn in one array.
+
+    Args:
+        values: The observations (no missing values).
+        n_boot: Resamples.
+        seed: Random seed.
+        level: Coverage.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return None
+    if x.size == 1 or n_boot < 1:
+        return (float(x.mean()), float(x.mean()))
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return (float(lo), float(hi))
+
+
+def vendor_summaries(
+    scores: Scores, attributes: Sequence[str], *, n_boot: int = 2000, seed: int = 0
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per vendor and attribute: n, mean, median and bootstrap 95% CI of the mean.
+
+    Args:
+        scores: Final scores per vendor and encounter.
+        attributes: Attributes to summarise.
+        n_boot: Bootstrap resamples.
+        seed: Bootstrap seed.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for vendor, encounters in scores.items():
+        out[vendor] = {}
+        for attribute in attributes:
+            values = [x for v in encounters.values() if (x := v.get(attribute)) is not None]
+            if not values:
+                out[vendor][attribute] = {"n": 0, "mean": None, "median": None, "ci95": None}
+                continue
+            ci = bootstrap_mean_ci(values, n_boot, seed)
+            out[vendor][attribute] = {
+                "n": len(values),
+                "mean": float(np.mean(values)),
+                "median": float(np.median(values)),
+                "ci95": list(ci) if ci else None,
+            }
+    return out
+
+
+def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p values (missing or NaN p stay missing, and do not count)."""
+    valid = [(i, float(p)) for i, p in enumerate(p_values) if p is not None and not math.isnan(p)]
+    m = len(valid)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (index, p) in enumerate(sorted(valid, key=lambda ip: ip[1])):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+def paired_comparisons(
+    scores: Scores, attributes: Sequence[str], *, alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """Wilcoxon signed-rank tests of every vendor pair on matched encounters, per attribute.
+
+    The difference is first vendor minus second; zero differences are dropped (``wilcox``).
+    ``p_holm`` is Holm-corrected across all comparisons returned.
+
+    Args:
+        scores: Final scores per vendor and encounter.
+        attributes: Attributes to compare.
+        alpha: Significance level for the ``significant`` flag (on ``p_holm``).
+    """
+    rows: list[dict[str, Any]] = []
+    for a, b in itertools.combinations(list(scores), 2):
+        shared = sorted(set(scores[a]) & set(scores[b]))
+        for attribute in attributes:
+            pairs = [(scores[a][e].get(attribute), scores[b][e].get(attribute)) for e in shared]
+            pairs_ok = [(x, y) for x, y in pairs if x is not None and y is not None]
+            x = np.array([p[0] for p in pairs_ok], dtype=float)
+            y = np.array([p[1] for p in pairs_ok], dtype=float)
+            test = wilcoxon_paired(x, y) if x.size else None
+            p = test["p"] if test else None
+            rows.append(
+                {
+                    "vendor_a": a,
+                    "vendor_b": b,
+                    "attribute": attribute,
+                    "n_pairs": int(x.size),
+                    "n_zero_differences": test["n_zero_differences"] if test else 0,
+                    "median_difference": float(np.median(x - y)) if x.size else None,
+                    "mean_difference": float(np.mean(x - y)) if x.size else None,
+                    "statistic": _finite(test["statistic"]) if test else None,
+                    "p": _finite(p),
+                    "method": test["method"] if test else None,
+                }
+            )
+    for row, adjusted in zip(rows, holm_adjust([r["p"] for r in rows]), strict=True):
+        row["p_holm"] = adjusted
+        row["significant"] = adjusted is not None and adjusted < alpha
+    return rows
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _finite(value: Any) -> float | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# From the store
+
+
+def _audit_rows(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    return store.query(
+        """
+        SELECT i.item_id, i.vendor, json_extract_string(i.meta, '$.encounter_id') AS encounter,
+               j.attribute, j.value, j.status
+        FROM items i LEFT JOIN judgments j
+          ON j.run_id = i.run_id AND j.item_id = i.item_id AND j.final
+             AND j.sample = ? AND j.agent = ?
+        WHERE i.run_id = ? ORDER BY i.position, j.attribute
+        """,
+        [FINAL_SAMPLE, FINAL_AGENT, run_id],
+    )
+
+
+def _vendor_costs(store: RunStore, run_id: str, vendors: Sequence[str]) -> dict[str, Any]:
+    rows = store.query(
+        """
+        SELECT i.vendor, count(DISTINCT i.item_id) AS items, count(c.call_id) AS calls,
+               coalesce(sum(c.prompt_tokens), 0) AS tokens_in,
+               coalesce(sum(c.completion_tokens), 0) AS tokens_out,
+               sum(c.cost_usd) AS cost_usd,
+               count(c.call_id) FILTER (WHERE c.status = 'ok' AND c.cost_usd IS NULL)
+                   AS calls_unpriced,
+               coalesce(sum(c.latency_s), 0) AS latency_s
+        FROM items i LEFT JOIN calls c ON c.run_id = i.run_id AND c.item_id = i.item_id
+        WHERE i.run_id = ? GROUP BY i.vendor
+        """,
+        [run_id],
+    )
+    by_vendor = {r["vendor"]: r for r in rows}
+    out = {}
+    for vendor in vendors:
+        r = by_vendor.get(vendor, {})
+        items = int(r.get("items") or 0)
+        cost = r.get("cost_usd")
+        latency = float(r.get("latency_s") or 0.0)
+        out[vendor] = {
+            "items": items,
+            "calls": int(r.get("calls") or 0),
+            "tokens_in": int(r.get("tokens_in") or 0),
+            "tokens_out": int(r.get("tokens_out") or 0),
+            "cost_usd": cost,
+            "cost_known": int(r.get("calls_unpriced") or 0) == 0,
+            "cost_per_item_usd": cost / items if cost is not None and items else None,
+            "latency_s": latency,
+            "latency_per_item_s": latency / items if items else None,
+        }
+    return out
+
+
+def audit_for_run(
+    store: RunStore,
+    run_id: str,
+    *,
+    rules: Sequence[str] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Every audit statistic of a stored audit run (nothing is judged).
+
+    Args:
+        store: The run store.
+        run_id: Run id or unique prefix.
+        rules: Flag rules (``attribute<=value`` and friends); default: those of
+            ``DEFAULT_FLAG_RULES`` that apply to the run's rubric (``prm<...`` only when the run
+            stored PRM step scores).
+        n_boot: Bootstrap resamples for the CIs of the means.
+        seed: Bootstrap seed.
+        alpha: Significance level applied to Holm-corrected p values.
+    """
+    run = store.get_run(run_id)
+    rid = run["run_id"]
+    rubric = run_rubric(run)
+    if rules is None:
+        rules = default_flag_rules(rubric, prm_used=has_prm_steps(store, rid))
+    parsed = [parse_flag_rule(r, rubric) for r in rules]
+    rows = _audit_rows(store, rid)
+    if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):
+        raise AuditError(
+            f"run {rid} is not a vendor audit (its items lack a vendor or meta.encounter_id); "
+            "audit vendors' files to create one"
+        )
+    vendors: list[str] = []
+    scores: Scores = {}
+    failed: set[tuple[str, str]] = set()
+    pending: set[tuple[str, str]] = set()
+    presence: dict[str, set[str]] = {}
+    for r in rows:
+        vendor, encounter = r["vendor"], r["encounter"]
+        if vendor not in vendors:
+            vendors.append(vendor)
+        presence.setdefault(encounter, set()).add(vendor)
+        if r["attribute"] is None:
+            pending.add((vendor, encounter))
+            continue
+        if r["status"] == "failed":
+            failed.add((vendor, encounter))
+            continue
+        scores.setdefault(vendor, {}).setdefault(encounter, {})[r["attribute"]] = r["value"]
+    scores = {v: scores.get(v, {}) for v in vendors}
+    prm_lows = _lowest_prm_steps(store, rid, rows)
+    for (vendor, encounter), low in prm_lows.items():
+        scores[vendor].setdefault(encounter, {})[PRM_ATTRIBUTE] = low
+    attributes = list(rubric.keys)
+    # Gates such as abstraction are not qualities to compare; DocLens proportions are, though
+    # they stay out of agreement with physicians' Likert ratings.
+    compared = [a.key for a in rubric.attributes if a.agreement or a.scale is ScaleKind.proportion]
+    notes = []
+    if pending:
+        notes.append(f"{len(pending)} item(s) have no final score yet (run unfinished).")
+    if failed:
+        notes.append(f"{len(failed)} item(s) failed every sample; they are flagged.")
+    unmatched = unmatched_encounters(presence, vendors)
+    if unmatched:
+        notes.append(
+            f"{len(unmatched)} encounter(s) are missing for some vendor(s); they are judged and "
+            "summarised but left out of the paired tests for the vendors that lack them."
+        )
+    if not prm_lows and any(r.attribute == PRM_ATTRIBUTE for r in parsed):
+        notes.append(NO_PRM_NOTE)
+    left_out = [a for a in attributes if a not in compared]
+    if left_out:
+        notes.append(
+            f"Not compared between vendors (the rubric marks them agreement: false, e.g. gates): "
+            f"{', '.join(left_out)}."
+        )
+    return {
+        "run_id": rid,
+        "name": run["name"],
+        "status": run["status"],
+        "simulated": bool(run["simulated"]),
+        "rubric": f"{run['rubric']} {run['rubric_version']}",
+        "mode": run["mode"],
+        "models": run["models"],
+        "samples_per_item": run["n_samples"],
+        "vendors": vendors,
+        "n_encounters": len(presence),
+        "n_items": len({r["item_id"] for r in rows}),
+        "unmatched": unmatched,
+        "attributes": attributes,
+        "summaries": vendor_summaries(scores, attributes, n_boot=n_boot, seed=seed),
+        "comparisons": paired_comparisons(scores, compared, alpha=alpha),
+        "flag_rules": [r.text for r in parsed],
+        "flagged": flag_items(scores, parsed, sorted(failed), _addressed(store, rid, rows)),
+        "cost": _vendor_costs(store, rid, vendors),
+        "settings": {"n_boot": n_boot, "seed": seed, "alpha": alpha, "zero_method": "wilcox"},
+        "notes": notes,
+    }
+
+
+def _addressed(
+    store: RunStore, run_id: str, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], list[str]]:
+    """(vendor, encounter) -> flags of text that addresses the judge (``items.flags``)."""
+    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
+    found: dict[tuple[str, str], list[str]] = {}
+    for entry in flagged_items(store, run_id):
+        if entry["item_id"] in where:
+            names = sorted({f"{f['name']} in {f['field']}" for f in entry["flags"]})
+            found[where[entry["item_id"]]] = names
+    return found
+
+
+def _lowest_prm_steps(
+    store: RunStore, run_id: str, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], float]:
+    """(vendor, encounter) -> lowest PRM step score of that item's output, where scored."""
+    if not store.has_table("prm_steps"):
+        return {}
+    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
+    lows = store.query(
+        "SELECT item_id, min(score) AS low FROM prm_steps WHERE run_id = ? AND score IS NOT NULL "
+        "GROUP BY item_id",
+        [run_id],
+    )
+    return {where[r["item_id"]]: r["low"] for r in lows if r["item_id"] in where}

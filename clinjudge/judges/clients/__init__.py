@@ -1,0 +1,78 @@
+"""Model clients: OpenAI, Azure OpenAI, any OpenAI-compatible server, litellm and the mock
+provider, with fault classification, token and cost accounting, the response cache and the
+provider batch API."""
+
+from clinjudge.judges.clients._accounting import (
+    bundled_model_map,
+    call_cost,
+    count_message_tokens,
+    count_tokens,
+    model_map_names,
+    price_per_token,
+)
+from clinjudge.judges.clients._base_client import GENERIC_MODEL_INFO, SimpleChatCompletionClient
+from clinjudge.judges.clients._batch_api import (
+    BatchClient,
+    BatchLine,
+    BatchState,
+    batch_call_cost,
+    batch_price_per_token,
+    batch_supported,
+    check_batch_settings,
+    request_line,
+)
+from clinjudge.judges.clients._cache import ResponseCache, cache_key
+from clinjudge.judges.clients._faults import ProviderFault, classify_fault
+from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
+from clinjudge.judges.clients._mock_client import (
+    SIMULATED_NOTICE,
+    MockChatCompletionClient,
+    SimulatedReplies,
+    register_simulated_replies,
+    simulated_scores,
+)
+from clinjudge.judges.clients._model import (
+    CallOutcome,
+    JudgeModel,
+    ModelConfigError,
+    build_client,
+    to_autogen_messages,
+)
+from clinjudge.judges.clients._settings import ModelSettings, Price, ReasoningEffort
+
+__all__ = [
+    "BatchClient",
+    "BatchLine",
+    "BatchState",
+    "CallOutcome",
+    "GENERIC_MODEL_INFO",
+    "JudgeModel",
+    "LiteLLMChatCompletionClient",
+    "MockChatCompletionClient",
+    "ModelConfigError",
+    "ModelSettings",
+    "Price",
+    "ProviderFault",
+    "ReasoningEffort",
+    "ResponseCache",
+    "SIMULATED_NOTICE",
+    "SimpleChatCompletionClient",
+    "SimulatedReplies",
+    "batch_call_cost",
+    "batch_price_per_token",
+    "batch_supported",
+    "build_client",
+    "bundled_model_map",
+    "cache_key",
+    "call_cost",
+    "check_batch_settings",
+    "classify_fault",
+    "count_message_tokens",
+    "count_tokens",
+    "model_map_names",
+    "price_per_token",
+    "register_simulated_replies",
+    "request_line",
+    "simulated_scores",
+    "to_autogen_messages",
+]

@@ -1,0 +1,264 @@
+"""A small base for our own AutoGen ``ChatCompletionClient`` implementations."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any, TypeGuard
+
+from autogen_core import CancellationToken, FunctionCall
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    CreateResult,
+    FinishReasons,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    ModelInfo,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
+from autogen_core.tools import Tool, ToolSchema
+
+from clinjudge.judges.clients._accounting import count_message_tokens
+from clinjudge.judges.clients._faults import ProviderFault
+
+GENERIC_MODEL_INFO = ModelInfo(
+    vision=False,
+    function_calling=True,
+    json_output=True,
+    structured_output=False,
+    family="unknown",
+    multiple_system_messages=False,
+)
+
+
+def message_text(message: LLMMessage) -> str:
+    """Plain text of an AutoGen message (tool calls rendered as text)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(getattr(part, "content", part)) for part in content)
+    return str(content)
+
+
+def to_openai_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
+    """Convert AutoGen messages into OpenAI chat-format dicts."""
+    converted: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            converted.append({"role": "system", "content": message.content})
+        elif isinstance(message, UserMessage):
+            converted.append({"role": "user", "content": message_text(message)})
+        elif isinstance(message, AssistantMessage) and _is_tool_request(message.content):
+            # The tool results that follow must answer a real tool_calls message.
+            converted.append(
+                {
+                    "role": "assistant",
+                    "content": message.thought,
+                    "tool_calls": [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                        for call in message.content
+                    ],
+                }
+            )
+        elif isinstance(message, AssistantMessage):
+            converted.append({"role": "assistant", "content": message_text(message)})
+        elif isinstance(message, FunctionExecutionResultMessage):
+            converted.extend(
+                {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
+                for r in message.content
+            )
+    return converted
+
+
+def _is_tool_request(content: Any) -> TypeGuard[list[FunctionCall]]:
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(part, FunctionCall) for part in content)
+    )
+
+
+def tool_schema(tool: Tool | ToolSchema) -> dict[str, Any]:
+    """An AutoGen tool as an OpenAI ``tools`` entry."""
+    schema = tool.schema if isinstance(tool, Tool) else tool
+    return {
+        "type": "function",
+        "function": {
+            "name": schema["name"],
+            "description": schema.get("description", ""),
+            "parameters": schema.get("parameters", {"type": "object", "properties": {}}),
+        },
+    }
+
+
+_FINISH: dict[str, FinishReasons] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "function_calls",
+    "function_call": "function_calls",
+    "content_filter": "content_filter",
+}
+
+
+MAX_TOKENS_PER_CALL = 50_000_000
+"""More tokens than any model reads or writes in one call: a count beyond it is a broken reply."""
+
+
+def check_token_count(name: str, value: Any) -> int:
+    """A token count from a reply, as an int within [0, MAX_TOKENS_PER_CALL].
+
+    Args:
+        name: The usage field, for the error.
+        value: What the reply said.
+
+    Raises:
+        ProviderFault: The count is not a number, negative or absurdly large (retryable: the
+            reply is malformed, not the request).
+    """
+    if value is None:
+        return 0
+    try:
+        count = float(value)
+    except (TypeError, ValueError):
+        count = float("nan")
+    if not 0 <= count <= MAX_TOKENS_PER_CALL or count != int(count):
+        raise ProviderFault(f"malformed response: usage {name}={value!r}"[:200], retryable=True)
+    return int(count)
+
+
+def reply_usage(usage: Any) -> RequestUsage | None:
+    """The usage block of a chat-completions reply, validated; None when absent.
+
+    Args:
+        usage: The decoded ``usage`` object.
+    """
+    if not isinstance(usage, dict):
+        return None
+    return RequestUsage(
+        prompt_tokens=check_token_count("prompt_tokens", usage.get("prompt_tokens")),
+        completion_tokens=check_token_count("completion_tokens", usage.get("completion_tokens")),
+    )
+
+
+def openai_result(data: Any) -> CreateResult:
+    """A chat-completions response body (dict) as an AutoGen ``CreateResult``.
+
+    Args:
+        data: The decoded response.
+
+    Raises:
+        ValueError: The body has no usable choice.
+    """
+    choices = data.get("choices") if isinstance(data, dict) else None
+    usage = reply_usage(data.get("usage") if isinstance(data, dict) else None)
+    if not choices or not isinstance(choices[0], dict):
+        # A 200 without a choice is still billed: keep its usage so the cost is counted.
+        raise ProviderFault(
+            "malformed response: no choices",
+            retryable=True,
+            usage=(usage.prompt_tokens, usage.completion_tokens) if usage else None,
+        )
+    choice = choices[0]
+    message = choice.get("message") or {}
+    tool_calls = message.get("tool_calls")
+    content: Any = message.get("content") or ""
+    if tool_calls:
+        content = [
+            FunctionCall(
+                id=c.get("id") or "",
+                name=c["function"]["name"],
+                arguments=c["function"].get("arguments") or "{}",
+            )
+            for c in tool_calls
+        ]
+    return CreateResult(
+        finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", "unknown"),
+        content=content,
+        usage=usage or RequestUsage(prompt_tokens=0, completion_tokens=0),
+        cached=False,
+        thought=message.get("content") if tool_calls else None,
+    )
+
+
+class SimpleChatCompletionClient(ChatCompletionClient):
+    """Implements usage bookkeeping and streaming on top of one ``_complete`` method."""
+
+    def __init__(self, model_info: ModelInfo | None = None) -> None:
+        self._model_info = model_info or GENERIC_MODEL_INFO
+        self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+    async def _complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Tool | ToolSchema] = (),
+    ) -> CreateResult:
+        raise NotImplementedError
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Any = "auto",
+        json_output: Any = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
+        cancellation_token: CancellationToken | None = None,
+    ) -> CreateResult:
+        result = await self._complete(messages, json_output, extra_create_args, tools)
+        self._last = result.usage
+        self._total = RequestUsage(
+            prompt_tokens=self._total.prompt_tokens + result.usage.prompt_tokens,
+            completion_tokens=self._total.completion_tokens + result.usage.completion_tokens,
+        )
+        return result
+
+    async def create_stream(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Any = "auto",
+        json_output: Any = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
+        cancellation_token: CancellationToken | None = None,
+        **kwargs: Any,
+    ) -> AsyncGenerator[str | CreateResult, None]:
+        result = await self.create(
+            messages, tools=tools, json_output=json_output, extra_create_args=extra_create_args
+        )
+        if isinstance(result.content, str):
+            yield result.content
+        yield result
+
+    async def close(self) -> None:
+        return None
+
+    def actual_usage(self) -> RequestUsage:
+        return self._last
+
+    def total_usage(self) -> RequestUsage:
+        return self._total
+
+    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        return count_message_tokens([message_text(m) for m in messages])
+
+    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        return max(128_000 - self.count_tokens(messages), 0)
+
+    @property
+    def capabilities(self) -> ModelInfo:  # type: ignore[override]
+        return self._model_info
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self._model_info

@@ -1,0 +1,386 @@
+"""OpenAI and Azure OpenAI Batch APIs: upload requests, create a batch, poll, read the results.
+
+A batch is a JSONL file of chat-completion requests, each tagged with a ``custom_id``. The
+provider answers within its completion window (24 h) at half the usual price; results come back
+as an output file (answered requests, any HTTP status) and an error file (requests that failed,
+expired or were never run). Only this module knows the SDK; callers see :class:`BatchState` and
+:class:`BatchLine`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from clinjudge.judges.clients._accounting import (
+    bundled_model_map,
+    cost_at,
+    model_map_names,
+    price_per_token,
+)
+from clinjudge.judges.clients._faults import ProviderFault, classify_fault, status_fault
+from clinjudge.judges.clients._model import ModelConfigError, _api_key, _sampling_args
+from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
+from clinjudge.rubrics import ChatTurn
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
+"""Batch states after which nothing more will be answered."""
+
+BATCH_DISCOUNT = 0.5
+"""Share of the list price a batch request costs when the price map has no batch price."""
+
+COMPLETION_WINDOW = "24h"
+
+
+def batch_supported(settings: ModelSettings) -> bool:
+    """Whether a model's provider has a batch API we can drive (OpenAI and Azure OpenAI)."""
+    return settings.provider in OPENAI_PROVIDERS | AZURE_PROVIDERS
+
+
+def batch_price_per_token(settings: ModelSettings) -> tuple[float, float] | None:
+    """Dollars per input and output token of a batch request, None when the price is unknown.
+
+    A ``price`` override in the settings is taken as the batch price as it stands; otherwise
+    the price map's batch prices apply, or half its list prices where it has none.
+
+    Args:
+        settings: The model's settings.
+    """
+    if settings.price is not None or settings.is_mock:
+        return price_per_token(settings)
+    prices = bundled_model_map()
+    for name in model_map_names(settings):
+        entry = prices.get(name) or {}
+        if "input_cost_per_token_batches" in entry:
+            return float(entry["input_cost_per_token_batches"]), float(
+                entry.get("output_cost_per_token_batches", 0.0)
+            )
+    listed = price_per_token(settings)
+    if listed is None:
+        return None
+    return listed[0] * BATCH_DISCOUNT, listed[1] * BATCH_DISCOUNT
+
+
+def batch_call_cost(
+    settings: ModelSettings, prompt_tokens: int, completion_tokens: int
+) -> float | None:
+    """Dollar cost of one batch request, None when the price is unknown.
+
+    Args:
+        settings: The model's settings.
+        prompt_tokens: Tokens sent.
+        completion_tokens: Tokens generated.
+    """
+    return cost_at(batch_price_per_token(settings), prompt_tokens, completion_tokens)
+
+
+def request_line(settings: ModelSettings, custom_id: str, turns: Sequence[ChatTurn]) -> dict:
+    """One line of a batch input file: the chat request a single judge would send.
+
+    Args:
+        settings: Model and sampling settings (the model name, or the Azure deployment).
+        custom_id: Identifies the request in the results.
+        turns: The conversation.
+    """
+    body: dict[str, Any] = {
+        "model": settings.name,
+        "messages": [{"role": t.role, "content": t.content} for t in turns],
+        **_sampling_args(settings),
+    }
+    if settings.json_mode:
+        body["response_format"] = {"type": "json_object"}
+    url = "/chat/completions" if settings.provider in AZURE_PROVIDERS else "/v1/chat/completions"
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+@dataclass
+class BatchState:
+    """What the provider says about one batch.
+
+    Args:
+        id: The provider's batch id.
+        status: ``validating``, ``in_progress``, ``finalizing``, ``completed``, ``failed``,
+            ``expired``, ``cancelling`` or ``cancelled``.
+        input_file_id: The uploaded requests.
+        output_file_id: Answered requests, once there are any.
+        error_file_id: Failed requests, once there are any.
+        total: Requests in the batch.
+        completed: Requests answered.
+        failed: Requests that failed.
+        errors: Why the whole batch failed, if it did.
+        created_at: Unix time the batch was created.
+        ended_at: Unix time it reached its final state.
+    """
+
+    id: str
+    status: str
+    input_file_id: str
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    created_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the provider will answer nothing more."""
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass
+class BatchLine:
+    """The result of one request of a batch.
+
+    Args:
+        custom_id: The request's id.
+        body: The chat completion, when the request was answered with HTTP 200.
+        fault: Why it failed otherwise.
+    """
+
+    custom_id: str
+    body: dict[str, Any] | None = None
+    fault: ProviderFault | None = None
+
+
+def _state(batch: Any) -> BatchState:
+    counts = getattr(batch, "request_counts", None)
+    errors = getattr(getattr(batch, "errors", None), "data", None) or []
+    ended = next(
+        (
+            getattr(batch, name, None)
+            for name in ("completed_at", "failed_at", "expired_at", "cancelled_at")
+            if getattr(batch, name, None)
+        ),
+        None,
+    )
+    return BatchState(
+        id=batch.id,
+        status=batch.status,
+        input_file_id=batch.input_file_id,
+        output_file_id=batch.output_file_id,
+        error_file_id=batch.error_file_id,
+        total=getattr(counts, "total", 0) or 0,
+        completed=getattr(counts, "completed", 0) or 0,
+        failed=getattr(counts, "failed", 0) or 0,
+        errors=[f"{getattr(e, 'code', '')}: {getattr(e, 'message', '')}".strip() for e in errors],
+        created_at=getattr(batch, "created_at", None),
+        ended_at=ended,
+    )
+
+
+def _error_text(body: Any) -> str:
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            return str(error.get("message") or error.get("code") or error)
+        if error:
+            return str(error)
+    return json.dumps(body)[:300] if body is not None else "no details"
+
+
+def parse_result_line(raw: str) -> BatchLine | None:
+    """Read one line of an output or error file; None for a blank or unreadable line.
+
+    Args:
+        raw: The JSON line.
+    """
+    if not raw.strip():
+        return None
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
+        return None
+    custom_id = record["custom_id"]
+    response = record.get("response") or {}
+    status = response.get("status_code") if isinstance(response, dict) else None
+    body = response.get("body") if isinstance(response, dict) else None
+    if status == 200 and isinstance(body, dict) and body.get("choices"):
+        return BatchLine(custom_id, body=body)
+    if status == 200:
+        fault = ProviderFault("reply had no choices", retryable=True)
+    elif isinstance(status, int):
+        fault = status_fault(status, _error_text(body), None)
+    else:
+        error = record.get("error") or {}
+        code = error.get("code", "error") if isinstance(error, dict) else "error"
+        message = error.get("message", "") if isinstance(error, dict) else str(error)
+        # Expired or never-run requests may well succeed in another batch.
+        fault = ProviderFault(f"batch {code}: {message}"[:500], retryable=True)
+    return BatchLine(custom_id, fault=fault)
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class BatchClient:
+    """Drives one provider's Files and Batches endpoints.
+
+    Polling tolerates up to ``max_poll_failures`` transient errors in a row (on top of the SDK's
+    own retries of each request).
+
+    Args:
+        settings: The judge model's settings (``openai/`` or ``azure/``).
+        client: An ``openai.AsyncOpenAI`` or ``AsyncAzureOpenAI`` (tests inject one).
+        sleep: Waits between polls (tests inject a fake).
+    """
+
+    def __init__(self, settings: ModelSettings, client: Any = None, *, sleep: Sleep | None = None):
+        if client is None:
+            check_batch_settings(settings)
+        elif not batch_supported(settings):
+            raise ModelConfigError(f"model {settings.model}: no batch API for this provider")
+        self.settings = settings
+        self.client = client or _sdk_client(settings)
+        self._sleep = sleep or asyncio.sleep
+        self.max_poll_failures = 10
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint every request of a batch goes to."""
+        azure = self.settings.provider in AZURE_PROVIDERS
+        return "/chat/completions" if azure else "/v1/chat/completions"
+
+    async def upload(self, lines: Sequence[dict[str, Any]]) -> str:
+        """Upload request lines as a batch input file; returns the file id."""
+        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+        created = await self.client.files.create(
+            file=("clinjudge-batch.jsonl", data.encode("utf-8"), "application/jsonl"),
+            purpose="batch",
+        )
+        return created.id
+
+    async def create(self, input_file_id: str, metadata: dict[str, str]) -> BatchState:
+        """Start a batch over an uploaded input file."""
+        batch = await self.client.batches.create(
+            input_file_id=input_file_id,
+            endpoint=self.endpoint,  # type: ignore[arg-type]
+            completion_window=COMPLETION_WINDOW,
+            metadata=metadata,
+        )
+        return _state(batch)
+
+    async def find(self, input_file_id: str) -> BatchState | None:
+        """The batch created from an input file, if any (to adopt one after a crash)."""
+        async for batch in self.client.batches.list(limit=100):
+            if batch.input_file_id == input_file_id:
+                return _state(batch)
+        return None
+
+    async def retrieve(self, batch_id: str) -> BatchState:
+        """The batch's current state."""
+        return _state(await self.client.batches.retrieve(batch_id))
+
+    async def poll(
+        self,
+        batch_id: str,
+        *,
+        interval: float = 10.0,
+        max_interval: float = 300.0,
+        on_update: Callable[[BatchState], None] | None = None,
+    ) -> BatchState:
+        """Wait until a batch reaches a final state, polling with capped exponential backoff.
+
+        Args:
+            batch_id: The batch.
+            interval: First wait between polls, in seconds.
+            max_interval: Longest wait between polls.
+            on_update: Called with every state read.
+        """
+        wait, misses = interval, 0
+        while True:
+            try:
+                state = await self.retrieve(batch_id)
+            except Exception as exc:
+                # A day-long wait outlives brief outages; only a lasting or final error stops it
+                # (the batch id is stored, so --resume can carry on).
+                fault = classify_fault(exc)
+                misses += 1
+                if not fault.retryable or misses >= self.max_poll_failures:
+                    raise fault from exc
+                await self._sleep(wait)
+                wait = min(wait * 2, max_interval)
+                continue
+            misses = 0
+            if on_update is not None:
+                on_update(state)
+            if state.done:
+                return state
+            await self._sleep(wait)
+            wait = min(wait * 2, max_interval)
+
+    async def download(self, file_id: str | None) -> list[BatchLine]:
+        """Result lines of an output or error file (none when there is no file)."""
+        if not file_id:
+            return []
+        content = await self.client.files.content(file_id)
+        lines = (parse_result_line(raw) for raw in content.text.splitlines())
+        return [line for line in lines if line is not None]
+
+    async def results(self, state: BatchState) -> dict[str, BatchLine]:
+        """Every result line of a finished batch by custom id (output file wins on repeats)."""
+        errors = await self.download(state.error_file_id)
+        answered = await self.download(state.output_file_id)
+        return {line.custom_id: line for line in [*errors, *answered]}
+
+    async def close(self) -> None:
+        """Release the client's connections."""
+        await self.client.close()
+
+
+def check_batch_settings(settings: ModelSettings) -> None:
+    """Fail early, before a run is written, when a model cannot use a batch API.
+
+    Args:
+        settings: The judge model's settings.
+
+    Raises:
+        ModelConfigError: Wrong provider, no API key, or no Azure endpoint.
+    """
+    if not batch_supported(settings):
+        raise ModelConfigError(
+            f"model {settings.model}: a batch run needs an openai/ or azure/ model "
+            "(the OpenAI and Azure OpenAI batch APIs)"
+        )
+    if settings.provider in AZURE_PROVIDERS:
+        _azure_endpoint(settings)
+        _api_key(settings, required=True)
+    else:
+        _api_key(settings, required=settings.base_url is None)
+
+
+def _azure_endpoint(settings: ModelSettings) -> str:
+    endpoint = settings.base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
+    if not endpoint:
+        raise ModelConfigError(
+            f"model {settings.model}: set base_url or AZURE_OPENAI_ENDPOINT to the Azure endpoint"
+        )
+    return endpoint
+
+
+def _sdk_client(settings: ModelSettings) -> Any:
+    import openai
+
+    # The SDK's own retries suit these few control-plane calls (upload, create, poll).
+    timeout = max(settings.timeout, 300.0)
+    if settings.provider in AZURE_PROVIDERS:
+        version = settings.api_version or os.environ.get("OPENAI_API_VERSION") or "2024-10-21"
+        return openai.AsyncAzureOpenAI(
+            azure_endpoint=_azure_endpoint(settings),
+            api_version=version,
+            api_key=_api_key(settings, required=True),
+            timeout=timeout,
+            max_retries=5,
+        )
+    key = _api_key(settings, required=settings.base_url is None) or "not-needed"
+    return openai.AsyncOpenAI(
+        base_url=settings.base_url, api_key=key, timeout=timeout, max_retries=5
+    )

@@ -1,0 +1,143 @@
+"""AutoGen ``ChatCompletionClient`` over ``litellm.acompletion``, for every non-OpenAI provider.
+
+autogen-ext 0.7.5 ships no litellm client. This adapter covers chat completion with tools (what
+the judges and the PRM tool need); litellm is imported lazily because its import costs seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autogen_core.models import CreateResult, LLMMessage, ModelInfo
+
+from clinjudge.judges.clients._base_client import (
+    SimpleChatCompletionClient,
+    openai_result,
+    to_openai_messages,
+    tool_schema,
+)
+from clinjudge.judges.clients._http_guard import (
+    DEFAULT_MAX_REPLY_BYTES,
+    guarded_httpx_args,
+    httpx_response_guard,
+)
+
+# Providers litellm serves through its own httpx handler, which takes our client (no redirects,
+# capped bodies). OpenAI-compatible providers go through the openai SDK, given a guarded
+# client below; any other provider keeps litellm's default client.
+_HTTP_HANDLER_PROVIDERS = {"anthropic", "gemini", "vertex_ai", "cohere", "cohere_chat"}
+
+
+class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
+    """Chat completions through litellm.
+
+    Args:
+        model: litellm model string, e.g. ``anthropic/claude-sonnet-4-5`` or ``ollama/llama3``.
+        model_info: Capabilities reported to AutoGen.
+        max_reply_bytes: Most bytes of reply body read (where clinjudge supplies the client).
+        **litellm_kwargs: Passed to every ``litellm.acompletion`` call (api_base, api_key,
+            temperature, top_p, max_tokens, seed, timeout, ...).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        model_info: ModelInfo | None = None,
+        *,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        **litellm_kwargs: Any,
+    ):
+        super().__init__(model_info)
+        # Import now (seconds), not inside the first call, whose timeout and latency it would eat.
+        import litellm  # noqa: F401
+
+        self._model = model
+        self._kwargs = {k: v for k, v in litellm_kwargs.items() if v is not None}
+        self._max_reply_bytes = max_reply_bytes
+        self._client: Any | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def _pooled_client(self) -> Any | None:
+        # One client per event loop: connections are reused, and never across loops.
+        loop = asyncio.get_running_loop()
+        if self._client_loop is not loop:
+            self._client = self._guarded_client()
+            self._client_loop = loop
+        return self._client
+
+    def _guarded_client(self) -> Any | None:
+        """An HTTP client that refuses redirects and caps reply bodies, in the form litellm's
+        route for this provider takes; None where litellm's own client stays in use."""
+        import litellm
+        import openai
+        from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+        try:
+            _, provider, dynamic_key, api_base = litellm.get_llm_provider(
+                self._model, api_base=self._kwargs.get("api_base")
+            )
+        except Exception:  # noqa: BLE001 - litellm reports an unknown provider on the call
+            return None
+        timeout = self._kwargs.get("timeout")
+        if provider == "openai" or provider in litellm.openai_compatible_providers:
+            base = self._kwargs.get("api_base") or api_base
+            if base is None and provider != "openai":
+                return None  # litellm knows the address; do not guess it
+            return openai.AsyncOpenAI(
+                api_key=self._kwargs.get("api_key") or dynamic_key or "not-needed",
+                base_url=base,
+                max_retries=0,
+                timeout=timeout,
+                http_client=openai.DefaultAioHttpClient(
+                    timeout=timeout, **guarded_httpx_args(self._max_reply_bytes)
+                ),
+            )
+        if provider in _HTTP_HANDLER_PROVIDERS:
+            handler = AsyncHTTPHandler(
+                timeout=timeout,
+                event_hooks={"response": [httpx_response_guard(self._max_reply_bytes)]},
+                follow_redirects=False,
+            )
+            # Only encodings the guard decodes with a bound on the output.
+            handler.client.headers["Accept-Encoding"] = "gzip, deflate"
+            return handler
+        return None
+
+    async def _complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Any] = (),
+    ) -> CreateResult:
+        import litellm
+
+        litellm.telemetry = False
+        kwargs = {**self._kwargs, **extra}
+        if json_output is True:
+            kwargs["response_format"] = {"type": "json_object"}
+        if tools:
+            kwargs["tools"] = [tool_schema(t) for t in tools]
+        client = self._pooled_client()
+        if client is not None:
+            kwargs.setdefault("client", client)
+        response = await litellm.acompletion(
+            model=self._model, messages=to_openai_messages(messages), num_retries=0, **kwargs
+        )
+        # Zero usage in the result tells the caller to estimate tokens and mark them estimated.
+        return openai_result(response.model_dump())
+
+    async def close(self) -> None:
+        client, self._client, self._client_loop = self._client, None, None
+        if client is not None:
+            await _close(client)
+
+
+async def _close(client: Any) -> None:
+    close = getattr(client, "close", None) or getattr(client, "aclose", None)
+    if close is not None:
+        result = close()
+        if hasattr(result, "__await__"):
+            await result

@@ -1,0 +1,386 @@
+"""One model behind one AutoGen client, with per-call timing, tokens, cost and fault mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, overload
+
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    CreateResult,
+    LLMMessage,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
+
+from clinjudge.errors import UserError
+from clinjudge.judges.clients._accounting import call_cost, count_message_tokens, count_tokens
+from clinjudge.judges.clients._base_client import (
+    GENERIC_MODEL_INFO,
+    check_token_count,
+    message_text,
+)
+from clinjudge.judges.clients._cache import ResponseCache, cache_key
+from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
+from clinjudge.judges.clients._faults import (
+    ProviderFault,
+    classify_fault,
+    remember_secret,
+    url_secrets,
+)
+from clinjudge.judges.clients._http_guard import guarded_httpx_args
+from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
+from clinjudge.judges.clients._mock_client import MockChatCompletionClient
+from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
+from clinjudge.rubrics import ChatTurn, Rubric
+
+_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
+
+
+class ModelConfigError(UserError):
+    """Model settings that cannot produce a working client."""
+
+
+@dataclass
+class CallOutcome:
+    """What one successful model call returned.
+
+    Args:
+        text: Reply text.
+        finish_reason: ``stop``, ``length`` and so on.
+        prompt_tokens: Tokens sent (from the API, or estimated).
+        completion_tokens: Tokens generated (from the API, or estimated).
+        tokens_estimated: True when the provider gave no usage and tiktoken counted.
+        cost_usd: Dollar cost, None when the price is unknown.
+        latency_s: Wall-clock seconds of the call.
+        result: The AutoGen result itself (text or tool calls), for agents.
+        cached: True when the reply came from the response cache (``--cache``).
+    """
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_estimated: bool
+    cost_usd: float | None
+    latency_s: float
+    result: CreateResult | None = None
+    cached: bool = False
+    """Answered from the response cache: no provider call, no cost."""
+
+
+def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "max_tokens": settings.max_tokens,
+        "seed": settings.seed,
+        "reasoning_effort": settings.reasoning_effort,
+    }
+    if settings.is_reasoning_model:
+        # OpenAI's reasoning models reject max_tokens and want max_completion_tokens.
+        args["max_completion_tokens"] = args.pop("max_tokens")
+    else:
+        args["temperature"] = settings.temperature
+        args["top_p"] = settings.top_p
+    return {k: v for k, v in args.items() if v is not None}
+
+
+@overload
+def _api_key(settings: ModelSettings, required: Literal[True]) -> str: ...
+@overload
+def _api_key(settings: ModelSettings, required: bool) -> str | None: ...
+def _api_key(settings: ModelSettings, required: bool) -> str | None:
+    env_name = settings.api_key_env or _DEFAULT_KEY_ENV.get(settings.provider)
+    key = os.environ.get(env_name) if env_name else None
+    remember_secret(key)
+    if key is None and required:
+        raise ModelConfigError(
+            f"model {settings.model}: no API key; set {env_name} or pick another variable with "
+            "api_key_env in the config (the key itself is never written to config or database)"
+        )
+    return key
+
+
+def _http_client(settings: ModelSettings) -> Any:
+    # httpx's connection pool scans every connection on each request (O(connections) work
+    # with a socket poll each), which dominates CPU at high concurrency; aiohttp's pool does not.
+    import openai
+
+    return openai.DefaultAioHttpClient(
+        timeout=settings.timeout, **guarded_httpx_args(settings.max_reply_bytes)
+    )
+
+
+def _autogen_client_args(settings: ModelSettings) -> dict[str, Any]:
+    # Retries belong to our runner (so every attempt is recorded), never to the SDK.
+    return {
+        "max_retries": 0,
+        "timeout": settings.timeout,
+        "include_name_in_message": False,
+        "http_client": _http_client(settings),
+        **_sampling_args(settings),
+    }
+
+
+def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+    from autogen_ext.models.openai._model_info import get_info
+
+    # A local server (vLLM, Ollama, ...) usually needs no key; api.openai.com does.
+    key = _api_key(settings, required=settings.base_url is None) or "not-needed"
+    # Left out rather than None where unset: autogen's typed kwargs take no None (same effect).
+    optional: dict[str, Any] = {}
+    if settings.base_url is not None:
+        optional["base_url"] = settings.base_url
+    try:
+        get_info(settings.name)
+    except (KeyError, ValueError):
+        optional["model_info"] = GENERIC_MODEL_INFO
+    return OpenAIChatCompletionClient(
+        model=settings.name, api_key=key, **optional, **_autogen_client_args(settings)
+    )
+
+
+def _direct_client(settings: ModelSettings) -> ChatCompletionClient:
+    if settings.base_url is None:
+        raise ModelConfigError(f"model {settings.model}: client 'direct' needs a base_url")
+    return DirectChatCompletionClient(
+        settings.name,
+        settings.base_url,
+        api_key=_api_key(settings, required=False),
+        timeout=settings.timeout,
+        max_reply_bytes=settings.max_reply_bytes,
+        **_sampling_args(settings),
+    )
+
+
+def _azure_client(settings: ModelSettings) -> ChatCompletionClient:
+    from autogen_ext.models.openai import AzureOpenAIChatCompletionClient
+
+    endpoint = settings.base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
+    if not endpoint:
+        raise ModelConfigError(
+            f"model {settings.model}: set base_url or AZURE_OPENAI_ENDPOINT to the Azure endpoint"
+        )
+    version = settings.api_version or os.environ.get("OPENAI_API_VERSION") or "2024-10-21"
+    return AzureOpenAIChatCompletionClient(
+        azure_deployment=settings.name,
+        model=settings.price_as or settings.name,
+        azure_endpoint=endpoint,
+        api_version=version,
+        api_key=_api_key(settings, required=True),
+        model_info=GENERIC_MODEL_INFO,
+        **_autogen_client_args(settings),
+    )
+
+
+def _litellm_client(settings: ModelSettings) -> ChatCompletionClient:
+    model = settings.model.removeprefix("litellm/")
+    key = _api_key(settings, required=False)
+    if key is None and settings.base_url and model.startswith("openai/"):
+        # litellm's OpenAI route refuses to send without a key (or OPENAI_API_KEY), even to a
+        # local OpenAI-compatible server that needs none.
+        key = os.environ.get("OPENAI_API_KEY") or "not-needed"
+    return LiteLLMChatCompletionClient(
+        model,
+        api_base=settings.base_url,
+        api_key=key,
+        api_version=settings.api_version,
+        timeout=settings.timeout,
+        max_reply_bytes=settings.max_reply_bytes,
+        **_sampling_args(settings),
+    )
+
+
+def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClient:
+    """An AutoGen client for the provider named in ``settings.model``.
+
+    ``openai/...`` uses autogen-ext's OpenAI client, or with ``base_url`` (any OpenAI-compatible
+    server) our lean direct client unless ``client: autogen`` is set; ``azure/<deployment>``
+    uses autogen-ext's Azure client, ``mock/...`` the simulated judge, and every
+    other provider goes through litellm.
+
+    Args:
+        settings: Model and sampling settings.
+        rubric: Needed by the mock provider to follow the rubric's contract.
+    """
+    provider = settings.provider
+    if settings.is_mock:
+        return MockChatCompletionClient(rubric, settings.name)
+    if settings.carries_redacted_credentials:
+        raise ModelConfigError(
+            f"model {settings.model}: its base_url held credentials, which are never stored "
+            f"({settings.base_url}); put the key in an environment variable named by "
+            "api_key_env and give base_url without it"
+        )
+    for secret in url_secrets(settings.base_url or ""):
+        remember_secret(secret)
+    if provider in OPENAI_PROVIDERS:
+        use_direct = settings.client == "direct" or (
+            settings.client == "auto" and settings.base_url is not None
+        )
+        return _direct_client(settings) if use_direct else _openai_client(settings)
+    if provider in AZURE_PROVIDERS:
+        return _azure_client(settings)
+    return _litellm_client(settings)
+
+
+def _cache_entry(outcome: CallOutcome) -> dict[str, Any]:
+    return {
+        "text": outcome.text,
+        "finish_reason": outcome.finish_reason,
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "tokens_estimated": outcome.tokens_estimated,
+    }
+
+
+def _cached_outcome(entry: dict[str, Any]) -> CallOutcome:
+    """A reply from the cache: the stored text and token counts, no cost, no wait."""
+    usage = RequestUsage(
+        prompt_tokens=int(entry["prompt_tokens"]), completion_tokens=int(entry["completion_tokens"])
+    )
+    result = CreateResult(
+        finish_reason=entry["finish_reason"], content=entry["text"], usage=usage, cached=True
+    )
+    return CallOutcome(
+        text=entry["text"],
+        finish_reason=entry["finish_reason"],
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        tokens_estimated=bool(entry["tokens_estimated"]),
+        cost_usd=0.0,
+        latency_s=0.0,
+        result=result,
+        cached=True,
+    )
+
+
+def to_autogen_messages(turns: list[ChatTurn], agent: str = "judge") -> list[LLMMessage]:
+    """Convert rendered turns into AutoGen messages."""
+    converted: list[LLMMessage] = []
+    for turn in turns:
+        if turn.role == "system":
+            converted.append(SystemMessage(content=turn.content))
+        elif turn.role == "assistant":
+            converted.append(AssistantMessage(content=turn.content, source=agent))
+        else:
+            converted.append(UserMessage(content=turn.content, source="user"))
+    return converted
+
+
+class JudgeModel:
+    """A configured model: one attempt per :meth:`complete`, faults raised as ProviderFault.
+
+    Args:
+        settings: Model and sampling settings.
+        rubric: The rubric (the mock provider needs it).
+        client: An already built client, to share one between calls or inject a fake.
+    """
+
+    def __init__(
+        self, settings: ModelSettings, rubric: Rubric, client: ChatCompletionClient | None = None
+    ):
+        self.settings = settings
+        self.client = client or build_client(settings, rubric)
+        self.cache: ResponseCache | None = None
+        """Replies to reuse (``--cache``); None sends every request."""
+
+    async def complete(self, turns: list[ChatTurn], *, variation: str = "") -> CallOutcome:
+        """Send one chat request built from rendered turns; the reply must be text.
+
+        Args:
+            turns: The conversation so far.
+            variation: Distinguishes repeated samples for the simulated provider.
+        """
+        outcome = await self.create(to_autogen_messages(turns), variation=variation)
+        if outcome.result is not None and not isinstance(outcome.result.content, str):
+            raise ProviderFault("reply held tool calls, not text", retryable=False)
+        return outcome
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Any] = (),
+        json_output: Any = None,
+        variation: str = "",
+    ) -> CallOutcome:
+        """Send one request of AutoGen messages (used by agents inside group chats).
+
+        Args:
+            messages: The conversation, as AutoGen messages.
+            tools: Tools offered to the model.
+            json_output: AutoGen's JSON-mode flag; the settings' ``json_mode`` applies otherwise.
+            variation: Distinguishes repeated samples for the simulated provider.
+        """
+        extra: dict[str, Any] = {"seed": variation} if self.settings.is_mock else {}
+        if json_output is None and self.settings.json_mode:
+            json_output = True
+        key = None
+        if self.cache is not None:
+            key = cache_key(self.settings, messages, tools, json_output, variation)
+            hit = self.cache.get(key)
+            if hit is not None:
+                return _cached_outcome(hit)
+        started = time.perf_counter()
+        try:
+            result = await asyncio.wait_for(
+                self.client.create(
+                    messages, tools=tools, json_output=json_output, extra_create_args=extra
+                ),
+                timeout=self.settings.timeout,
+            )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every provider fault is classified
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            fault = classify_fault(exc)
+            if fault.usage is not None:
+                fault.cost_usd = call_cost(self.settings, *fault.usage)
+            raise fault from exc
+        outcome = self._outcome(messages, result, time.perf_counter() - started)
+        if key is not None and self.cache is not None and isinstance(result.content, str):
+            self.cache.put(key, self.settings.model, _cache_entry(outcome))
+        return outcome
+
+    def _outcome(
+        self, messages: Sequence[LLMMessage], result: CreateResult, latency: float
+    ) -> CallOutcome:
+        content = result.content
+        text = (
+            content
+            if isinstance(content, str)
+            else json.dumps([{"name": c.name, "arguments": c.arguments} for c in content])
+        )
+        usage = result.usage
+        # Every client's counts pass one check: an absurd count would corrupt the cost roll-up.
+        prompt_tokens = check_token_count("prompt_tokens", usage.prompt_tokens if usage else 0)
+        completion_tokens = check_token_count(
+            "completion_tokens", usage.completion_tokens if usage else 0
+        )
+        estimated = not prompt_tokens
+        if estimated:
+            prompt_tokens = count_message_tokens([message_text(m) for m in messages])
+            completion_tokens = count_tokens(text)
+        return CallOutcome(
+            text=text,
+            finish_reason=result.finish_reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            tokens_estimated=estimated,
+            cost_usd=call_cost(self.settings, prompt_tokens, completion_tokens),
+            latency_s=latency,
+            result=result,
+        )
+
+    async def close(self) -> None:
+        """Release the client's connections."""
+        await self.client.close()

@@ -1,0 +1,122 @@
+"""Per-role model settings and model-string parsing."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from clinjudge.judges.clients._faults import REDACTED, redact_url
+
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+
+OPENAI_PROVIDERS = {"openai"}
+AZURE_PROVIDERS = {"azure", "azure_openai"}
+MOCK_PROVIDERS = {"mock"}
+
+
+class Price(BaseModel):
+    """Dollar prices per million tokens, overriding litellm's price map."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class ModelSettings(BaseModel):
+    """How to reach a model and how to sample from it.
+
+    Defaults follow Table 4 of the LLM-as-a-judge study for the GPT judges (temperature 0.01,
+    top-p 0.95, 400 new tokens).
+
+    Args:
+        model: ``provider/model``, e.g. ``openai/gpt-4o-mini``, ``azure/my-deployment``,
+            ``anthropic/claude-sonnet-4-5``, ``mock/judge``.
+        base_url: Endpoint of an OpenAI-compatible server (vLLM, Ollama, llama.cpp, TGI) or Azure.
+        api_key_env: Name of the environment variable holding the key (the key itself is never
+            stored).
+        api_version: Azure OpenAI API version.
+        temperature: Sampling temperature (dropped for reasoning models that reject it).
+        top_p: Nucleus sampling mass (dropped for reasoning models that reject it).
+        max_tokens: Cap on generated tokens.
+        seed: Provider-side sampling seed, where supported.
+        reasoning_effort: For reasoning models.
+        timeout: Seconds before one call is abandoned and retried (finite, above zero).
+        max_reply_bytes: Most bytes of reply body read; a longer reply fails the call (the
+            body is read in chunks and dropped at the limit, never buffered whole).
+        json_mode: Ask the provider for a JSON object response.
+        client: For ``openai/`` models: ``autogen`` uses autogen-ext's OpenAI client, ``direct``
+            our lean HTTP client; ``auto`` picks ``direct`` when ``base_url`` is set
+            (self-hosted servers, where throughput matters) and ``autogen`` otherwise.
+        rpm: Requests per minute allowed for this model (shared by every agent using it).
+        tpm: Tokens per minute allowed for this model (prompt plus completion).
+        price: Price override; otherwise litellm's bundled price map is used.
+        price_as: Model name to look up in the price map (e.g. the model behind a deployment).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_version: str | None = None
+    temperature: float | None = Field(default=0.01, ge=0, le=2)
+    top_p: float | None = Field(default=0.95, gt=0, le=1)
+    max_tokens: int | None = Field(default=400, gt=0)
+    seed: int | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    max_reply_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    json_mode: bool = False
+    client: Literal["auto", "autogen", "direct"] = "auto"
+    rpm: int | None = Field(default=None, gt=0)
+    tpm: int | None = Field(default=None, gt=0)
+    price: Price | None = None
+    price_as: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _has_provider(cls, value: str) -> str:
+        provider, _, name = value.partition("/")
+        if not provider or not name:
+            raise ValueError(
+                f"model {value!r} must look like provider/model, e.g. openai/gpt-4o-mini, "
+                "azure/<deployment>, anthropic/claude-sonnet-4-5 or mock/judge"
+            )
+        return value
+
+    @field_serializer("base_url")
+    def _no_credentials(self, value: str | None) -> str | None:
+        # Settings are stored with every run: a key written into the URL must not be.
+        return redact_url(value) if value else value
+
+    @property
+    def carries_redacted_credentials(self) -> bool:
+        """The base_url came from a stored config whose credentials were removed."""
+        return bool(self.base_url) and REDACTED in str(self.base_url)
+
+    @property
+    def provider(self) -> str:
+        """The part before the first slash."""
+        return self.model.split("/", 1)[0].lower()
+
+    @property
+    def name(self) -> str:
+        """The part after the first slash."""
+        return self.model.split("/", 1)[1]
+
+    @property
+    def is_mock(self) -> bool:
+        """True for the simulated ``mock/`` provider."""
+        return self.provider in MOCK_PROVIDERS
+
+    @property
+    def is_reasoning_model(self) -> bool:
+        """OpenAI reasoning models reject temperature and top-p."""
+        name = self.name.lower().rsplit("/", 1)[-1]
+        return name.startswith(("o1", "o3", "o4", "gpt-5"))
+
+    def public_dict(self) -> dict[str, object]:
+        """Settings safe to store: everything here names keys, never holds them."""
+        return self.model_dump(mode="json", exclude_none=True)

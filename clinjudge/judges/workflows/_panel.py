@@ -1,0 +1,124 @@
+"""`--mode panel`: an independent jury (SPEC §5).
+
+Every persona of the run's persona spec scores the sample once, on its own and concurrently,
+with its persona instructions placed before the rubric's system prompt. Each member is an agent
+of its own (its calls, tokens and cost are recorded under its name, and ``roles`` can give it
+its own model). The panel's verdict is the median (or mean) per attribute of the members that
+gave a valid judgment, with the same gate rule as the final per-item scores; its rationale per
+attribute reports how many members it combines and their spread (max - min). A cheap baseline
+to compare with the MagenticOne discussion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections.abc import Mapping, Sequence
+
+from clinjudge.judges.workflows._contract import PANEL_AGENT, WorkflowContext, WorkflowResult
+from clinjudge.judges.workflows._prm_evidence import prompt_evidence
+from clinjudge.judges.workflows._registry import register_workflow
+from clinjudge.judges.workflows._single import SampleVerdict, judge_single_sample
+from clinjudge.personas import Persona, load_personas
+from clinjudge.rubrics import Rubric, median_scores
+
+PANEL_MEMBER_ROLE = "panel_member"
+ALL_FAILED = "all panel members failed"
+
+__all__ = [
+    "ALL_FAILED",
+    "PANEL_AGENT",
+    "PANEL_MEMBER_ROLE",
+    "aggregate_members",
+    "panel_personas",
+    "panel_workflow",
+]
+
+
+def panel_personas(spec: str) -> list[Persona]:
+    """The panel's members for a persona spec (set name, file, or comma list of names), as the
+    spec reads now; a run's workflow uses the copy resolved when the run was prepared."""
+    return load_personas(spec)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"
+
+
+def aggregate_members(
+    rubric: Rubric, members: Sequence[Mapping[str, int | float | None]], how: str = "median"
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Combine valid member judgments per attribute, with the rubric's gate rule.
+
+    The gate decision always follows the members' median (the majority), as for final scores;
+    with ``how="mean"`` every attribute that is not nulled by its gate is the mean of the
+    members that gave a number.
+
+    Args:
+        rubric: The rubric (attributes and gates).
+        members: Values of each member whose judgment was valid (at least one).
+        how: ``median`` or ``mean``.
+
+    Returns:
+        The combined values and a rationale per attribute.
+    """
+    if how not in ("median", "mean"):
+        raise ValueError(f"unknown panel aggregate {how!r}; use median or mean")
+    samples = [{k: (None if v is None else float(v)) for k, v in m.items()} for m in members]
+    values = median_scores(rubric, samples)
+    rationales: dict[str, str] = {}
+    for key in rubric.keys:
+        numbers = [n for s in samples if (n := s.get(key)) is not None]
+        if how == "mean" and values[key] is not None:
+            values[key] = statistics.fmean(numbers)
+        note = f"{how} of {len(samples)} members"
+        if numbers:
+            note += f"; spread {_fmt(max(numbers) - min(numbers))}"
+        if values[key] is None:
+            note += "; null"
+        rationales[key] = note
+    return values, rationales
+
+
+async def panel_workflow(ctx: WorkflowContext) -> WorkflowResult:
+    """Every persona scores once, independently; the panel takes the median (or mean)."""
+    personas = ctx.personas  # resolved when the run was prepared, stored with it
+    evidence = await prompt_evidence(ctx)  # one PRM report, read by every member
+
+    async def member(persona: Persona) -> SampleVerdict:
+        return await judge_single_sample(
+            ctx.item,
+            ctx.rubric,
+            ctx.call_fn(persona.name, PANEL_MEMBER_ROLE),
+            shots=ctx.shots,
+            explanations=ctx.config.explanations,
+            max_repairs=ctx.config.max_repairs,
+            system_prefix=persona.system_message,
+            evidence=evidence,
+        )
+
+    verdicts = await asyncio.gather(*(member(p) for p in personas))
+    members = {p.name: v for p, v in zip(personas, verdicts, strict=True)}
+    transcript = [(name, turn) for name, v in members.items() for turn in v.transcript]
+    ok = {name: v for name, v in members.items() if v.status == "ok"}
+    failed = [name for name in members if name not in ok]
+    if not ok:
+        # Each member's own error stays on its own sample row.
+        verdict = SampleVerdict("failed", error=ALL_FAILED)
+        return WorkflowResult(PANEL_AGENT, verdict, members, transcript)
+    values, rationales = aggregate_members(
+        ctx.rubric, [v.values for v in ok.values()], ctx.config.panel_aggregate
+    )
+    summary = f"{ctx.config.panel_aggregate} of {len(ok)} of {len(members)} panel members"
+    if failed:
+        summary += f" ({', '.join(failed)} failed)"
+    verdict = SampleVerdict(
+        "ok",
+        values=values,  # type: ignore[arg-type]  # a median of an even count can be x.5
+        rationales=rationales,
+        rationale=summary,
+    )
+    return WorkflowResult(PANEL_AGENT, verdict, members, transcript)
+
+
+register_workflow("panel", PANEL_AGENT, panel_workflow)

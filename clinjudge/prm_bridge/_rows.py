@@ -1,0 +1,48 @@
+"""PRM step scores as ``prm_steps`` rows of the run store (the table is defined in ``runs``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from clinjudge.prm_bridge._backend import ChainScore, StepScore
+
+PRM_AGENT = "prm"
+"""Agent name of PRM forward passes in the calls table."""
+PRM_ROLE = "prm"
+PRM_MODE = "prm"
+"""Mode of a run that only scored candidates with a PRM (``judge prm score``)."""
+
+
+def prm_step_rows(run_id: str, result: ChainScore, model: str) -> list[dict[str, Any]]:
+    """One ``prm_steps`` row per step of a scored candidate."""
+    return step_rows(run_id, result.id, result.candidate, result.steps, model)
+
+
+def step_rows(
+    run_id: str, item_id: str, candidate: str, steps: Sequence[StepScore], model: str
+) -> list[dict[str, Any]]:
+    """``prm_steps`` rows of one candidate's step scores.
+
+    Args:
+        run_id: The run.
+        item_id: The input (or judged item).
+        candidate: The candidate's name.
+        steps: Its scored steps.
+        model: The PRM.
+    """
+    return [
+        {
+            "run_id": run_id,
+            "item_id": item_id,
+            "candidate": candidate,
+            "step": step.index,
+            "kind": step.kind,
+            "text": step.text,
+            "score": step.score,
+            "flagged": step.flagged,
+            "label": step.label,
+            "model": model,
+        }
+        for step in steps
+    ]
