@@ -10,7 +10,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.analysis import doclens_report, export_doclens_scores, run_summary
 from clinjudge.cli._common import (
     EXIT_USAGE,
     DocLensCompatOption,
@@ -23,7 +22,6 @@ from clinjudge.cli._common import (
 from clinjudge.cli._doclens_view import doclens_table
 from clinjudge.cli._outcome import deciding_agent
 from clinjudge.errors import UserError
-from clinjudge.judges import SIMULATED_NOTICE
 from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_TABLES,
@@ -194,6 +192,9 @@ def show_command(
     doclens_compat: DocLensCompatOption = None,
 ) -> None:
     """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent."""
+    from clinjudge.analysis import doclens_report, run_summary
+    from clinjudge.judges import SIMULATED_NOTICE
+
     with open_store(db, read_only=True) as store:
         summary = run_summary(store, run_id)
         doclens = doclens_report(store, run_id, doclens_compat)
@@ -276,6 +277,10 @@ def export_command(
 ) -> None:
     """Export judgments (one row per item_id, sample, agent, attribute), discussions, DocLens
     claims or scores, or PRM steps; the file appears only once it is complete."""
+    # Imported here, as in `runs show`: `judge runs list` stays well under a second.
+    from clinjudge.analysis import export_doclens_scores
+    from clinjudge.judges import SIMULATED_NOTICE
+
     try:
         fmt = infer_format(out, fmt)
     except UserError as exc:

@@ -14,7 +14,6 @@ from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from clinjudge.judges import CallOutcome, ProviderFault
 from clinjudge.prm_bridge import PRM_AGENT, PRM_MODE, PRM_ROLE, ChainScore, prm_step_rows
 from clinjudge.runs._rows import SampleKey, call_row
 from clinjudge.runs._store import RunStore, now
@@ -31,6 +30,8 @@ def prm_call_row(
     run_id: str, result: ChainScore, sample: int, model: str, started: datetime
 ) -> dict[str, Any]:
     """The ``calls`` row of one candidate's forward pass."""
+    from clinjudge.judges import CallOutcome, ProviderFault  # here: `judge runs` stays light
+
     key = SampleKey(run_id, result.id, sample, PRM_AGENT)
     if result.error:
         return call_row(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clinjudge.judges import ResponseCache
 from clinjudge.runs._store import RunStore
+
+if TYPE_CHECKING:
+    from clinjudge.judges import ResponseCache
 
 
 def load_response_cache(store: RunStore) -> ResponseCache:
@@ -15,6 +17,8 @@ def load_response_cache(store: RunStore) -> ResponseCache:
     Args:
         store: The run store.
     """
+    from clinjudge.judges import ResponseCache  # here: `judge runs` must not load the clients
+
     if not store.has_table("response_cache"):
         return ResponseCache()
     rows = store.query("SELECT key, response FROM response_cache")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clinjudge.judges import CallOutcome, ProviderFault, SampleVerdict
 from clinjudge.rubrics import ChatTurn, Item, Rubric, scan_item
 from clinjudge.runs._store import now
+
+if TYPE_CHECKING:  # the judges' types only: `judge runs list` must not load the clients
+    from clinjudge.judges import CallOutcome, ProviderFault, SampleVerdict
 
 
 @dataclass(frozen=True)

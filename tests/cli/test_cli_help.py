@@ -6,10 +6,12 @@ import inspect
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from clinjudge.cli._app import COMMANDS
+from clinjudge.runs import RunStore
 from tests.cli._helpers import invoke
 
 HEAVY = ("duckdb", "autogen_core", "scipy", "litellm", "openai", "pyarrow", "numpy")
@@ -108,3 +110,20 @@ def test_every_option_sits_in_a_named_panel(name: str) -> None:
     options_panel = text[text.index("╭─ Options ─") :].split("╰")[0]
     if name == "run":
         assert "--help" in options_panel and options_panel.count(" --") == 1
+
+
+def test_runs_list_loads_neither_model_clients_nor_statistics(tmp_path: Path) -> None:
+    db = tmp_path / "runs.duckdb"
+    RunStore(db).close()
+    code = (
+        "import json, sys\n"
+        "from clinjudge.cli import main\n"
+        f"sys.argv = ['judge', 'runs', 'list', '--db', {str(db)!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ['openai', 'litellm', 'scipy', 'autogen_ext', 'clinjudge.analysis']\n"
+        "print(json.dumps([m for m in heavy if m in sys.modules]), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
