@@ -8,23 +8,27 @@ a tie on a binary gate (0.5) counts as "needed".
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 
 from clinjudge.rubrics._schema import Rubric
 
 
 def median_scores(
-    rubric: Rubric, samples: list[dict[str, float | None]]
+    rubric: Rubric,
+    samples: Sequence[Mapping[str, float | None]],
+    middle: Callable[[list[float]], float] = statistics.median,
 ) -> dict[str, float | None]:
     """Each attribute's median over samples, with a gated attribute nulled by its gate.
 
     Args:
         rubric: The rubric (attributes and gates).
         samples: Each sample's values by attribute key (None where missing).
+        middle: The median to take (``statistics.median_low`` keeps values on the scale).
     """
     finals: dict[str, float | None] = {}
     for attribute in rubric.attributes:
         numbers = [v for s in samples if (v := s.get(attribute.key)) is not None]
-        finals[attribute.key] = statistics.median(numbers) if numbers else None
+        finals[attribute.key] = middle(numbers) if numbers else None
     for attribute in rubric.attributes:
         gate = attribute.gate
         if gate is not None and finals.get(gate.attribute) == gate.null_when:

@@ -18,7 +18,14 @@ from autogen_core.models import CreateResult, LLMMessage, RequestUsage, UserMess
 
 from clinjudge.judges.clients._accounting import count_message_tokens, count_tokens
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, message_text
-from clinjudge.rubrics import Attribute, JudgmentParseError, Polarity, Rubric, parse_judgment
+from clinjudge.rubrics import (
+    Attribute,
+    JudgmentParseError,
+    Polarity,
+    Rubric,
+    median_scores,
+    parse_judgment,
+)
 
 SIMULATED_NOTICE = "SIMULATED SCORES (mock provider): not judgments of any model or person."
 
@@ -106,16 +113,13 @@ def _chair_scores(rubric: Rubric, heard: Sequence[str]) -> dict[str, int | None]
             continue
     if not heard_scores:
         return None
-    values: dict[str, int | None] = {}
-    for attribute in rubric.attributes:
-        given = [x for v in heard_scores if (x := v.get(attribute.key)) is not None]
-        values[attribute.key] = statistics.median_low(given) if given else None
+    middle = median_scores(rubric, heard_scores, middle=statistics.median_low)
+    values = {key: None if v is None else int(v) for key, v in middle.items()}
     for attribute in rubric.attributes:
         gate = attribute.gate
-        if gate is not None and values[gate.attribute] == gate.null_when:
-            values[attribute.key] = None
-        elif gate is not None and values[attribute.key] is None:
-            values[attribute.key] = attribute.min  # gate open but every member said null
+        gate_open = gate is not None and values[gate.attribute] != gate.null_when
+        if gate_open and values[attribute.key] is None:
+            values[attribute.key] = attribute.min  # every member said null, yet the gate is open
     return values
 
 
