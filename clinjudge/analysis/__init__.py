@@ -16,19 +16,11 @@ from clinjudge.analysis._agreement_run import (
     run_rubric,
 )
 from clinjudge.analysis._audit import (
-    DEFAULT_FLAG_RULES,
-    NO_PRM_NOTE,
-    PRM_ATTRIBUTE,
-    AuditError,
-    FlagRule,
     audit_for_run,
     bootstrap_mean_ci,
-    default_flag_rules,
     flag_items,
-    has_prm_steps,
     holm_adjust,
     paired_comparisons,
-    parse_flag_rule,
     vendor_summaries,
 )
 from clinjudge.analysis._compare import SORT_COLUMNS, Comparison, block_summary, compare_runs
@@ -41,6 +33,16 @@ from clinjudge.analysis._doclens_scores import (
     instance_tallies,
     macro_scores,
     pooled_scores,
+)
+from clinjudge.analysis._flag_rules import (
+    DEFAULT_FLAG_RULES,
+    NO_PRM_NOTE,
+    PRM_ATTRIBUTE,
+    AuditError,
+    FlagRule,
+    default_flag_rules,
+    has_prm_steps,
+    parse_flag_rule,
 )
 from clinjudge.analysis._stats import (
     added_rater_bootstrap,

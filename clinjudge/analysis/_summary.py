@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from clinjudge.analysis._flag_rules import PRM_ATTRIBUTE, FlagRule
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import DECIDING_AGENT_SQL, FINAL_AGENT, FINAL_SAMPLE, RunStore
 
@@ -140,19 +141,6 @@ def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
 
 _FINAL_WHERE = "run_id = ? AND final AND sample = ? AND agent = ?"
 _SQL_OPS = {"<=": "<=", ">=": ">=", "==": "=", "<": "<", ">": ">"}
-PRM_RULE_ATTRIBUTE = "prm"
-"""Pseudo-attribute of a flag rule on an item's lowest PRM step score (as in audits)."""
-
-
-class FlagRuleLike(Protocol):
-    """What the report needs of a flag rule (``clinjudge.runs.FlagRule``)."""
-
-    attribute: str
-    op: str
-    value: float
-
-    @property
-    def text(self) -> str: ...
 
 
 def _median_of_counts(counts: dict[float, int]) -> float | None:
@@ -209,12 +197,12 @@ def score_distributions(store: RunStore, run_id: str, rubric: Rubric) -> list[di
     return out
 
 
-def _rule_sql(rules: Sequence[FlagRuleLike]) -> tuple[str, list[Any], str]:
+def _rule_sql(rules: Sequence[FlagRule]) -> tuple[str, list[Any], str]:
     """Columns of the finals CTE that evaluate score rules, and the outer rule columns."""
     inner, params, outer = [], [], []
     for index, rule in enumerate(rules):
         op = _SQL_OPS[rule.op]  # KeyError for anything but the five operators
-        if rule.attribute == PRM_RULE_ATTRIBUTE:
+        if rule.attribute == PRM_ATTRIBUTE:
             outer.append(f"coalesce(p.prm_low {op} {float(rule.value)!r}, false) AS rule_{index}")
             continue
         inner.append(f", bool_or(attribute = ? AND value {op} ?) AS rule_{index}")
@@ -223,9 +211,7 @@ def _rule_sql(rules: Sequence[FlagRuleLike]) -> tuple[str, list[Any], str]:
     return "".join(inner), params, "".join(f", {c}" for c in outer)
 
 
-def _items_cte(
-    store: RunStore, run_id: str, rules: Sequence[FlagRuleLike]
-) -> tuple[str, list[Any]]:
+def _items_cte(store: RunStore, run_id: str, rules: Sequence[FlagRule]) -> tuple[str, list[Any]]:
     """``WITH ... t AS (...)``: one row per item with failure and flag columns."""
     inner, rule_params, outer = _rule_sql(rules)
     flags = "i.flags" if store.has_column("items", "flags") else "'[]'::JSON"
@@ -269,22 +255,10 @@ def _fmt_value(value: float) -> str:
     return f"{value:.3f}" if not float(value).is_integer() and abs(value) < 1.5 else f"{value:g}"
 
 
-def _rule_hit(rule: FlagRuleLike, score: float) -> str:
-    if rule.attribute == PRM_RULE_ATTRIBUTE:
+def _rule_hit(rule: FlagRule, score: float) -> str:
+    if rule.attribute == PRM_ATTRIBUTE:
         return f"lowest PRM step {score:.3f} ({rule.text})"
     return f"{rule.attribute}={_fmt_value(score)} ({rule.text})"
-
-
-def _fires(rule: FlagRuleLike, score: float | None) -> bool:
-    if score is None:
-        return False
-    return {
-        "<=": score <= rule.value,
-        ">=": score >= rule.value,
-        "==": score == rule.value,
-        "<": score < rule.value,
-        ">": score > rule.value,
-    }[rule.op]
 
 
 def failure_reason(row: dict[str, Any]) -> str:
@@ -301,7 +275,7 @@ def failure_reason(row: dict[str, Any]) -> str:
     return ""
 
 
-def _flag_texts(row: dict[str, Any], rules: Sequence[FlagRuleLike], values: dict) -> list[str]:
+def _flag_texts(row: dict[str, Any], rules: Sequence[FlagRule], values: dict) -> list[str]:
     found = json.loads(row["flags"]) if isinstance(row["flags"], str) else row["flags"] or []
     by_field: dict[str, list[str]] = {}
     for flag in found:
@@ -313,18 +287,16 @@ def _flag_texts(row: dict[str, Any], rules: Sequence[FlagRuleLike], values: dict
     for index, rule in enumerate(rules):
         if not row.get(f"rule_{index}"):
             continue
-        score = (
-            row["prm_low"] if rule.attribute == PRM_RULE_ATTRIBUTE else values.get(rule.attribute)
-        )
-        if _fires(rule, score):
-            texts.append(_rule_hit(rule, score))  # type: ignore[arg-type]
+        score = row["prm_low"] if rule.attribute == PRM_ATTRIBUTE else values.get(rule.attribute)
+        if score is not None and rule.fires(score):
+            texts.append(_rule_hit(rule, score))
     return texts
 
 
 def item_scores(
     store: RunStore,
     run_id: str,
-    rules: Sequence[FlagRuleLike] = (),
+    rules: Sequence[FlagRule] = (),
     *,
     limit: int | None = 200,
 ) -> dict[str, Any]:
