@@ -20,24 +20,17 @@ from typing import Any
 from clinjudge import __version__
 from clinjudge.analysis import Comparison, block_summary, compare_runs, run_summary
 from clinjudge.reports._charts import (
-    _config_label,
     _diff_label,
-    _svg,
-    _text,
     cost_agreement_scatter,
     difference_histogram,
     icc_chart,
 )
 from clinjudge.reports._document import (
-    _CSS,
-    CSP,
     SIMULATED_TEXT,
     ReportFiles,
     _banner,
     _Doc,
-    _esc,
     _Table,
-    _write,
     fmt_ci,
     fmt_num,
     fmt_p,
@@ -45,40 +38,10 @@ from clinjudge.reports._document import (
     fmt_usd,
     html_page,
     md_text,
-    plain_note,
+    write_report_files,
 )
 from clinjudge.reports._scores_section import DEFAULT_MAX_ITEMS, _scores_section
 from clinjudge.runs import RunStore, now
-
-__all__ = [  # also what the audit report and the CLI take from here
-    "CSP",
-    "DEFAULT_MAX_ITEMS",
-    "SIMULATED_TEXT",
-    "ReportFiles",
-    "_CSS",
-    "_Doc",
-    "_Table",
-    "_banner",
-    "_config_label",
-    "_esc",
-    "_svg",
-    "_text",
-    "_write",
-    "comparison_cells",
-    "comparison_table",
-    "cost_agreement_scatter",
-    "fmt_ci",
-    "fmt_num",
-    "fmt_p",
-    "fmt_seconds",
-    "fmt_usd",
-    "html_page",
-    "icc_chart",
-    "md_text",
-    "plain_note",
-    "render_report",
-    "write_report",
-]
 
 
 def comparison_cells(row: dict[str, Any]) -> list[str]:
@@ -421,9 +384,4 @@ def write_report(
         max_items=max_items,
         doclens_compat=doclens_compat,
     )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = ReportFiles(out / "report.html", out / "report.md")
-    _write(files.html, html_text)
-    _write(files.markdown, markdown)
-    return files
+    return write_report_files(out_dir, html_text, markdown)

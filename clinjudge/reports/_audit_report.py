@@ -15,13 +15,13 @@ from clinjudge.reports._document import (
     _banner,
     _Doc,
     _Table,
-    _write,
     fmt_ci,
     fmt_num,
     fmt_p,
     fmt_seconds,
     fmt_usd,
     html_page,
+    write_report_files,
 )
 from clinjudge.runs import now
 
@@ -234,9 +234,4 @@ def render_audit_report(audit: dict[str, Any]) -> tuple[str, str]:
 def write_audit_report(audit: dict[str, Any], out_dir: str | Path) -> ReportFiles:
     """Write ``report.html`` and ``report.md`` of an audit into ``out_dir`` (created if absent)."""
     html_text, md_text = render_audit_report(audit)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = ReportFiles(out / "report.html", out / "report.md")
-    _write(files.html, html_text)
-    _write(files.markdown, md_text)
-    return files
+    return write_report_files(out_dir, html_text, md_text)

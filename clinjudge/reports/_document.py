@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clinjudge.errors import UserError
+from clinjudge.runs import check_output_file
+
 SIMULATED_TEXT = (
     "Scores from the mock provider are not judgments of any model or person. "
     "Agreement figures below only exercise the pipeline."
@@ -262,6 +265,42 @@ def html_page(title: str, body: Sequence[str]) -> str:
 
 
 def _write(path: Path, text: str) -> None:
+    # A link, FIFO or folder in the way is refused, as for exports; the file appears complete.
+    check_output_file(path)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    partial.unlink(missing_ok=True)
+    # Reports quote clinical text: owner-only, like the store they come from. O_EXCL also
+    # refuses a link planted at the partial name between the unlink and the open.
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def write_report_files(out_dir: str | Path, html_text: str, markdown: str) -> ReportFiles:
+    """Write ``report.html`` and ``report.md`` into a folder (created if absent), owner-only.
+
+    Args:
+        out_dir: The report folder.
+        html_text: The HTML page.
+        markdown: The Markdown text.
+
+    Raises:
+        UserError: The folder cannot be made, or a report file's place holds a link, a FIFO or
+            a folder.
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise UserError(f"{out}: is not a folder; a report is written into a folder") from exc
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create the report folder: {exc.strerror or exc}") from exc
+    files = ReportFiles(out / "report.html", out / "report.md")
+    _write(files.html, html_text)
+    _write(files.markdown, markdown)
+    return files

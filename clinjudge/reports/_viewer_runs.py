@@ -46,11 +46,13 @@ def runs_page(
     where: list[str] = ["1=1"]
     params: list[Any] = []
     if query:
+        # A plain substring test: `%` and `_` in the query are text, not LIKE wildcards.
         where.append(
-            "(run_id || ' ' || coalesce(name, '') || ' ' || coalesce(rubric, '') || ' ' || "
-            "coalesce(mode, '') || ' ' || coalesce(CAST(models AS VARCHAR), '')) ILIKE ?"
+            "contains(lower(run_id || ' ' || coalesce(name, '') || ' ' || coalesce(rubric, '') "
+            "|| ' ' || coalesce(mode, '') || ' ' || coalesce(CAST(models AS VARCHAR), '')), "
+            "lower(?))"
         )
-        params.append(f"%{query}%")
+        params.append(query)
     if status:
         where.append("status = ?")
         params.append(status)

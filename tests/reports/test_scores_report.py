@@ -22,13 +22,8 @@ from clinjudge.analysis import Comparison, doclens_report
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.reports import write_report
-from clinjudge.reports._agreement_report import (
-    cost_agreement_scatter,
-    html_page,
-    icc_chart,
-    md_text,
-    plain_note,
-)
+from clinjudge.reports._charts import cost_agreement_scatter, icc_chart
+from clinjudge.reports._document import html_page, md_text, plain_note
 from clinjudge.rubrics import Item
 from clinjudge.runs import RunStore
 from tests.browser_support import chromium, dialogs_fired

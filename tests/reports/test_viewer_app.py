@@ -156,6 +156,7 @@ def test_runs_page_sorts_and_filters(client: TestClient, viewer_store: ViewerSto
 
     assert listed("/?q=doclens") == [s.doclens]
     assert listed("/?q=DocLens+MOCK") == [s.doclens]
+    assert listed("/?q=d_clens") == [] and listed("/?q=doc%25") == []  # no LIKE wildcards
     names = dict(query(s.db, "SELECT run_id, name FROM runs"))
     named = sorted(n for n in names.values() if n is not None)
     unnamed = [None] * (len(names) - len(named))  # runs without a name come last either way

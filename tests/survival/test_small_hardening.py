@@ -8,7 +8,7 @@
 * ``--timeout inf``, ``nan``, ``0`` and negative values are refused with the field named;
 * ``--resume %`` or ``_`` does not match a run the way SQL LIKE would;
 * ``--out`` writes regular files only (no FIFO, symlink, folder, or path under a file), and
-  exports get the store's owner-only mode;
+  exports get the store's owner-only mode; so do the files of ``judge report``;
 * ``judge run`` keeps the store open (and DuckDB's lock held) from creating the run to
   judging it.
 """
@@ -165,6 +165,50 @@ def test_exports_are_owner_only(tmp_path: Path) -> None:
             assert stat.S_IMODE(out.stat().st_mode) == 0o600, name
     finally:
         os.umask(old)
+
+
+def _report(db: str, run_id: str, out: Path) -> object:
+    return CliRunner().invoke(app, ["report", run_id, "--out", str(out), "--db", db])
+
+
+def test_reports_are_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    db, run_id = _mock_run(tmp_path)
+    old = os.umask(0o022)
+    try:
+        result = _report(db, run_id, tmp_path / "report")
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    for name in ("report.html", "report.md"):
+        assert stat.S_IMODE((tmp_path / "report" / name).stat().st_mode) == 0o600, name
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["report.html", "report.md"]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "out_is_a_file"])
+def test_report_files_are_never_written_through_a_link_or_into_a_fifo(
+    tmp_path: Path, kind: str
+) -> None:
+    db, run_id = _mock_run(tmp_path)
+    out = tmp_path / "report"
+    target = tmp_path / "elsewhere.html"
+    if kind == "out_is_a_file":
+        out.write_text("keep\n")
+    else:
+        out.mkdir()
+        if kind == "symlink":
+            target.write_text("keep\n")
+            (out / "report.html").symlink_to(target)
+        else:
+            os.mkfifo(out / "report.html")
+    result = _report(db, run_id, out)
+    assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
+    assert "Traceback" not in result.output  # type: ignore[attr-defined]
+    if kind == "symlink":
+        assert target.read_text() == "keep\n" and (out / "report.html").is_symlink()
+    elif kind == "fifo":
+        assert stat.S_ISFIFO(os.lstat(out / "report.html").st_mode)
+    else:
+        assert out.read_text() == "keep\n"
 
 
 def test_run_keeps_the_store_open_from_creation_to_judging(
