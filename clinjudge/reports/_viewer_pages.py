@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clinjudge.analysis import METRICS as DOCLENS_METRICS
 from clinjudge.analysis import (
     AgreementError,
     AuditError,
@@ -61,7 +62,6 @@ RUN_COLUMNS = (
     ("latency", "item latency p50 / p95"),
     ("created", "created"),
 )
-DOCLENS_COLUMNS = ("claim_recall", "claim_precision", "citation_recall", "citation_precision")
 
 
 class PageNotFound(ClinJudgeError, LookupError):
@@ -188,7 +188,7 @@ class Viewer:
             "run.html",
             **self._common(links, f"Run {rid}", bool(run["simulated"])),
             **context,
-            doclens_columns=DOCLENS_COLUMNS,
+            doclens_columns=DOCLENS_METRICS,
             item_filters=ITEM_FILTERS,
             item_page_link=item_page_link,
             audit_link=links.audit(rid) if audit else None,
