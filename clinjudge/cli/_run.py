@@ -64,13 +64,12 @@ from clinjudge.orchestration import (
     estimate_run,
     execute_batch_run,
     execute_run,
-    is_batch_run,
     load_stored_run,
     missing_work,
     prepare_run,
     run_config_from,
 )
-from clinjudge.runs import RunStore, run_counts
+from clinjudge.runs import RunStore, is_batch_run, run_counts
 
 # Help panels of `judge run` (the shared options in _options.py carry theirs).
 DATA, MODEL, SAMPLING, PANEL = PANELS.data, PANELS.model, PANELS.sampling, PANELS.panel

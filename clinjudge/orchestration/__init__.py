@@ -10,7 +10,6 @@ from clinjudge.orchestration._batch_run import (
     check_batch_config,
     estimate_batch_run,
     execute_batch_run,
-    is_batch_run,
 )
 from clinjudge.orchestration._config import (
     ConfigError,
@@ -101,7 +100,6 @@ __all__ = [
     "execute_batch_run",
     "execute_run",
     "execute_run_async",
-    "is_batch_run",
     "load_config_file",
     "load_shot_pool",
     "load_stored_run",

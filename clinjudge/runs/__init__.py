@@ -26,6 +26,7 @@ from clinjudge.runs._manage import (
 )
 from clinjudge.runs._merge import MergeSummary, TableMerge, merge_databases
 from clinjudge.runs._prm_runs import prm_call_row, write_prm_run
+from clinjudge.runs._provider_batches import BATCH_DDL, ensure_batch_tables, is_batch_run
 from clinjudge.runs._ratings import (
     HumanRating,
     ImportSummary,
@@ -77,6 +78,9 @@ __all__ = [
     "TableMerge",
     "call_row",
     "check_output_file",
+    "ensure_batch_tables",
+    "is_batch_run",
+    "BATCH_DDL",
     "copy_query",
     "default_db",
     "delete_run",

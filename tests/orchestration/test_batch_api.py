@@ -33,11 +33,10 @@ from clinjudge.orchestration import (
     estimate_batch_run,
     estimate_run,
     execute_batch_run,
-    is_batch_run,
     prepare_run,
 )
 from clinjudge.rubrics import render_messages
-from clinjudge.runs import RunStore
+from clinjudge.runs import RunStore, is_batch_run
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault, pdsqi9_scores
 
