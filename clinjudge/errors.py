@@ -26,7 +26,16 @@ class UserError(ClinJudgeError, ValueError):
 
     Also a ``ValueError``, so callers that caught ``ValueError`` before the hierarchy existed
     keep working.
+
+    Args:
+        *args: The message.
+        setting: The setting to change, when one is (``data``, ``judge.model``,
+            ``table=prm_steps``); the CLI names its flag.
     """
+
+    def __init__(self, *args: object, setting: str | None = None) -> None:
+        super().__init__(*args)
+        self.setting = setting
 
 
 def validation_problems(

@@ -180,3 +180,16 @@ def test_a_setting_the_data_cannot_meet_is_a_user_error(tmp_path: Path) -> None:
         "error: shot pool has 8 usable examples for 'demo-001', need 50"
     ]
     assert not db.exists()
+
+
+def test_library_messages_name_settings_and_the_cli_adds_the_flag(tmp_path: Path) -> None:
+    from clinjudge.judges import ModelSettings
+    from clinjudge.orchestration import RunConfig, prepare_run
+
+    db = str(tmp_path / "x.duckdb")
+    with pytest.raises(UserError) as caught:
+        prepare_run(RunConfig(judge=ModelSettings(model="mock/judge"), db=db))
+    assert caught.value.setting == "data" and "--" not in str(caught.value)
+    result = invoke("run", "--model", "mock/judge", "--db", db)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {caught.value} (--data)"

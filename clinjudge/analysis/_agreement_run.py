@@ -51,7 +51,8 @@ def run_rubric(run: dict[str, Any]) -> Rubric:
     if data is None:
         raise StoreError(
             f"run {run['run_id']} has no rubric (mode {run.get('mode')}): a PRM scoring run has "
-            "step scores, not judgments (export table prm_steps)"
+            "step scores, not judgments (export table prm_steps)",
+            setting="table=prm_steps",
         )
     return Rubric.model_validate(json.loads(data) if isinstance(data, str) else data)
 

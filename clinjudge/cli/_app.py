@@ -151,9 +151,9 @@ class LazyGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            from clinjudge.cli._common import EXIT_USAGE, fail
+            from clinjudge.cli._common import EXIT_USAGE, fail, user_error_text
 
-            fail(str(exc), EXIT_USAGE)
+            fail(user_error_text(exc), EXIT_USAGE)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True

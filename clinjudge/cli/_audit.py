@@ -13,7 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from clinjudge.analysis import audit_for_run
-from clinjudge.cli._common import EXIT_USAGE, console, default_db, fail, open_store
+from clinjudge.cli._common import (
+    EXIT_USAGE,
+    console,
+    default_db,
+    fail,
+    open_store,
+    user_error_text,
+)
 from clinjudge.cli._help import PANELS
 from clinjudge.cli._options import (
     BaseUrlOption,
@@ -248,4 +255,4 @@ def audit_command(
             agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
             exit_on_failures(run_counts(store, run_id, agent), allow_failures)
     except UserError as exc:
-        fail(str(exc), EXIT_USAGE)
+        fail(user_error_text(exc), EXIT_USAGE)

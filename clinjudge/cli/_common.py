@@ -9,6 +9,7 @@ import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
+from clinjudge.errors import UserError
 from clinjudge.runs import DB_ENV, RunStore, StoreError, default_db
 
 DB_HELP = f"DuckDB file; ${DB_ENV} sets the default."
@@ -67,3 +68,26 @@ DocLensCompatOption = Annotated[
         "(clinjudge or official; default: the run's own doclens.compat).",
     ),
 ]
+
+
+FLAGS = {
+    "data": "--data",
+    "judge.model": "--model",
+    "shard": "--shard",
+    "table": "--table",
+    "db": "--db",
+}
+"""The flag that sets each setting library errors name (``UserError.setting``)."""
+
+
+def user_error_text(error: UserError) -> str:
+    """A library error's message, with the flag that fixes it when the CLI has one.
+
+    Args:
+        error: The error; its ``setting`` is ``name`` or ``name=value``.
+    """
+    name, _, value = (error.setting or "").partition("=")
+    flag = FLAGS.get(name)
+    if flag is None:
+        return str(error)
+    return f"{error} ({' '.join(part for part in (flag, value) if part)})"

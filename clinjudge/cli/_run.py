@@ -21,6 +21,7 @@ from clinjudge.cli._common import (
     default_db,
     fail,
     open_store,
+    user_error_text,
 )
 from clinjudge.cli._help import PANELS
 from clinjudge.cli._options import (
@@ -584,7 +585,7 @@ def run_command(
                     run_config.db, run_id, prepared, progress, batch_poll, allow_failures, store
                 )
         except UserError as exc:
-            fail(str(exc), EXIT_USAGE)
+            fail(user_error_text(exc), EXIT_USAGE)
 
 
 def _resume(

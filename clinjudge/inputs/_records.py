@@ -28,11 +28,11 @@ _TABLES = {".csv", ".tsv", ".parquet"}
 class InputError(UserError):
     """An input file is unreadable or holds invalid records."""
 
-    def __init__(self, problems: Sequence[str]):
+    def __init__(self, problems: Sequence[str], *, setting: str | None = None):
         shown = list(problems[:MAX_REPORTED_ERRORS])
         if len(problems) > MAX_REPORTED_ERRORS:
             shown.append(f"... and {len(problems) - MAX_REPORTED_ERRORS} more problems")
-        super().__init__("\n".join(shown))
+        super().__init__("\n".join(shown), setting=setting)
         self.problems = list(problems)
 
 

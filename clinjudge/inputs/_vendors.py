@@ -69,7 +69,7 @@ def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
         InputError: Listing every problem found (file, line or row, field).
     """
     if not paths:
-        raise InputError(["no input data: give one file per vendor"])
+        raise InputError(["no input data: give one file per vendor"], setting="data")
     problems: list[str] = []
     items: list[Item] = []
     vendors: list[str] = []

@@ -101,7 +101,7 @@ def check_batch_config(
             "calls that depend on each other (use a direct run)"
         )
     if config.judge is None:
-        raise ConfigError("no judge model: set judge.model (the model setting)")
+        raise ConfigError("no judge model: set judge.model", setting="judge.model")
     if credentials:
         check_batch_settings(config.judge)
     elif not batch_supported(config.judge):
@@ -224,7 +224,7 @@ class BatchRun:
     ):
         settings = prepared.config.judge
         if settings is None:
-            raise ConfigError("no judge model: set judge.model (the model setting)")
+            raise ConfigError("no judge model: set judge.model", setting="judge.model")
         self.store = store
         self.run_id = run_id
         self.prepared = prepared

@@ -144,10 +144,12 @@ def parse_shard(spec: str) -> tuple[int, int]:
     """
     index, sep, count = spec.partition("/")
     if not sep or not index.strip().isdigit() or not count.strip().isdigit():
-        raise ConfigError(f"shard {spec!r}: expected i/n, e.g. 1/4")
+        raise ConfigError(f"shard {spec!r}: expected i/n, e.g. 1/4", setting="shard")
     i, n = int(index), int(count)
     if n < 1 or not 1 <= i <= n:
-        raise ConfigError(f"shard {spec!r}: need 1 <= i <= n (shards are numbered 1..n)")
+        raise ConfigError(
+            f"shard {spec!r}: need 1 <= i <= n (shards are numbered 1..n)", setting="shard"
+        )
     return i, n
 
 
@@ -209,9 +211,9 @@ def prepare_run(config: RunConfig) -> PreparedRun:
         config: The run configuration.
     """
     if config.judge is None:
-        raise ConfigError("no judge model: set judge.model (the model setting)")
+        raise ConfigError("no judge model: set judge.model", setting="judge.model")
     if not config.data:
-        raise ConfigError("no input data: set data to a JSONL, CSV or Parquet file")
+        raise ConfigError("no input data: set data to a JSONL, CSV or Parquet file", setting="data")
     rubric = load_rubric(config.rubric)
     personas = resolve_run_personas(config)  # a bad persona spec fails before any write
     if rubric.method == "claims":

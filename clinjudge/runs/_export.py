@@ -253,7 +253,8 @@ def _refuse_prm_run(run: dict[str, Any]) -> None:
     if run.get("mode") == "prm":
         raise StoreError(
             f"run {run['run_id']} is a PRM scoring run (judge prm): it has no judgments; "
-            "export its steps (table prm_steps)"
+            "export its steps (table prm_steps)",
+            setting="table=prm_steps",
         )
 
 
