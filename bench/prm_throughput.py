@@ -9,7 +9,8 @@
     cores of a small machine; more threads than cores inflates the ratio). Target: >= 5x.
 (b) GPU only: a randomly initialised model with Llama-3.1-8B's shape in bf16 scores 64 notes of
     ~4k tokens (Med-PRM format, full render/tokenize/batch path). Reports tokens/s and model FLOP
-    utilisation = 2 x params x tokens / time / peak. Target: >= 40% on an H100. Skipped, with a
+    utilisation = 2 x params x tokens / time / peak, also without the embedding and head (the
+    honest figure: the scorer runs two rows of the head). Target: >= 40% on an H100. Skipped, with a
     message, when CUDA is absent (``--shape tiny --device cpu`` runs the same code as a check).
 
 Usage: python bench/prm_throughput.py [--part a|b|both] [--chains 16] [--threads 2] [--notes 64]
