@@ -122,3 +122,24 @@ def dialogs_fired(driver: Any) -> list[str]:
         pass
     hooked = driver.execute_script("return window.__alerts || []")
     return fired + [str(m) for m in hooked]
+
+
+def wait_for_new_page(driver: Any, old_root: Any, timeout: float = 30) -> None:
+    """Wait until the page that held ``old_root`` has been replaced and the new one has loaded.
+
+    While a document is torn down Chromium can answer a command about the old element with a
+    transient "unhandled inspector error" instead of a stale-element error; such answers mean
+    "not yet", so they are retried rather than failing the test.
+
+    Args:
+        driver: The WebDriver.
+        old_root: An element of the page being left (its ``<html>``), taken before navigating.
+        timeout: Seconds to wait in all.
+    """
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.support.expected_conditions import staleness_of
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, timeout, ignored_exceptions=(WebDriverException,))
+    wait.until(staleness_of(old_root))
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")

@@ -529,15 +529,7 @@ class BatchRun:
                 raw_text=outcome.text,
                 transcript=turns,
             )
-        verdict = SampleVerdict(
-            "ok",
-            values=parsed.values,
-            rationales=parsed.rationales,
-            rationale=parsed.rationale,
-            transcript=turns,
-            coerced=parsed.coerced,
-        )
-        return row, verdict
+        return row, SampleVerdict.judged(parsed, turns)
 
     async def ingest(self, batch: dict[str, Any], state: BatchState) -> None:
         """Store every result of a finished batch and queue the follow-ups, in one

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from clinjudge.reports import ViewerServer, export_site
 from clinjudge.reports._viewer_links import item_page_path
-from tests.browser_support import dialogs_fired
+from tests.browser_support import dialogs_fired, wait_for_new_page
 from tests.cli._helpers import query
 from tests.reports._store import FAILING_ID, HOSTILE, HOSTILE_ID, HOSTILE_RATIONALE, ViewerStore
 
@@ -29,15 +28,13 @@ def _go(driver: Any, element: Any) -> None:
     """Click a link or button and wait until the next page has loaded."""
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    wait = WebDriverWait(driver, 30)
-    wait.until(staleness_of(old))
-    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+    wait_for_new_page(driver, old)
 
 
 def _back(driver: Any) -> None:
     old = driver.find_element(By.TAG_NAME, "html")
     driver.back()
-    WebDriverWait(driver, 30).until(staleness_of(old))
+    wait_for_new_page(driver, old)
 
 
 def _text(driver: Any) -> str:

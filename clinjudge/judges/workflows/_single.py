@@ -13,6 +13,7 @@ from clinjudge.rubrics import (
     ChatTurn,
     Item,
     JudgmentParseError,
+    ParsedJudgment,
     Rubric,
     Shot,
     parse_judgment,
@@ -46,6 +47,23 @@ class SampleVerdict:
     raw_text: str | None = None
     transcript: list[ChatTurn] = field(default_factory=list)
     coerced: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def judged(cls, parsed: ParsedJudgment, transcript: list[ChatTurn]) -> SampleVerdict:
+        """The verdict of a reply that parsed.
+
+        Args:
+            parsed: The parsed reply.
+            transcript: Every turn sent and received, the reply last.
+        """
+        return cls(
+            "ok",
+            values=parsed.values,
+            rationales=parsed.rationales,
+            rationale=parsed.rationale,
+            transcript=transcript,
+            coerced=parsed.coerced,
+        )
 
 
 def draw_shots(pool: Sequence[Shot], k: int, *, seed: int, item_id: str, sample: int) -> list[Shot]:
@@ -160,14 +178,7 @@ async def judge_single_sample(
             problem = str(exc)
             turns.append(ChatTurn("user", render_repair(problem, rubric)))
             continue
-        return SampleVerdict(
-            "ok",
-            values=parsed.values,
-            rationales=parsed.rationales,
-            rationale=parsed.rationale,
-            transcript=turns,
-            coerced=parsed.coerced,
-        )
+        return SampleVerdict.judged(parsed, turns)
     assert outcome is not None
     turns.pop()  # the last repair request was never sent
     return SampleVerdict(
