@@ -34,7 +34,6 @@ ALLOWED: dict[str, set[str]] = {
         "judges.workflows",
         "judges.doclens",
         "runs",
-        "analysis",
     },
     "reports": {
         "rubrics",

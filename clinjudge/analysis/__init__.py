@@ -16,11 +16,15 @@ from clinjudge.analysis._agreement_run import (
     run_rubric,
 )
 from clinjudge.analysis._audit import (
+    NO_PRM_NOTE,
+    AuditError,
     audit_for_run,
     bootstrap_mean_ci,
     flag_items,
+    has_prm_steps,
     holm_adjust,
     paired_comparisons,
+    run_flag_rules,
     vendor_summaries,
 )
 from clinjudge.analysis._compare import SORT_COLUMNS, Comparison, block_summary, compare_runs
@@ -33,16 +37,6 @@ from clinjudge.analysis._doclens_scores import (
     instance_tallies,
     macro_scores,
     pooled_scores,
-)
-from clinjudge.analysis._flag_rules import (
-    DEFAULT_FLAG_RULES,
-    NO_PRM_NOTE,
-    PRM_ATTRIBUTE,
-    AuditError,
-    FlagRule,
-    default_flag_rules,
-    has_prm_steps,
-    parse_flag_rule,
 )
 from clinjudge.analysis._stats import (
     added_rater_bootstrap,
@@ -70,12 +64,9 @@ __all__ = [
     "AuditError",
     "COMPATS",
     "Comparison",
-    "DEFAULT_FLAG_RULES",
-    "FlagRule",
     "JUDGE_RATER",
     "METRICS",
     "NO_PRM_NOTE",
-    "PRM_ATTRIBUTE",
     "RatingRecord",
     "SORT_COLUMNS",
     "TOTAL",
@@ -90,7 +81,6 @@ __all__ = [
     "bootstrap_mean_ci",
     "cohen_kappa",
     "compare_runs",
-    "default_flag_rules",
     "doclens_report",
     "export_doclens_scores",
     "failure_reason",
@@ -111,7 +101,6 @@ __all__ = [
     "mean_abs_difference",
     "official_pooled",
     "paired_comparisons",
-    "parse_flag_rule",
     "percent_agreement",
     "pooled_scores",
     "rubric_categories",
@@ -121,6 +110,7 @@ __all__ = [
     "run_summary",
     "score_distributions",
     "substitution_bootstrap",
+    "run_flag_rules",
     "vendor_summaries",
     "wilcoxon_paired",
 ]

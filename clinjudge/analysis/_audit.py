@@ -19,21 +19,56 @@ from typing import Any
 import numpy as np
 
 from clinjudge.analysis._agreement_run import run_rubric
-from clinjudge.analysis._flag_rules import (
-    NO_PRM_NOTE,
-    PRM_ATTRIBUTE,
-    AuditError,
-    FlagRule,
-    default_flag_rules,
-    has_prm_steps,
-    number_text,
-    parse_flag_rule,
-)
 from clinjudge.analysis._stats import wilcoxon_paired
 from clinjudge.analysis._summary import flagged_items
-from clinjudge.inputs import audit_item_id, unmatched_encounters
-from clinjudge.rubrics import ScaleKind
+from clinjudge.errors import UserError
+from clinjudge.inputs import (
+    PRM_ATTRIBUTE,
+    FlagRule,
+    audit_item_id,
+    default_flag_rules,
+    number_text,
+    parse_flag_rule,
+    unmatched_encounters,
+)
+from clinjudge.rubrics import Rubric, ScaleKind
 from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore
+
+NO_PRM_NOTE = "No PRM step scores are stored for this run, so PRM rules (prm<...) flag nothing."
+
+
+class AuditError(UserError):
+    """An audit cannot be computed (not an audit run, ...)."""
+
+
+def has_prm_steps(store: RunStore, run_id: str) -> bool:
+    """Whether a run stored PRM step scores (then ``prm<...`` flag rules apply).
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    if not store.has_table("prm_steps"):
+        return False
+    return bool(store.query("SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1", [run_id]))
+
+
+def run_flag_rules(
+    store: RunStore, run_id: str, rubric: Rubric, texts: Sequence[str] | None = None
+) -> list[FlagRule]:
+    """The flag rules applied to a run: ``texts`` parsed against its rubric, or by default those
+    of ``DEFAULT_FLAG_RULES`` that apply (``prm<...`` only when the run stored PRM step scores).
+
+    Args:
+        store: The run store.
+        run_id: The run (full id).
+        rubric: The run's rubric.
+        texts: Rules as written, or None for the defaults.
+    """
+    if texts is None:
+        texts = default_flag_rules(rubric, prm_used=has_prm_steps(store, run_id))
+    return [parse_flag_rule(text, rubric) for text in texts]
+
 
 # Scores: vendor -> encounter id -> attribute -> value (None when null or failed).
 Scores = dict[str, dict[str, dict[str, float | None]]]
@@ -282,9 +317,7 @@ def audit_for_run(
     run = store.get_run(run_id)
     rid = run["run_id"]
     rubric = run_rubric(run)
-    if rules is None:
-        rules = default_flag_rules(rubric, prm_used=has_prm_steps(store, rid))
-    parsed = [parse_flag_rule(r, rubric) for r in rules]
+    parsed = run_flag_rules(store, rid, rubric, rules)
     rows = _audit_rows(store, rid)
     if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):
         raise AuditError(

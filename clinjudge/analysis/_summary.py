@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from clinjudge.analysis._flag_rules import PRM_ATTRIBUTE, FlagRule
+from clinjudge.inputs import PRM_ATTRIBUTE, FlagRule
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import DECIDING_AGENT_SQL, FINAL_AGENT, FINAL_SAMPLE, RunStore
 
@@ -309,7 +309,7 @@ def item_scores(
     Args:
         store: The run store.
         run_id: Full run id.
-        rules: Flag rules (``clinjudge.runs.parse_flag_rule``).
+        rules: Flag rules (``clinjudge.inputs.parse_flag_rule``).
         limit: Most rows to return (None: all).
 
     Returns:

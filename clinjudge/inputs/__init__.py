@@ -1,7 +1,16 @@
 """Input files: items to judge and vendors' outputs for audits, read from JSONL, CSV or Parquet
-and validated, with every problem reported by file, line and field.
+and validated, with every problem reported by file, line and field; and flag rules as written.
 """
 
+from clinjudge.inputs._flag_rules import (
+    DEFAULT_FLAG_RULES,
+    PRM_ATTRIBUTE,
+    FlagRule,
+    FlagRuleError,
+    default_flag_rules,
+    number_text,
+    parse_flag_rule,
+)
 from clinjudge.inputs._records import (
     MAX_REPORTED_ERRORS,
     InputError,
@@ -20,6 +29,13 @@ from clinjudge.inputs._vendors import (
 
 __all__ = [
     "AuditItems",
+    "DEFAULT_FLAG_RULES",
+    "FlagRule",
+    "FlagRuleError",
+    "PRM_ATTRIBUTE",
+    "default_flag_rules",
+    "number_text",
+    "parse_flag_rule",
     "ID_SEPARATOR",
     "InputError",
     "MAX_REPORTED_ERRORS",

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from clinjudge.analysis import parse_flag_rule
-from clinjudge.inputs import AuditItems, load_audit_items
+from clinjudge.inputs import AuditItems, load_audit_items, parse_flag_rule
 from clinjudge.judges import draw_shots
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import resolve_run_personas

@@ -18,7 +18,6 @@ from clinjudge.analysis import (
 )
 from clinjudge.reports._charts import Bar, _figure, _svg, bar_chart_body
 from clinjudge.reports._document import _Doc, _Table, fmt_num
-from clinjudge.rubrics import Rubric
 from clinjudge.runs import RunStore, StoreError
 
 DEFAULT_MAX_ITEMS = 200
@@ -218,18 +217,6 @@ def _items_caption(items: dict[str, Any], run_id: str) -> str:
     return text
 
 
-def _parse_rules(
-    store: RunStore, run_id: str, rubric: Rubric, texts: Sequence[str] | None
-) -> list[Any]:
-    # Imported here: the audit module builds its report from this one.
-    from clinjudge.analysis import default_flag_rules, has_prm_steps, parse_flag_rule
-
-    if texts is None:
-        # As in audits: prm<... is a default only for runs that have PRM step scores.
-        texts = default_flag_rules(rubric, prm_used=has_prm_steps(store, run_id))
-    return [parse_flag_rule(text, rubric) for text in texts]
-
-
 def _scores_section(
     doc: _Doc,
     store: RunStore,
@@ -268,7 +255,10 @@ def _scores_section(
         )
     if not full:
         return
-    rules = _parse_rules(store, run_id, rubric, flag_rules)
+    # Imported here: the audit module builds its report from this one.
+    from clinjudge.analysis import run_flag_rules
+
+    rules = run_flag_rules(store, run_id, rubric, flag_rules)
     items = item_scores(store, run_id, rules, limit=max_items)
     doc.heading(3, "Failures by reason")
     failures = failures_by_reason(store, run_id)

@@ -209,9 +209,11 @@ def test_runner_honours_rpm_and_shows_achieved_rate(tmp_path: Path) -> None:
         assert srv.rate_limited == 0
         assert tally.achieved_rpm is not None and tally.achieved_rpm <= 1200
         assert "req/min" in out.getvalue()
-        # 12 requests paced at 20/s: the last starts about 0.56 s after the first.
+        # 12 requests paced at 20/s: the last starts about 0.55 s after the first. Unpaced, eight
+        # workers would land within milliseconds; the bound leaves two intervals for network
+        # jitter on a loaded machine (the first request also opens the connection).
         times = srv.accepted_times
-        assert times[-1] - times[0] >= 11 * 60 / 1200
+        assert times[-1] - times[0] >= 9 * 60 / 1200
 
 
 def test_fake_server_rpm_limit_answers_429_with_retry_after() -> None:

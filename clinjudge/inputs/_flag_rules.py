@@ -1,5 +1,6 @@
-"""Flag rules: ``attribute <op> value`` on an item's final scores, or ``prm<value`` on its
-lowest PRM step score, as audits and run reports apply them."""
+"""Flag rules as the user writes them: ``attribute <op> value`` on an item's final scores, or
+``prm<value`` on its lowest PRM step score. Parsed and checked here, when a run or audit is
+prepared; audits and run reports apply them (:mod:`clinjudge.analysis`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ from dataclasses import dataclass
 
 from clinjudge.errors import UserError
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import RunStore
 
 PRM_ATTRIBUTE = "prm"
 """Pseudo-attribute of flag rules: an item's lowest PRM step score (from ``prm_steps``)."""
 DEFAULT_FLAG_RULES = ("accurate<=2", "voice_summ>=1", "prm<0.5")
-NO_PRM_NOTE = "No PRM step scores are stored for this run, so PRM rules (prm<...) flag nothing."
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -27,8 +26,8 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 _RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(<=|>=|==|<|>)\s*(-?\d+(?:\.\d+)?)\s*$")
 
 
-class AuditError(UserError):
-    """An audit cannot be prepared or computed (bad rule, not an audit run, ...)."""
+class FlagRuleError(UserError):
+    """A flag rule that cannot be parsed or names no attribute of the rubric."""
 
 
 @dataclass(frozen=True)
@@ -59,16 +58,16 @@ def parse_flag_rule(text: str, rubric: Rubric | None = None) -> FlagRule:
     """
     match = _RULE.match(text)
     if not match:
-        raise AuditError(
+        raise FlagRuleError(
             f"flag rule {text!r}: expected attribute<=value, attribute>=value, attribute==value, "
             "attribute<value or attribute>value (e.g. accurate<=2, prm<0.5)"
         )
     attribute, op, value = match.group(1), match.group(2), float(match.group(3))
     if attribute == PRM_ATTRIBUTE:
         if not 0.0 <= value <= 1.0:
-            raise AuditError(f"flag rule {text!r}: a PRM threshold is a probability in [0, 1]")
+            raise FlagRuleError(f"flag rule {text!r}: a PRM threshold is a probability in [0, 1]")
     elif rubric is not None and attribute not in rubric.keys:
-        raise AuditError(
+        raise FlagRuleError(
             f"flag rule {text!r}: unknown attribute {attribute!r}; rubric {rubric.name} has "
             f"{', '.join(rubric.keys)} (and {PRM_ATTRIBUTE} for PRM step scores)"
         )
@@ -84,13 +83,6 @@ def default_flag_rules(rubric: Rubric, prm_used: bool = True) -> list[str]:
     """
     usable = (*rubric.keys, PRM_ATTRIBUTE) if prm_used else tuple(rubric.keys)
     return [rule for rule in DEFAULT_FLAG_RULES if parse_flag_rule(rule).attribute in usable]
-
-
-def has_prm_steps(store: RunStore, run_id: str) -> bool:
-    """Whether a run stored PRM step scores (then ``prm<...`` flag rules apply)."""
-    if not store.has_table("prm_steps"):
-        return False
-    return bool(store.query("SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1", [run_id]))
 
 
 def number_text(value: float) -> str:
