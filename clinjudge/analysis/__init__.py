@@ -52,6 +52,7 @@ from clinjudge.analysis._stats import (
 from clinjudge.analysis._summary import (
     failure_reason,
     failures_by_reason,
+    final_score_counts,
     flagged_items,
     item_scores,
     list_runs,
@@ -108,6 +109,7 @@ __all__ = [
     "run_rating_records",
     "run_rubric",
     "run_summary",
+    "final_score_counts",
     "score_distributions",
     "substitution_bootstrap",
     "run_flag_rules",

@@ -152,7 +152,27 @@ def _median_of_counts(counts: dict[float, int]) -> float | None:
     return float(np.median(expanded))
 
 
-def score_distributions(store: RunStore, run_id: str, rubric: Rubric) -> list[dict[str, Any]]:
+def final_score_counts(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    """One scan of a run's final judgments: rows of ``attribute``, ``value``, ``status``, ``n``.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+    """
+    return store.query(
+        f"SELECT attribute, value, status, count(*) AS n FROM judgments WHERE {_FINAL_WHERE} "
+        "GROUP BY attribute, value, status",
+        [run_id, FINAL_SAMPLE, FINAL_AGENT],
+    )
+
+
+def score_distributions(
+    store: RunStore,
+    run_id: str,
+    rubric: Rubric,
+    *,
+    final_counts: Sequence[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Counts of each attribute's final scores, in rubric order.
 
     Each entry holds the attribute's ``key``, ``name``, ``scale``, ``min``, ``max``, ``counts``
@@ -163,12 +183,9 @@ def score_distributions(store: RunStore, run_id: str, rubric: Rubric) -> list[di
         store: The run store.
         run_id: Full run id.
         rubric: The run's rubric.
+        final_counts: The rows of :func:`final_score_counts` when the caller has them already.
     """
-    rows = store.query(
-        f"SELECT attribute, value, status, count(*) AS n FROM judgments WHERE {_FINAL_WHERE} "
-        "GROUP BY attribute, value, status",
-        [run_id, FINAL_SAMPLE, FINAL_AGENT],
-    )
+    rows = final_score_counts(store, run_id) if final_counts is None else final_counts
     out = []
     for attribute in rubric.attributes:
         mine = [r for r in rows if r["attribute"] == attribute.key]

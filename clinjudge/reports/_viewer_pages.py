@@ -23,6 +23,7 @@ from clinjudge.analysis import (
     compare_runs,
     doclens_report,
     run_rubric,
+    score_distributions,
 )
 from clinjudge.errors import ClinJudgeError
 from clinjudge.personas import PersonaSet, load_personas
@@ -33,6 +34,7 @@ from clinjudge.reports._viewer_links import Links
 from clinjudge.reports._viewer_render import render
 from clinjudge.reports._viewer_run import (
     ITEM_FILTERS,
+    distribution_charts,
     failure_groups,
     flag_counts,
     has_vendors,
@@ -40,7 +42,6 @@ from clinjudge.reports._viewer_run import (
     item_rows,
     run_and_rubric,
     run_totals,
-    score_distributions,
 )
 from clinjudge.reports._viewer_runs import RUN_SORTS, runs_page
 from clinjudge.reports._viewer_store import ResultCache, file_version, read_store
@@ -398,7 +399,11 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
     totals = run_totals(store, rid, rubric)
     return {
         "summary": totals,
-        "distributions": score_distributions(rubric, totals["final_counts"]) if rubric else [],
+        "distributions": distribution_charts(
+            rubric, score_distributions(store, rid, rubric, final_counts=totals["final_counts"])
+        )
+        if rubric
+        else [],
         "failures": failure_groups(store, rid),
         "flags": flag_counts(store, rid),
         "has_vendor": has_vendors(store, rid),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clinjudge.analysis import run_rubric
+from clinjudge.analysis import final_score_counts, run_rubric
 from clinjudge.judges.workflows import DECIDING_AGENTS
 from clinjudge.reports._viewer_paging import clamp_page
 from clinjudge.rubrics import Rubric
@@ -33,50 +33,34 @@ def _histogram(values: list[tuple[float, int]], lo: float, hi: float, integer: b
     return [(f"{lo + i * width:.1f}", n) for i, n in enumerate(bins)]
 
 
-def _final_counts(store: RunStore, run_id: str) -> dict[str, list[tuple[Any, str, int]]]:
-    """attribute -> (value, status, items) from one scan of the run's final judgments."""
-    out: dict[str, list[tuple[Any, str, int]]] = {}
-    for row in store.query(
-        """
-        SELECT attribute, value, status, count(*) AS n FROM judgments
-        WHERE run_id = ? AND final
-        GROUP BY attribute, value, status""",
-        [run_id],
-    ):
-        out.setdefault(row["attribute"], []).append((row["value"], row["status"], row["n"]))
-    return out
-
-
-def score_distributions(
-    rubric: Rubric, counts: dict[str, list[tuple[Any, str, int]]]
+def distribution_charts(
+    rubric: Rubric, distributions: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Per attribute: final-score histogram, mean, count of items without a score.
+    """Histogram bins of each attribute's final scores, for the run page.
 
     Args:
-        rubric: The run's rubric (attribute order, scales).
-        counts: From one scan of the final judgments (see :func:`run_totals`).
+        rubric: The run's rubric (scales).
+        distributions: From :func:`clinjudge.analysis.score_distributions`, in rubric order.
     """
     out = []
-    for attribute in rubric.attributes:
-        pairs = [(v, n) for v, _, n in counts.get(attribute.key, [])]
-        numbers = [(v, n) for v, n in pairs if v is not None]
-        count = sum(n for _, n in numbers)
+    for attribute, d in zip(rubric.attributes, distributions, strict=True):
+        numbers = list(d["counts"].items())
         proportion = attribute.scale.value == "proportion"
         lo, hi = (0.0, 1.0) if proportion else (float(attribute.min), float(attribute.max))
         # Medians of an even number of samples can be x.5; such values get their own bins.
         integer = not proportion and all(float(v).is_integer() for v, _ in numbers)
         if not integer and not proportion:
-            bins = [(f"{v:g}", n) for v, n in sorted(numbers)]
+            bins = [(f"{v:g}", n) for v, n in numbers]
         else:
             bins = _histogram(numbers, lo, hi, integer)
         out.append(
             {
-                "key": attribute.key,
-                "name": attribute.name,
+                "key": d["key"],
+                "name": d["name"],
                 "bins": bins,
-                "n": count,
-                "missing": sum(n for v, n in pairs if v is None),
-                "mean": sum(v * n for v, n in numbers) / count if count else None,
+                "n": d["n"],
+                "missing": d["null"] + d["failed"],
+                "mean": d["mean"],
             }
         )
     return out
@@ -95,11 +79,11 @@ def run_totals(store: RunStore, run_id: str, rubric: Rubric | None) -> dict[str,
         ``calls_unpriced``, ``item_latency_p50_s``, ``item_latency_p95_s``,
         ``item_cost_p50_usd``, ``by_agent`` and ``final_counts`` (for the distributions).
     """
-    counts = _final_counts(store, run_id) if rubric is not None else {}
-    first = counts.get(rubric.keys[0], []) if rubric is not None else []
+    counts = final_score_counts(store, run_id) if rubric is not None else []
+    first = [r for r in counts if rubric is not None and r["attribute"] == rubric.keys[0]]
     totals: dict[str, Any] = {
-        "items_ok": sum(n for _, status, n in first if status == "ok"),
-        "items_failed": sum(n for _, status, n in first if status == "failed"),
+        "items_ok": sum(r["n"] for r in first if r["status"] == "ok"),
+        "items_failed": sum(r["n"] for r in first if r["status"] == "failed"),
         "final_counts": counts,
     }
     totals.update(

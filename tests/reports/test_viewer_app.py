@@ -383,3 +383,36 @@ def test_doclens_run_page_shows_the_pooled_metrics_per_section(
     assert total > 0
     assert "claim_recall" in page and "total" in page
     assert f"{entailed / total:.3f}" in page
+
+
+def test_run_page_histograms_hold_every_final_score(viewer_store: ViewerStore) -> None:
+    """Each attribute's bins add up to the items with a stored final number; the rest are
+    counted as without a score; integer scales get one bin per scale point."""
+    from clinjudge.analysis import score_distributions
+    from clinjudge.reports._viewer_run import distribution_charts, run_and_rubric
+    from clinjudge.runs import RunStore
+
+    s = viewer_store
+    with RunStore(s.db, read_only=True) as store:
+        _, rubric = run_and_rubric(store, s.single)
+        assert rubric is not None
+        charts = distribution_charts(rubric, score_distributions(store, s.single, rubric))
+    assert [c["key"] for c in charts] == list(rubric.keys)
+    for chart, attribute in zip(charts, rubric.attributes, strict=True):
+        values = [
+            v
+            for (v,) in query(
+                s.db,
+                "SELECT value FROM judgments WHERE run_id = ? AND final AND attribute = ?",
+                [s.single, attribute.key],
+            )
+        ]
+        numbers = [v for v in values if v is not None]
+        assert sum(n for _, n in chart["bins"]) == len(numbers) == chart["n"]
+        assert chart["missing"] == len(values) - len(numbers)
+        if numbers and all(float(v).is_integer() for v in numbers):
+            assert [label for label, _ in chart["bins"]] == [
+                str(p) for p in range(int(attribute.min), int(attribute.max) + 1)
+            ]
+            for label, n in chart["bins"]:
+                assert n == sum(1 for v in numbers if int(v) == int(label))
