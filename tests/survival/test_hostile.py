@@ -35,13 +35,28 @@ CLIENTS = [
     ("litellm/anthropic/claude-judge", "auto"),
 ]
 IDS = ["direct", "autogen", "litellm-openai", "litellm-anthropic"]
+# Every other provider whose litellm route is handed our guarded httpx handler.
+HANDLER_ROUTES = [
+    "litellm/ollama_chat/llama3",
+    "litellm/ollama/llama3",
+    "litellm/mistral/mistral-large-latest",
+    "litellm/openrouter/meta-llama/llama-3-70b",
+    "litellm/huggingface/meta-llama/Llama-3-8B",
+    "litellm/bedrock/anthropic.claude-3-haiku-20240307-v1:0",
+    "litellm/databricks/dbrx-instruct",
+]
 CAP = 256 * 1024
 RUBRIC = load_rubric("pdsqi9")
 
 
 @pytest.fixture(autouse=True)
 def _provider_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "not-a-real-key")  # litellm refuses to send without
+    # litellm refuses to send without credentials; none of these reaches a real provider.
+    for name in ("ANTHROPIC_API_KEY", "MISTRAL_API_KEY", "OPENROUTER_API_KEY",
+                 "HUGGINGFACE_API_KEY", "DATABRICKS_API_KEY", "AWS_SECRET_ACCESS_KEY"):  # fmt: skip
+        monkeypatch.setenv(name, "not-a-real-key")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY")
+    monkeypatch.setenv("AWS_REGION_NAME", "us-east-1")
 
 
 def _call(base_url: str, route: tuple[str, str], **settings: object) -> ProviderFault:
@@ -74,6 +89,40 @@ def test_redirect_is_refused_and_the_other_origin_gets_nothing(client: tuple[str
     assert "redirect refused" in fault.reason and "307" in fault.reason
     assert target in fault.reason
     assert not fault.retryable
+
+
+@pytest.mark.parametrize("model", HANDLER_ROUTES)
+def test_every_guarded_litellm_route_refuses_redirects(model: str) -> None:
+    with FakeOpenAIServer() as elsewhere:
+        target = elsewhere.base_url + "/chat/completions"
+        with HostileServer("redirect", location=target) as hostile:
+            fault = _call(hostile.base_url, (model, "auto"))
+        assert elsewhere.request_count == 0
+    assert "redirect refused" in fault.reason and target in fault.reason
+    assert not fault.retryable
+
+
+def test_a_litellm_route_that_cannot_be_guarded_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    from clinjudge.judges.clients._litellm_client import GUARDED_HANDLER_PROVIDERS
+
+    assert "watsonx" not in GUARDED_HANDLER_PROVIDERS
+    model = ModelSettings(model="litellm/watsonx/ibm/granite-13b", base_url="http://127.0.0.1:9")
+    built = build_client(model, RUBRIC)
+
+    async def go() -> None:
+        with caplog.at_level("WARNING", logger="clinjudge"):
+            try:
+                await built.create([UserMessage(content="hi", source="user")])
+            except Exception:  # noqa: BLE001 - nothing listens there; the warning is the point
+                pass
+            finally:
+                await built.close()
+
+    asyncio.run(go())
+    assert any(
+        "watsonx" in r.getMessage() and "cannot refuse redirects" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 @pytest.mark.parametrize("client", CLIENTS, ids=IDS)

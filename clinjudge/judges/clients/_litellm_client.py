@@ -7,6 +7,7 @@ the judges and the PRM tool need); litellm is imported lazily because its import
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,9 +26,26 @@ from clinjudge.judges.clients._http_guard import (
 )
 
 # Providers litellm serves through its own httpx handler, which takes our client (no redirects,
-# capped bodies). OpenAI-compatible providers go through the openai SDK, given a guarded
-# client below; any other provider keeps litellm's default client.
-_HTTP_HANDLER_PROVIDERS = {"anthropic", "gemini", "vertex_ai", "cohere", "cohere_chat"}
+# capped bodies); each is checked against a redirecting server in tests/survival/test_hostile.py.
+# OpenAI-compatible providers go through the openai SDK, given a guarded client below; any other
+# provider keeps litellm's default client, which follows redirects, and a warning says so.
+GUARDED_HANDLER_PROVIDERS = frozenset(
+    {
+        "anthropic",
+        "bedrock",
+        "cohere",
+        "cohere_chat",
+        "databricks",
+        "gemini",
+        "huggingface",
+        "mistral",
+        "ollama",
+        "ollama_chat",
+        "openrouter",
+        "vertex_ai",
+    }
+)
+log = logging.getLogger(__name__)
 
 
 class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
@@ -84,7 +102,8 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         if provider == "openai" or provider in litellm.openai_compatible_providers:
             base = self._kwargs.get("api_base") or api_base
             if base is None and provider != "openai":
-                return None  # litellm knows the address; do not guess it
+                _unguarded(self._model, provider)  # litellm knows the address; do not guess it
+                return None
             return openai.AsyncOpenAI(
                 api_key=self._kwargs.get("api_key") or dynamic_key or "not-needed",
                 base_url=base,
@@ -94,7 +113,7 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
                     timeout=timeout, **guarded_httpx_args(self._max_reply_bytes)
                 ),
             )
-        if provider in _HTTP_HANDLER_PROVIDERS:
+        if provider in GUARDED_HANDLER_PROVIDERS:
             handler = AsyncHTTPHandler(
                 timeout=timeout,
                 event_hooks={"response": [httpx_response_guard(self._max_reply_bytes)]},
@@ -103,6 +122,7 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
             # Only encodings the guard decodes with a bound on the output.
             handler.client.headers["Accept-Encoding"] = "gzip, deflate"
             return handler
+        _unguarded(self._model, provider)
         return None
 
     async def _complete(
@@ -133,6 +153,16 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         client, self._client, self._client_loop = self._client, None, None
         if client is not None:
             await _close(client)
+
+
+def _unguarded(model: str, provider: str) -> None:
+    """Say that litellm's own client stays in use for this route (it follows redirects)."""
+    log.warning(
+        "model %s: litellm's %s route keeps its own HTTP client, so clinjudge cannot refuse "
+        "redirects or cap reply bodies (max_reply_bytes) for it",
+        model,
+        provider,
+    )
 
 
 async def _close(client: Any) -> None:
