@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clinjudge.inputs import AuditItems, load_audit_items, parse_flag_rule
-from clinjudge.judges import draw_shots
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import resolve_run_personas
 from clinjudge.orchestration._session import PreparedRun, apply_shard, load_shot_pool
@@ -35,7 +34,7 @@ def prepare_audit(
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
         for item in audit_items.items:
-            draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
+            config.shots_for(shots, item.id, 1)
     prepared = PreparedRun(config, rubric, audit_items.items, shots, personas=personas)
     # All vendors of one encounter land in the same shard, so each shard holds whole pairs.
     return apply_shard(prepared, lambda item: item.meta["encounter_id"]), audit_items

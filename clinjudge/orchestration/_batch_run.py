@@ -26,7 +26,6 @@ from clinjudge.judges import (
     ModelConfigError,
     ProviderFault,
     SampleVerdict,
-    draw_shots,
 )
 from clinjudge.judges.clients import (
     BatchClient,
@@ -268,13 +267,7 @@ class BatchRun:
             where = (unit.item.id, unit.sample)
             if where in open_samples:
                 continue
-            shots = draw_shots(
-                self.prepared.shots,
-                config.shots,
-                seed=config.seed,
-                item_id=unit.item.id,
-                sample=unit.sample,
-            )
+            shots = config.shots_for(self.prepared.shots, unit.item.id, unit.sample)
             turns = first_turns(
                 unit.item, self.prepared.rubric, shots, explanations=config.explanations
             )

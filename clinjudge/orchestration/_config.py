@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -9,8 +10,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from clinjudge.errors import UserError, validation_problems
-from clinjudge.judges import DocLensSettings, ModelSettings, registered_modes
+from clinjudge.judges import DocLensSettings, ModelSettings, draw_shots, registered_modes
 from clinjudge.prm_bridge import PRMRunSettings
+from clinjudge.rubrics import Shot
 from clinjudge.runs import default_db
 
 Mode = str
@@ -123,6 +125,16 @@ class RunConfig(BaseModel):
         if self.shots and not self.shot_pool:
             raise ValueError("shots > 0 needs a shot_pool file")
         return self
+
+    def shots_for(self, pool: Sequence[Shot], item_id: str, sample: int) -> list[Shot]:
+        """The examples one sample of an item is shown: ``shots`` of them, drawn with ``seed``.
+
+        Args:
+            pool: The run's shot pool.
+            item_id: The item.
+            sample: The sample number (1-based).
+        """
+        return draw_shots(pool, self.shots, seed=self.seed, item_id=item_id, sample=sample)
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

@@ -34,7 +34,6 @@ from clinjudge.judges import (
     ModelConfigError,
     SampleVerdict,
     count_message_tokens,
-    draw_shots,
     price_per_token,
 )
 from clinjudge.judges.workflows import JUDGE_AGENT, workflow_for
@@ -178,13 +177,7 @@ class SampleRunner:
         per_token = price_per_token(settings) if settings is not None else None
         if settings is None or per_token is None:
             return None
-        shots = draw_shots(
-            self.shot_pool,
-            self.config.shots,
-            seed=self.config.seed,
-            item_id=unit.item.id,
-            sample=unit.sample,
-        )
+        shots = self.config.shots_for(self.shot_pool, unit.item.id, unit.sample)
         turns = render_messages(
             unit.item, self.rubric, shots, explanations=self.config.explanations
         )
@@ -219,13 +212,7 @@ class SampleRunner:
         return self.tally.requests / elapsed * 60.0
 
     async def _judge(self, unit: WorkUnit) -> None:
-        shots = draw_shots(
-            self.shot_pool,
-            self.config.shots,
-            seed=self.config.seed,
-            item_id=unit.item.id,
-            sample=unit.sample,
-        )
+        shots = self.config.shots_for(self.shot_pool, unit.item.id, unit.sample)
         ctx = SampleContext(
             self.run_id, unit.item, unit.sample, self.config, self.rubric, self.models, shots
         )

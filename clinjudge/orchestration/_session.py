@@ -30,7 +30,6 @@ from clinjudge.judges import (
     ModelSettings,
     count_message_tokens,
     count_tokens,
-    draw_shots,
     price_per_token,
 )
 from clinjudge.judges.doclens import doclens_estimate_prompts
@@ -229,7 +228,7 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
         for item in items:
-            draw_shots(shots, config.shots, seed=config.seed, item_id=item.id, sample=1)
+            config.shots_for(shots, item.id, 1)
     return apply_shard(PreparedRun(config, rubric, items, shots, personas=personas))
 
 
@@ -588,9 +587,7 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
                     for turns in doclens_estimate_prompts(item, config, prepared.personas)
                 ]
             else:
-                shots = draw_shots(
-                    prepared.shots, config.shots, seed=config.seed, item_id=item.id, sample=sample
-                )
+                shots = config.shots_for(prepared.shots, item.id, sample)
                 turns = render_messages(
                     item, prepared.rubric, shots, explanations=config.explanations
                 )

@@ -241,6 +241,16 @@ def _entries(text: str) -> list[dict[Any, Any]]:
     return []
 
 
+def _verdict_entries(text: str | None) -> list[dict[Any, Any]]:
+    """The entries of the verdict list in a reply; an error when there is none."""
+    if text is None or not text.strip():
+        raise DocLensParseError("empty reply")
+    entries = _entries(text)
+    if not entries:
+        raise DocLensParseError("no JSON list of verdicts found in the reply")
+    return entries
+
+
 def parse_entailments(text: str | None, claims: list[str]) -> list[Entailment | None]:
     """Verdicts for a batch of claims; None where the reply gives no valid verdict for a claim.
 
@@ -254,11 +264,7 @@ def parse_entailments(text: str | None, claims: list[str]) -> list[Entailment | 
     Raises:
         DocLensParseError: The reply holds no list of verdicts at all.
     """
-    if text is None or not text.strip():
-        raise DocLensParseError("empty reply")
-    entries = _entries(text)
-    if not entries:
-        raise DocLensParseError("no JSON list of verdicts found in the reply")
+    entries = _verdict_entries(text)
     result: list[Entailment | None] = [None] * len(claims)
     by_text = {_norm(c): i for i, c in enumerate(claims)}
     positional = len(entries) == len(claims)
@@ -338,11 +344,7 @@ def parse_keyed(text: str | None, ids: list[str]) -> dict[str, Entailment]:
     Raises:
         DocLensParseError: The reply holds no list of verdicts at all.
     """
-    if text is None or not text.strip():
-        raise DocLensParseError("empty reply")
-    entries = _entries(text)
-    if not entries:
-        raise DocLensParseError("no JSON list of verdicts found in the reply")
+    entries = _verdict_entries(text)
     wanted = set(ids)
     found: dict[str, Entailment] = {}
     for raw in entries:

@@ -307,14 +307,7 @@ def _member_verdicts(
             except JudgmentParseError as exc:
                 problem = str(exc)
                 continue
-            verdict = SampleVerdict(
-                "ok",
-                values=parsed.values,
-                rationales=parsed.rationales,
-                rationale=parsed.rationale,
-                transcript=[ChatTurn("assistant", text)],
-                coerced=parsed.coerced,
-            )
+            verdict = SampleVerdict.judged(parsed, [ChatTurn("assistant", text)])
             break
         if verdict is None and persona.name in blind and blind[persona.name].status == "ok":
             verdict = blind[persona.name]
@@ -351,14 +344,7 @@ def _final_verdict(ctx: WorkflowContext, discussion: _Discussion) -> SampleVerdi
         parsed = parse_judgment(text, ctx.rubric)
     except JudgmentParseError as exc:
         return SampleVerdict("failed", error=f"invalid final answer: {exc}"[:500], raw_text=text)
-    return SampleVerdict(
-        "ok",
-        values=parsed.values,
-        rationales=parsed.rationales,
-        rationale=parsed.rationale,
-        transcript=[ChatTurn("assistant", text)],
-        coerced=parsed.coerced,
-    )
+    return SampleVerdict.judged(parsed, [ChatTurn("assistant", text)])
 
 
 def _simulated_orchestrator(ctx: WorkflowContext) -> bool:
