@@ -10,6 +10,7 @@ import pytest
 
 from tests.cli._helpers import invoke, query, scalar
 from tests.prm_bridge._tiny import save_exact_medprm
+from tests.requirements import require_module
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +162,7 @@ def test_bad_input_names_line_and_field_and_writes_nothing(exact, tmp_path, db_p
 
 
 def test_bad_preset_and_missing_model(tmp_path):
+    require_module("transformers")  # without it the missing extra is reported first
     data = _write(tmp_path / "in.jsonl", ROWS[:1])
     bad = invoke("prm", "score", "--model", "x", "--input", str(data), "--preset", "nope")
     assert bad.exit_code == 2 and "unknown PRM preset 'nope'" in bad.stderr

@@ -14,8 +14,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from clinjudge.prm_bridge import (
     Chain,
@@ -25,7 +23,14 @@ from clinjudge.prm_bridge import (
     chain_from_text,
     make_format,
 )
-from tests.prm_bridge._tiny import RESERVED, isolate_positions, save_tiny, set_kind_logits
+from tests.prm_bridge._tiny import (
+    RESERVED,
+    isolate_positions,
+    save_tiny,
+    set_kind_logits,
+    torch,
+    transformers,
+)
 
 # Facts of Med-PRM's scoring script: its two PRM system prompts (the RAG one ends in a space).
 RAG_PROMPT = (
@@ -62,8 +67,8 @@ def medprm_reference(
     path: Path, question: str, solution: str, docs: list[str], rag: bool, budget: int = 3072
 ) -> list[float]:
     """P(+) per tag, as Med-PRM's scoring script computes it."""
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
     kept, used = [], 0
     for doc in docs:  # whole documents while they fit, one extra token each
         cost = len(tok(doc, add_special_tokens=False)["input_ids"]) + 1
@@ -179,8 +184,8 @@ def clinic_note_score(probabilities: list[float]) -> float:
 
 def clinic_reference(path: Path, text: str) -> list[float]:
     """Full-vocabulary P(+) at the token before every placeholder, as PRM-Clinic reads it."""
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
     ids = tok(text, return_tensors="pt", add_special_tokens=True)["input_ids"]
     placeholder = tok.convert_tokens_to_ids(RESERVED[5])
     plus = tok.convert_tokens_to_ids(RESERVED[6])

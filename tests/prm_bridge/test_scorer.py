@@ -6,8 +6,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoTokenizer
 
 from clinjudge.prm_bridge import Chain, PRMInputError, Step, TransformersPRM, make_format
 from clinjudge.prm_bridge._render import encode
@@ -16,10 +14,11 @@ from tests.prm_bridge._tiny import (
     save_exact_medprm,
     save_tiny,
     set_kind_logits,
+    torch,
+    transformers,
 )
 
 EPS = 1e-6
-TOKENIZER = AutoTokenizer.from_pretrained  # LlamaConfig's default rms_norm_eps
 
 
 def _chain(texts: list[str], cid: str = "q1", cand: str = "a", **kw) -> Chain:
@@ -110,7 +109,8 @@ def test_scores_equal_a_plain_forward_pass(medprm_random):
 
 def test_truncation_warns_and_never_silently(medprm_random):
     chain = _chain([f"step {i} " + "word " * 5 for i in range(6)], question="context " * 40)
-    full = len(encode(make_format("medprm"), TOKENIZER(medprm_random), chain).input_ids)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(medprm_random)
+    full = len(encode(make_format("medprm"), tokenizer, chain).input_ids)
     steps_fmt = make_format("medprm", {"max_length": full - 20, "truncation": "steps"})
     scorer = TransformersPRM(str(medprm_random), steps_fmt, device="cpu")
     [result] = scorer.score([chain])

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.requirements import optional_module
+from tests.requirements import optional_module, require_module
 
 torch = optional_module("torch")
 transformers = optional_module("transformers")
@@ -53,24 +53,30 @@ def tokenizer() -> Any:
     return transformers.BertTokenizer(vocab=vocab)
 
 
-class MarkerModel(torch.nn.Module):
-    """Entailment (label 1) exactly when the marker token occurs in the input."""
+def marker_model(marker: int) -> Any:
+    """A model whose class derives from torch's Module, defined only once torch is needed."""
 
-    def __init__(self, marker: int):
-        super().__init__()
-        self.marker = marker
-        self.rows_seen = 0
+    class MarkerModel(torch.nn.Module):
+        """Entailment (label 1) exactly when the marker token occurs in the input."""
 
-    def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
-        self.rows_seen += input_ids.shape[0]
-        present = (input_ids == self.marker).any(dim=1).float()
-        logits = torch.stack([-5 * present + 5 * (1 - present), 5 * present - 5 * (1 - present)])
-        return SimpleNamespace(logits=logits.T)
+        def __init__(self, marker: int):
+            super().__init__()
+            self.marker = marker
+            self.rows_seen = 0
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
+            self.rows_seen += input_ids.shape[0]
+            present = (input_ids == self.marker).any(dim=1).float()
+            absent = 1 - present
+            logits = torch.stack([-5 * present + 5 * absent, 5 * present - 5 * absent])
+            return SimpleNamespace(logits=logits.T)
+
+    return MarkerModel(marker)
 
 
-def marker_nli(**kw: Any) -> tuple[NLIModel, MarkerModel]:
+def marker_nli(**kw: Any) -> tuple[NLIModel, Any]:
     tok = tokenizer()
-    model = MarkerModel(tok.convert_tokens_to_ids("fever"))
+    model = marker_model(tok.convert_tokens_to_ids("fever"))
     return NLIModel(model, tok, entailment=1, device="cpu", max_length=24, **kw), model
 
 
@@ -181,6 +187,8 @@ def test_doclens_run_with_nli_model(always_entails: Path, tmp_path: Path) -> Non
 
 def test_bad_nli_model_is_a_config_error(tmp_path: Path) -> None:
     from clinjudge.orchestration import ConfigError, check_doclens_config
+
+    require_module("transformers")  # without it the missing extra is reported first
 
     missing = RunConfig(doclens=DocLensSettings(nli_model=str(tmp_path / "nope")))
     with pytest.raises(ConfigError, match="doclens.nli_model: cannot load"):
