@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.requirements import optional_module, require_judge_script, require_module
@@ -26,3 +31,35 @@ def test_missing_requirements_fail_under_ci(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_present_module_is_the_real_module() -> None:
     assert optional_module("json").dumps([1]) == "[1]"
+
+
+_WITHOUT_PRM_EXTRA = """
+import sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "tokenizers"):
+            raise ImportError(f"blocked {name}")
+        return None
+
+sys.meta_path.insert(0, Block())
+import pytest
+sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests"]))
+"""
+
+
+def test_every_module_collects_without_the_prm_extra() -> None:
+    """Without torch/transformers, tests that need them skip one by one: no module fails to
+    import or skips whole at collection."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_PRM_EXTRA],
+        cwd=Path(__file__).parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "error" not in out.stdout.splitlines()[-1].lower()
