@@ -193,10 +193,9 @@ def _scorer(opts: _Options, fmt: Any):
             batch_tokens=opts.batch_tokens,
             max_length=opts.max_length,
         )
-    except PRMDependencyError as exc:
-        fail(str(exc), EXIT_FAILURE)
-    except PRMModelError as exc:
-        fail(str(exc), EXIT_FAILURE)
+    except (PRMDependencyError, PRMModelError) as exc:
+        # A model that cannot be loaded is configuration, as for `judge run --prm`: exit 2.
+        fail(str(exc), EXIT_USAGE)
 
 
 def _score(opts: _Options, *, need_labels: bool = False):

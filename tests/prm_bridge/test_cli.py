@@ -171,7 +171,7 @@ def test_bad_preset_and_missing_model(tmp_path):
     missing = invoke(
         "prm", "score", "--model", str(tmp_path / "nowhere"), "--input", str(data), "--no-store"
     )
-    assert missing.exit_code == 1 and "cannot load the tokenizer" in " ".join(
+    assert missing.exit_code == 2 and "cannot load the tokenizer" in " ".join(
         missing.stderr.split()
     )
 
