@@ -28,7 +28,9 @@ from clinjudge.orchestration import (
     run_config_from,
 )
 from clinjudge.reports import write_audit_report
-from clinjudge.runs import RunStore, default_db, run_counts
+from clinjudge.rubrics import load_rubric
+from clinjudge.runs import ImportSummary, RunStore, default_db, run_counts
+from clinjudge.runs import import_ratings as store_ratings
 
 __all__ = [
     "AgreementResult",
@@ -40,6 +42,8 @@ __all__ = [
     "compare",
     "evaluate",
     "evaluate_async",
+    "ImportSummary",
+    "import_ratings",
     "load_run",
     "resume",
     "resume_async",
@@ -204,6 +208,22 @@ def load_run(run_id: str, *, db: str | Path | None = None) -> Run:
     with RunStore(path, read_only=True) as store:
         info = store.get_run(run_id)
     return Run(info["run_id"], path, info)
+
+
+def import_ratings(
+    path: str | Path, *, rubric: str = "pdsqi9", db: str | Path | None = None
+) -> ImportSummary:
+    """Validate physicians' ratings against a rubric and store them; a file with any problem
+    is rejected whole (nothing written). Re-importing replaces a rater's earlier scores.
+
+    Args:
+        path: JSONL, CSV or Parquet with item_id, rater_id, attribute, score.
+        rubric: Built-in rubric name or rubric file.
+        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
+    """
+    chosen = load_rubric(rubric)
+    with RunStore(_db(db)) as store:
+        return store_ratings(store, path, chosen)
 
 
 def _result(store: RunStore, run_id: str, agent: str) -> RunResult:

@@ -10,8 +10,7 @@ from rich.table import Table
 
 from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail, open_store, stdout
 from clinjudge.inputs import InputError
-from clinjudge.rubrics import load_rubric
-from clinjudge.runs import DEFAULT_DB, import_ratings, ratings_overview
+from clinjudge.runs import DEFAULT_DB, ratings_overview
 
 ratings_app = typer.Typer(help="Import and list physicians' ratings.", no_args_is_help=True)
 
@@ -29,12 +28,12 @@ def import_command(
     db: StoreDbOption = str(DEFAULT_DB),
 ) -> None:
     """Validate ratings against the rubric and store them (re-importing replaces them)."""
-    chosen = load_rubric(rubric)
-    with open_store(db) as store:
-        try:
-            summary = import_ratings(store, file, chosen)
-        except InputError as exc:
-            fail(f"{file}: ratings not imported, nothing was written\n{exc}", EXIT_USAGE)
+    from clinjudge import import_ratings
+
+    try:
+        summary = import_ratings(file, rubric=rubric, db=db)
+    except InputError as exc:
+        fail(f"{file}: ratings not imported, nothing was written\n{exc}", EXIT_USAGE)
     console.print(
         f"imported {summary.rows} rating(s) of {summary.items} item(s) by {summary.raters} "
         f"rater(s) ({summary.rubric}): {summary.new} new, {summary.changed} changed, "
