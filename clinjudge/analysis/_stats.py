@@ -763,7 +763,10 @@ def _icc_judge_job(h: np.ndarray, j: np.ndarray, form: str) -> BootstrapJob:
             n, k, total_sw, row2_sw, col2[:, None] - cols**2 + (col_j**2)[:, None], sq_sw, form
         )  # (B, k)
         added_b = _icc_from_sums(n, k + 1, total_add, row2_add, col2 + col_j**2, sq_add, form)
-        return swapped_b - base_b[:, None], added_b - base_b
+        # A resample with no variance has an undefined ICC (inf or nan); its difference is nan
+        # and left out downstream, so numpy need not warn about it.
+        with np.errstate(invalid="ignore"):
+            return swapped_b - base_b[:, None], added_b - base_b
 
     return BootstrapJob(per_unit, finish)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -531,3 +532,17 @@ def test_fleiss_bootstraps_match_explicitly_resampled_matrices() -> None:
     boot = np.array([fleiss_kappa(m) - fleiss_kappa(m[:, :-1]) for m in both])
     added = added_rater_bootstrap(humans, judge, n_boot=150, seed=3, form="fleiss_kappa")
     assert added["ci95"] == pytest.approx(list(np.percentile(boot, [2.5, 97.5])), abs=1e-10)
+
+
+def test_bootstraps_of_tiny_samples_do_not_warn() -> None:
+    """Units with the same mean score but different patterns: a resample drawing only those has
+    no between-unit variance and an ICC of -inf for humans and judge alike. Such resamples are
+    left out of the interval without numpy printing RuntimeWarnings at the user."""
+    humans = np.array([[4.0, 5.0, 3.0], [5.0, 3.0, 4.0], [3.0, 4.0, 5.0], [2.0, 3.0, 4.0]])
+    judge = np.array([4.0, 4.0, 4.0, 3.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        swaps = substitution_bootstrap(humans, judge, ["a", "b", "c"], n_boot=200, seed=1)
+        added = added_rater_bootstrap(humans, judge, n_boot=200, seed=1)
+    assert len(swaps) == 3 and all(np.isfinite(s["delta_icc"]) for s in swaps)
+    assert np.isfinite(added["delta_icc"])
