@@ -15,6 +15,20 @@ from typing import Any
 
 import pytest
 
+WITHOUT_PRM_EXTRA = """
+import sys
+
+class _BlockPrmExtra:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "tokenizers"):
+            raise ImportError(f"blocked {name}")
+        return None
+
+sys.meta_path.insert(0, _BlockPrmExtra())
+"""
+"""Python source that makes torch, transformers and tokenizers unimportable, as on a machine
+without the ``prm`` extra; run it first in a subprocess (``python -c``)."""
+
 
 def in_ci() -> bool:
     """Whether the tests run under CI (``CI=true``), where nothing may be skipped."""

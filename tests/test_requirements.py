@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.requirements import optional_module, require_judge_script, require_module
+from tests.requirements import (
+    WITHOUT_PRM_EXTRA,
+    optional_module,
+    require_judge_script,
+    require_module,
+)
 
 
 def test_missing_module_skips_only_where_used_outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,19 +38,13 @@ def test_present_module_is_the_real_module() -> None:
     assert optional_module("json").dumps([1]) == "[1]"
 
 
-_WITHOUT_PRM_EXTRA = """
-import sys
-
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "transformers", "tokenizers"):
-            raise ImportError(f"blocked {name}")
-        return None
-
-sys.meta_path.insert(0, Block())
+_COLLECT_WITHOUT_PRM_EXTRA = (
+    WITHOUT_PRM_EXTRA
+    + """
 import pytest
 sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests"]))
 """
+)
 
 
 def test_every_module_collects_without_the_prm_extra() -> None:
@@ -53,7 +52,7 @@ def test_every_module_collects_without_the_prm_extra() -> None:
     import or skips whole at collection."""
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     out = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_PRM_EXTRA],
+        [sys.executable, "-c", _COLLECT_WITHOUT_PRM_EXTRA],
         cwd=Path(__file__).parent.parent,
         env=env,
         capture_output=True,

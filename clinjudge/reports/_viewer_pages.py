@@ -400,7 +400,7 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
     return {
         "summary": totals,
         "distributions": distribution_charts(
-            rubric, score_distributions(store, rid, rubric, final_counts=totals["final_counts"])
+            score_distributions(store, rid, rubric, final_counts=totals["final_counts"])
         )
         if rubric
         else [],

@@ -33,20 +33,17 @@ def _histogram(values: list[tuple[float, int]], lo: float, hi: float, integer: b
     return [(f"{lo + i * width:.1f}", n) for i, n in enumerate(bins)]
 
 
-def distribution_charts(
-    rubric: Rubric, distributions: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def distribution_charts(distributions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Histogram bins of each attribute's final scores, for the run page.
 
     Args:
-        rubric: The run's rubric (scales).
-        distributions: From :func:`clinjudge.analysis.score_distributions`, in rubric order.
+        distributions: From :func:`clinjudge.analysis.score_distributions`.
     """
     out = []
-    for attribute, d in zip(rubric.attributes, distributions, strict=True):
+    for d in distributions:
         numbers = list(d["counts"].items())
-        proportion = attribute.scale.value == "proportion"
-        lo, hi = (0.0, 1.0) if proportion else (float(attribute.min), float(attribute.max))
+        proportion = d["scale"] == "proportion"
+        lo, hi = (0.0, 1.0) if proportion else (float(d["min"]), float(d["max"]))
         # Medians of an even number of samples can be x.5; such values get their own bins.
         integer = not proportion and all(float(v).is_integer() for v, _ in numbers)
         if not integer and not proportion:

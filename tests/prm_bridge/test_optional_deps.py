@@ -5,16 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-SCRIPT = """
-import sys
+from tests.requirements import WITHOUT_PRM_EXTRA
 
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "transformers"):
-            raise ImportError(f"blocked {name}")
-        return None
-
-sys.meta_path.insert(0, Block())
+SCRIPT = (
+    WITHOUT_PRM_EXTRA
+    + """
 import clinjudge, clinjudge.prm_bridge as prm
 from clinjudge.cli import app
 assert "torch" not in sys.modules
@@ -23,6 +18,7 @@ try:
 except prm.PRMDependencyError as exc:
     print("HINT", exc)
 """
+)
 
 
 def test_import_without_torch_and_clear_install_hint():

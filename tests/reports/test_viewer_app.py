@@ -396,7 +396,7 @@ def test_run_page_histograms_hold_every_final_score(viewer_store: ViewerStore) -
     with RunStore(s.db, read_only=True) as store:
         _, rubric = run_and_rubric(store, s.single)
         assert rubric is not None
-        charts = distribution_charts(rubric, score_distributions(store, s.single, rubric))
+        charts = distribution_charts(score_distributions(store, s.single, rubric))
     assert [c["key"] for c in charts] == list(rubric.keys)
     for chart, attribute in zip(charts, rubric.attributes, strict=True):
         values = [
