@@ -9,6 +9,7 @@ import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
+from clinjudge._util.secrets import redact_secrets
 from clinjudge.errors import UserError
 from clinjudge.runs import DB_ENV, RunStore, StoreError, default_db
 
@@ -48,7 +49,7 @@ stdout = _StdoutConsole()
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     """Print an error to stderr and exit with ``code``."""
     # soft_wrap: one line per problem, whatever the terminal width (easy to grep in logs).
-    console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(redact_secrets(message))}", soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -15,6 +15,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from clinjudge._util.secrets import redact_secrets
+
 log = logging.getLogger("clinjudge.thirdparty")
 
 # Loggers of libraries the runner calls; they log provider faults we already record per call.
@@ -106,7 +108,15 @@ class _LibraryWarnings(logging.Handler):
 
         from clinjudge.cli._common import console
 
-        console.print(f"[yellow]{escape(record.getMessage())}[/]", soft_wrap=True)
+        console.print(f"[yellow]{escape(redact_secrets(record.getMessage()))}[/]", soft_wrap=True)
+
+
+class _RedactSecrets(logging.Filter):
+    """Debug lines can quote a provider's error, and so the key or URL it was sent."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact_secrets(record.getMessage()), None
+        return True
 
 
 def configure_verbose(verbose: bool) -> None:
@@ -127,6 +137,7 @@ def configure_verbose(verbose: bool) -> None:
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_RedactSecrets())
     root = logging.getLogger("clinjudge")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)

@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from clinjudge._util.offline import connect_duckdb
+from clinjudge._util.secrets import redact_secrets
 from clinjudge._util.timestamps import now
 from clinjudge.errors import UserError
 
@@ -472,5 +473,10 @@ class RunStore:
             self.con.execute(
                 "UPDATE runs SET status = ?, updated_at = ?, finished_at = ?, status_reason = ? "
                 "WHERE run_id = ?",
-                [status, stamp, stamp if finished else None, reason, run_id],
+                [status, stamp, stamp if finished else None, _clean(reason), run_id],
             )
+
+
+def _clean(reason: str | None) -> str | None:
+    # A reason can quote a provider's error, which can quote the key or URL it was sent.
+    return redact_secrets(reason) if reason else reason

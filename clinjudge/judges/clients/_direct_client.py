@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,7 +55,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
     ):
         super().__init__(model_info)
         self._model = model
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._url = _endpoint(base_url, "chat/completions")
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -136,3 +137,11 @@ def _to_result(data: Any) -> CreateResult:
         return openai_result(data)
     except ValueError as exc:
         raise ProviderFault(str(exc), retryable=True) from None
+
+
+def _endpoint(base_url: str, path: str) -> str:
+    """``path`` under ``base_url``, keeping the base's query string (``?api-key=...``, an API
+    version) at the end where the server looks for it."""
+    parts = urllib.parse.urlsplit(base_url)
+    joined = parts.path.rstrip("/") + "/" + path
+    return urllib.parse.urlunsplit(parts._replace(path=joined))

@@ -10,85 +10,33 @@ import asyncio
 import email.utils
 import json
 import math
-import os
-import re
 import time
-import urllib.parse
 from typing import Any
 
 import httpx
 import openai
 
+from clinjudge._util.secrets import (
+    REDACTED,
+    redact_secrets,
+    redact_url,
+    remember_secret,
+    remember_url_secrets,
+    url_secrets,
+)
 from clinjudge.errors import ClinJudgeError
 
+__all__ = [
+    "REDACTED",
+    "ProviderFault",
+    "redact_secrets",
+    "redact_url",
+    "remember_secret",
+    "remember_url_secrets",
+    "url_secrets",
+]
+
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
-
-
-_KNOWN_SECRETS: set[str] = set()
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
-_SECRET_SHAPE = re.compile(
-    r"\bBearer\s+[A-Za-z0-9._~+/=-]{8,}|\b(?:sk|rk|pk|sess)-[A-Za-z0-9_-]{8,}", re.IGNORECASE
-)
-REDACTED = "[redacted]"
-
-
-def remember_secret(value: str | None) -> None:
-    """Register a credential in use, so that no fault reason can carry it."""
-    if value and len(value) >= 8:
-        _KNOWN_SECRETS.add(value)
-
-
-def redact_secrets(text: str) -> str:
-    """Remove credentials from text that may be stored or printed (a provider's error message
-    can quote the key it was sent): keys in use, secret-looking environment variables, and
-    anything shaped like a bearer token or an ``sk-`` key.
-
-    Args:
-        text: Text to clean.
-    """
-    secrets = set(_KNOWN_SECRETS)
-    secrets.update(
-        v for k, v in os.environ.items() if len(v) >= 8 and _SECRET_NAME.search(k) and v in text
-    )
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return _SECRET_SHAPE.sub(REDACTED, text)
-
-
-def redact_url(url: str) -> str:
-    """The URL without credentials: userinfo (``http://user:sk-...@host``) and query values
-    named like secrets (``?api-key=...``) become ``[redacted]``.
-
-    Args:
-        url: An endpoint address as given.
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return redact_secrets(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
-    query = parts.query
-    if query:
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-        query = urllib.parse.urlencode(
-            [
-                (k, REDACTED if _SECRET_NAME.search(k) or k.lower() == "key" else v)
-                for k, v in pairs
-            ],
-            safe="[]",
-        )
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def url_secrets(url: str) -> list[str]:
-    """Credentials carried in a URL (userinfo password or user), to keep out of messages."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return []
-    return [v for v in (parts.password, parts.username) if v]
 
 
 class ProviderFault(ClinJudgeError):

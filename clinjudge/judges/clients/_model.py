@@ -33,7 +33,7 @@ from clinjudge.judges.clients._faults import (
     ProviderFault,
     classify_fault,
     remember_secret,
-    url_secrets,
+    remember_url_secrets,
 )
 from clinjudge.judges.clients._http_guard import guarded_httpx_args
 from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
@@ -219,8 +219,7 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
             f"({settings.base_url}); put the key in an environment variable named by "
             "api_key_env and give base_url without it"
         )
-    for secret in url_secrets(settings.base_url or ""):
-        remember_secret(secret)
+    remember_url_secrets(settings.base_url)
     if provider in OPENAI_PROVIDERS:
         use_direct = settings.client == "direct" or (
             settings.client == "auto" and settings.base_url is not None

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from clinjudge.judges.clients._faults import REDACTED, redact_url
+from clinjudge._util.secrets import (
+    REDACTED,
+    redact_url,
+    remember_secret,
+    remember_url_secrets,
+)
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 
 OPENAI_PROVIDERS = {"openai"}
 AZURE_PROVIDERS = {"azure", "azure_openai"}
 MOCK_PROVIDERS = {"mock"}
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Price(BaseModel):
@@ -85,6 +93,26 @@ class ModelSettings(BaseModel):
                 "azure/<deployment>, anthropic/claude-sonnet-4-5 or mock/judge"
             )
         return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _remember_url_credentials(cls, value: str | None) -> str | None:
+        # A key in the URL (userinfo, ?api-key=, ?sig=) can come back quoted in a provider's
+        # error: known from here on, it is redacted from every reason and message written.
+        remember_url_secrets(value)
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _names_a_variable(cls, value: str | None) -> str | None:
+        if value is None or _ENV_NAME.fullmatch(value):
+            return value
+        # Most likely the key itself, pasted where its variable's name belongs: never echo it.
+        remember_secret(value)
+        raise ValueError(
+            "api_key_env must be the NAME of an environment variable (letters, digits and _, "
+            "e.g. OPENAI_API_KEY), not the key itself; the value given is not shown or stored"
+        )
 
     @field_serializer("base_url")
     def _no_credentials(self, value: str | None) -> str | None:
