@@ -54,7 +54,7 @@ ITEMS = [
 REPLIES = {
     "Cough for three days.": (1, []),  # one citation, none named
     "No fever.": (1, []),  # entailed, two citations, none named
-    "No chest pain.": (1, [4]),  # judged on [4][0] (cap 2); [9] does not exist
+    "No chest pain.": (1, [4]),  # never asked: [9] does not exist
     "Sleeps well.": (1, [3]),  # borrows [3][3] from the next statement
     "Eats well.": (0, [3]),
 }
@@ -66,7 +66,7 @@ OFFICIAL_RECORDS = {
     "subjective": [
         {"citations": [0], "pred": 1, "provenance": []},
         {"citations": [1, 2], "pred": 1, "provenance": []},
-        {"citations": [4, 0, 9], "pred": 0, "provenance": []},
+        {"citations": list({4, 0, 9}), "pred": 0, "provenance": []},  # list(set(ref))
         {"citations": [3, 3], "pred": 1, "provenance": [3]},
         {"citations": [3], "pred": 0, "provenance": [3]},
     ],
@@ -154,12 +154,15 @@ def test_the_same_run_by_clinjudge_rules(official_run):
         report = doclens_report(store, run_id, "clinjudge")
     rows = {r["section"]: r for r in report["pooled"]}
     sub = rows["subjective"]
-    # entailed: cough, fever, chest pain, sleeps; counted: [0] (only citation), none of
-    # [1][2], [4] of [4][0], [3] of the borrowed [3]; eats well's [3] is not counted
-    assert (sub["statements_entailed"], sub["statements"]) == (4, 5)
-    assert (sub["citations_counted"], sub["citations"]) == (3, 7)
+    assert list({4, 0, 9})[:2] == [0, 9]
+    # entailed: cough, fever, sleeps; chest pain is judged (as officially) on the first two of
+    # list(set([4, 0, 9])), which name the unknown 9: not entailed, no call. Counted: [0]
+    # (only citation), none of [1][2], none of chest pain's two, [3] of the borrowed [3];
+    # eats well's [3] is not counted.
+    assert (sub["statements_entailed"], sub["statements"]) == (3, 5)
+    assert (sub["citations_counted"], sub["citations"]) == (2, 7)
     assert rows["plan"]["citation_precision"] is None
-    assert rows["total"]["citation_recall"] == pytest.approx(4 / 6)
+    assert rows["total"]["citation_recall"] == pytest.approx(3 / 6)
 
 
 def test_runs_show_and_export_take_the_setting(official_run, tmp_path):
@@ -176,7 +179,7 @@ def test_runs_show_and_export_take_the_setting(official_run, tmp_path):
     assert as_json["doclens"]["compat"] == "clinjudge"
     bad = invoke("runs", "show", run_id, "--db", str(db), "--doclens-compat", "loose")
     assert bad.exit_code == 2 and "compat" in bad.stderr
-    for compat, precision in (("official", 2 / 9), ("clinjudge", 3 / 7)):
+    for compat, precision in (("official", 2 / 9), ("clinjudge", 2 / 7)):
         out = tmp_path / f"{compat}.jsonl"
         result = invoke(
             "export", run_id, "--out", str(out), "--table", "doclens", "--db", str(db),
@@ -197,8 +200,10 @@ def test_stored_claims_keep_what_the_official_arithmetic_needs(official_run):
         [run_id],
     )
     stored = {text: (json.loads(c), json.loads(s), json.loads(o)) for text, c, s, o in rows}
-    assert stored["No chest pain."][0] == [4, 0]  # judged on the capped list
-    assert stored["No chest pain."][2] == {"citations": [4, 0, 9], "named": [4], "unknown": True}
+    # Judged on the official list's first two (no call: 9 is unknown); counted uncapped.
+    assert stored["No chest pain."][0] == list({4, 0, 9})[:2]
+    assert stored["No chest pain."][2]["citations"] == list({4, 0, 9})
+    assert stored["No chest pain."][2]["unknown"] is True
     assert stored["Sleeps well."][2]["citations"] == [3, 3]
     assert stored["Cough for three days."][1:] == (
         [0],
@@ -245,3 +250,79 @@ def test_official_nli_joins_the_other_citations_with_a_newline():
         asyncio.run(judge.statement(unit))
         assert premises[0] == "one two three"  # the joint premise is joined with a space
         assert f"one{glue}three" in premises
+
+
+# More than ten citations (the official cap): the official evaluator deduplicates with
+# list(set(ref)), checks that whole list for units out of range (then the sentence scores 0 and
+# the whole list is stored and counted), and otherwise judges and counts its first ten.
+MANY_TURNS = "\n".join(f"[patient] symptom number {n}" for n in range(14))
+MANY = Item(
+    id="many",
+    notes=[MANY_TURNS],
+    reference="Symptoms.",
+    summary=(
+        "Many symptoms"
+        + "".join(f"[{n}]" for n in (11, 3, 10, 0, 9, 1, 8, 2, 7, 13, 6, 5))
+        + ". Other symptoms"
+        + "".join(f"[{n}]" for n in (12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 99))
+        + ". Last symptom [4][4]."
+    ),
+    meta={"section": "subjective"},
+)
+MANY_NAMED = [0, 1, 2, 3, 10, 11, 12, 13]
+
+
+def _reference_record(sentence: str, prediction: int) -> dict:
+    """What eval_citation.py stores for a sentence with its own citations (14 units)."""
+    ref = [int(r[1:]) for r in re.findall(r"\[\d+", sentence)]
+    ref = list(set(ref))
+    if any(ref_id >= 14 for ref_id in ref):
+        return {"citations": ref, "pred": 0, "provenance": []}
+    return {"citations": ref[:10], "pred": prediction, "provenance": MANY_NAMED}
+
+
+def test_official_counts_over_ten_citations_as_the_official_evaluator(tmp_path):
+    sentences = [s + "." for s in MANY.summary.split(". ")]
+    sentences[-1] = sentences[-1].rstrip(".")
+    records = {"subjective": [_reference_record(s, 1) for s in sentences]}
+    assert len(records["subjective"][0]["citations"]) == 10  # the cap, in set order
+    assert records["subjective"][1]["pred"] == 0  # 99 is out of range: all 11 counted
+
+    def scripted(body: dict) -> str | None:
+        if "supporting" not in body["messages"][0]["content"]:
+            return None
+        named = [n for n in _shown(body) if n in MANY_NAMED]
+        return json.dumps({"explanation": "s", "supporting": named, "entailed": 1})
+
+    data = write_jsonl(tmp_path / "items.jsonl", [MANY])
+    db = tmp_path / "many.duckdb"
+    with FakeOpenAIServer(make_responder(broken=scripted)) as server:
+        result = invoke(
+            "run", "--rubric", "doclens", "--data", str(data), "--db", str(db),
+            "--model", "openai/local-judge", "--base-url", server.base_url,
+            "--doclens", "compat=official", "--no-progress",
+        )  # fmt: skip
+        shown = [
+            _shown(r)
+            for r in server.requests
+            if "<STATEMENT>\nMany symptoms.\n</STATEMENT>" in _user(r)
+        ]
+    assert result.exit_code == 0, result.stderr
+    # The judge saw the ten units the official evaluator would have sent.
+    assert shown and shown[0] == sorted(records["subjective"][0]["citations"])
+    expected = official_citation_scores(records)
+    with RunStore(db) as store:
+        report = doclens_report(store, result.stdout.strip())
+    got = {r["section"]: (r["citation_recall"], r["citation_precision"]) for r in report["pooled"]}
+    for section, values in expected.items():
+        assert got[section] == pytest.approx(values, abs=1e-12), section
+
+
+def _user(request: dict) -> str:
+    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+
+
+def _shown(request: dict) -> list[int]:
+    """The unit numbers listed in a citation request's source block."""
+    units = _user(request).split("</STATEMENT>")[-1]
+    return sorted(int(n) for n in re.findall(r"^\[(\d+)\]", units, re.MULTILINE))

@@ -9,7 +9,7 @@ closes whether it sits before the full stop (``exam [4].``) or after it (``lobes
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
 from clinjudge.judges.doclens._settings import DocLensSettings, SourceUnits, UncitedPolicy
@@ -44,9 +44,10 @@ class Statement:
         citations: Citations used for scoring (after the uncited policy and the cap).
         borrowed: True when the citations came from the next cited statement.
         every: Citation numbers as written, in order, repeats kept.
-        official: The citations the official DocLens evaluator counts: the statement's own,
-            deduplicated and uncapped, or else the next cited statement's as written (repeats
-            kept, never deduplicated).
+        official: The citations the official DocLens evaluator lists before its cap: the
+            statement's own deduplicated in its order (``list(set(...))`` of the numbers as
+            written), or else the next cited statement's as written (repeats kept). It checks
+            this whole list for unknown units; see :func:`official_counted`.
     """
 
     text: str
@@ -189,8 +190,44 @@ def split_statements(text: str) -> list[Statement]:
     return statements
 
 
+def official_order(statement: Statement, following: Statement | None) -> tuple[int, ...]:
+    """The official evaluator's citation list for a statement, before its cap.
+
+    Args:
+        statement: The statement.
+        following: The next statement with citations, if any (borrowed when it has none).
+    """
+    if statement.written:
+        # The official code deduplicates with list(set(ref)); with the numbers inserted in the
+        # order written, CPython's set gives the same order here as there.
+        return tuple(set(statement.every))
+    return following.every if following else ()
+
+
+def official_counted(
+    official: Sequence[int], known: Container[int], max_citations: int
+) -> tuple[list[int], bool]:
+    """The citations the official evaluator stores and counts, and whether any is unknown.
+
+    It checks the whole list for units out of range: then the statement scores 0 and the whole
+    list is counted; otherwise only the first ``max_citations`` are judged and counted.
+
+    Args:
+        official: :attr:`Statement.official`.
+        known: Numbers of the source units.
+        max_citations: The cap.
+    """
+    if any(c not in known for c in official):
+        return list(official), True
+    return list(official[:max_citations]), False
+
+
 def assign_citations(
-    statements: Sequence[Statement], uncited: UncitedPolicy, max_citations: int
+    statements: Sequence[Statement],
+    uncited: UncitedPolicy,
+    max_citations: int,
+    *,
+    official: bool = False,
 ) -> list[Statement]:
     """Apply the uncited policy and the per-statement cap.
 
@@ -198,14 +235,18 @@ def assign_citations(
         statements: Statements as split.
         uncited: ``borrow_next`` (DocLens) or ``zero`` (ALCE).
         max_citations: Citations kept per statement, in the order written.
+        official: Keep the official evaluator's choice of citations under the cap (its order
+            after deduplication) instead of the first ones written.
     """
     assigned: list[Statement] = []
     for position, statement in enumerate(statements):
         following = next((s for s in statements[position + 1 :] if s.written), None)
-        official = statement.written or (following.every if following else ())
+        listed = official_order(statement, following)
         cited, borrowed = statement.written, False
         if not cited and uncited == "borrow_next" and following is not None:
             cited, borrowed = following.written, True
+        if official and cited:
+            cited = tuple(dict.fromkeys(listed[:max_citations]))
         assigned.append(
             Statement(
                 statement.text,
@@ -214,7 +255,7 @@ def assign_citations(
                 tuple(cited[:max_citations]),
                 borrowed,
                 statement.every,
-                tuple(official),
+                listed,
             )
         )
     return assigned
@@ -222,7 +263,12 @@ def assign_citations(
 
 def output_statements(text: str, settings: DocLensSettings) -> list[Statement]:
     """Statements of an output with scoring citations, per the run's DocLens settings."""
-    return assign_citations(split_statements(text), settings.uncited, settings.max_citations)
+    return assign_citations(
+        split_statements(text),
+        settings.uncited,
+        settings.max_citations,
+        official=settings.compat == "official",
+    )
 
 
 def _marker_units(text: str) -> dict[int, str]:

@@ -11,6 +11,7 @@ from typing import Any
 from clinjudge.judges.doclens._citations import (
     NumberedSource,
     Statement,
+    official_counted,
     output_statements,
     remove_citations,
     source_units,
@@ -42,12 +43,13 @@ from clinjudge.judges.doclens._metrics import (
 from clinjudge.judges.workflows import SampleVerdict
 
 
-def statement_unit(position: int, statement: Statement, source: NumberedSource) -> Unit:
+def statement_unit(
+    position: int, statement: Statement, source: NumberedSource, max_citations: int
+) -> Unit:
     note = "citations borrowed from the next cited sentence" if statement.borrowed else None
     unit = Unit(CITATION, position, statement.text, statement.citations, note=note)
-    unit.official = statement.official
-    # The official evaluator checks the whole list, before its cap, for unknown units.
-    unit.official_unknown = any(c not in source.units for c in statement.official)
+    counted, unknown = official_counted(statement.official, source.units, max_citations)
+    unit.official, unit.official_unknown = tuple(counted), unknown
     if not statement.citations:
         unit.fixed = UnitVerdict(NOT_ENTAILED, "the sentence cites no source unit", 0.0)
         return unit
@@ -84,7 +86,9 @@ async def plan_sample(ctx: DocLensContext, extractor: LLMJudge) -> Plan:
     if settings.citations:
         source = source_units(item.notes, settings)
         statements = output_statements(item.summary, settings)
-        units += [statement_unit(i, s, source) for i, s in enumerate(statements)]
+        units += [
+            statement_unit(i, s, source, settings.max_citations) for i, s in enumerate(statements)
+        ]
     extraction = {
         "reference": (None if reference_claims is None else len(reference_claims), reference_error),
         "output": (None if output_claims is None else len(output_claims), output_error),

@@ -345,7 +345,7 @@ def doclens_estimate_prompts(
         if settings.citations:
             source = source_units(item.notes, settings)
             for position, statement in enumerate(output_statements(item.summary, settings)):
-                unit = statement_unit(position, statement, source)
+                unit = statement_unit(position, statement, source, settings.max_citations)
                 if unit.fixed is None:
                     judging.append(citation_messages(unit.text, unit.cited))
     if personas is None and config.mode != "single":
