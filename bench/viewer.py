@@ -6,8 +6,8 @@ Builds (once, cached under --work) a run store holding one single-judge PDSQI-9 
 assistant messages), about 1% failed samples and 0.5% flagged items. Rows are written in bulk by
 DuckDB itself (``INSERT ... SELECT FROM range(n)``), not through the runner.
 
-Then times, through the viewer's ASGI app (Starlette TestClient, one fresh read-only connection
-per page as in `judge view`): the run page on first view (the viewer's cache emptied, so the
+Then times, through the viewer's ASGI app (Starlette TestClient; pages read the viewer's private
+copy of the database, as in `judge view`): the run page on first view (the viewer's cache emptied, so the
 run's aggregates are computed afresh), then again and on a deep page of its item list (the
 aggregates are cached while the file is unchanged; only the item page is queried), and item
 pages (first, middle, last and random items). Each is compared with a bare DuckDB query of the
@@ -19,15 +19,25 @@ alternately, so both see the same load on a shared machine), and the ratio.
 
 Target (issue 12): the run page and any item page under 300 ms on this machine.
 
+With ``--export``: the static export (`judge view --export`) of a run of ``--items`` items
+(default 50,000), in one run of this script: the old way, every page rendered by the live
+viewer's page functions one at a time (about ten queries per item page), over ``--sample`` item
+pages spread across the run plus the runs page and the first run pages; then the export as it
+is (``export_site``: item pages from rows read 400 items at a time), of the whole run. Prints
+pages/s of each and the ratio, and checks that the sampled pages are byte-for-byte the same.
+
 Usage: python bench/viewer.py [--items 100000] [--samples 3] [--repeats 15] [--work DIR]
+       python bench/viewer.py --export [--items 50000] [--sample 2000] [--work DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -37,7 +47,8 @@ import duckdb
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clinjudge.reports import create_app  # noqa: E402
+from clinjudge.reports import Viewer, create_app, export_site  # noqa: E402
+from clinjudge.reports._viewer_links import ExportLinks, item_page_path, run_page_path  # noqa: E402
 from clinjudge.rubrics import load_rubric  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
 
@@ -197,13 +208,71 @@ def _bare_item_page(db: Path, item_id: str) -> None:
         con.close()
 
 
+def _per_page_export(db: Path, out: Path, items: list[str], run_pages: int) -> int:
+    """The export as it was: each page rendered by the live viewer's page function (one read of
+    the run, its rubric and its rows per page), written one by one. Returns pages written."""
+    viewer = Viewer(db, n_boot=20)
+    pages = 0
+
+    def write(here: str, html: str) -> None:
+        nonlocal pages
+        (out / here).parent.mkdir(parents=True, exist_ok=True)
+        (out / here).write_text(html, encoding="utf-8")
+        pages += 1
+
+    with viewer.session():
+        write("index.html", viewer.runs(ExportLinks("index.html"), per_page=1, only=[RUN_ID]))
+        for page in range(1, run_pages + 1):
+            here = run_page_path(RUN_ID, page)
+            write(here, viewer.run(ExportLinks(here), RUN_ID, page=page))
+        for item in items:
+            here = item_page_path(RUN_ID, item)
+            write(here, viewer.item(ExportLinks(here), RUN_ID, item))
+    return pages
+
+
+def export_bench(db: Path, n_items: int, sample: int, work: Path) -> None:
+    """Old per-page export (a sample of the pages) against `export_site` (all of them)."""
+    step = max(n_items // max(sample, 1), 1)
+    items = [f"item-{i:06d}" for i in range(0, n_items, step)][:sample]
+    run_pages = min(5, (n_items + 99) // 100)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        old_out, new_out = Path(tmp) / "old", Path(tmp) / "new"
+        start = time.perf_counter()
+        old_pages = _per_page_export(db, old_out, items, run_pages)
+        old_s = time.perf_counter() - start
+        old_rate = old_pages / old_s
+        print(f"old (per page):  {old_pages:>7,} pages in {old_s:7.1f} s = {old_rate:7.1f} pages/s")
+        start = time.perf_counter()
+        summary = export_site(db, new_out, n_boot=20)
+        new_s = time.perf_counter() - start
+        new_rate = summary.pages / new_s
+        print(f"new (bulk rows): {summary.pages:>7,} pages in {new_s:7.1f} s = "
+              f"{new_rate:7.1f} pages/s")  # fmt: skip
+        print(
+            f"ratio: {new_rate / old_rate:.1f}x pages/s (target >= 10x); the old way would "
+            f"take {summary.pages / old_rate / 60:.0f} min for the whole export"
+        )
+        compared = [p.relative_to(old_out) for p in old_out.rglob("*.html")]
+        same = all((old_out / p).read_bytes() == (new_out / p).read_bytes() for p in compared)
+        print(f"{len(compared):,} pages written both ways: {'identical' if same else 'DIFFER'}")
+        if not same:
+            sys.exit(1)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--items", type=int, help="items in the run (100,000; --export 50,000)")
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument("--export", action="store_true", help="time the static export")
+    parser.add_argument(
+        "--sample", type=int, default=2000, help="--export: item pages the old way renders"
+    )
     args = parser.parse_args()
+    args.items = args.items or (50_000 if args.export else 100_000)
     db = args.work / f"viewer-{args.items}x{args.samples}.duckdb"
     if not db.exists():
         args.work.mkdir(parents=True, exist_ok=True)
@@ -211,6 +280,9 @@ def main() -> None:
         build(db, args.items, args.samples)
         size = db.stat().st_size / 2**20
         print(f"built {db} ({size:.0f} MiB) in {time.perf_counter() - start:.1f} s")
+    if args.export:
+        export_bench(db, args.items, args.sample, args.work)
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from starlette.testclient import TestClient

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from clinjudge.rubrics import Item
@@ -111,3 +117,24 @@ def persona_of(body: dict[str, Any]) -> str:
 
 def responder(body: dict[str, Any]) -> dict[str, Any]:
     return {**RATINGS[persona_of(body)], "rationale": f"as {persona_of(body)}"}
+
+
+@contextmanager
+def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (e.g. ``3m``) mounted under ``tmp_path``, for real full-disk tests.
+
+    Needs root, as in CI; the test is skipped where mounting is not allowed.
+    """
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

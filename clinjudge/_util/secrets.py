@@ -69,6 +69,15 @@ def redact_secrets(text: str) -> str:
     return _SECRET_SHAPE.sub(REDACTED, text)
 
 
+def _split(url: str) -> tuple[urllib.parse.SplitResult, list[tuple[str, str]]] | None:
+    """The URL's parts and query pairs, or None when it does not parse."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        return parts, urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return None
+
+
 def redact_url(url: str) -> str:
     """The URL without credentials: userinfo (``http://user:sk-...@host``) and query values
     named like secrets (``?api-key=...``, ``?sig=...``) become ``[redacted]``.
@@ -76,11 +85,10 @@ def redact_url(url: str) -> str:
     Args:
         url: An endpoint address as given.
     """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError:
+    split = _split(url)
+    if split is None:
         return redact_secrets(url)
+    parts, pairs = split
     netloc = parts.netloc
     if "@" in netloc:
         netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
@@ -99,11 +107,10 @@ def url_secrets(url: str) -> list[str]:
     Args:
         url: An endpoint address as given.
     """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError:
+    split = _split(url)
+    if split is None:
         return []
+    parts, pairs = split
     found = [v for v in (parts.password, parts.username) if v]
     found += [v for k, v in pairs if v and is_secret_param(k)]
     return found

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 BootOption = Annotated[
     int, typer.Option("--boot", min=1, help="Bootstrap resamples (substitution tests, alpha CI).")
 ]
-SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
+SeedOption = Annotated[int, typer.Option(min=0, help="Bootstrap seed.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -184,6 +184,10 @@ def agree_command(
         stdout.print(table)
         for note in notes:
             stdout.print(escape(note), highlight=False, soft_wrap=True)
+        if result.get("samples_warning"):
+            console.print(
+                f"[yellow]warning:[/] {escape(result['samples_warning'])}", soft_wrap=True
+            )
         stdout.print(
             f"{result['n_items_rated']} of {result['n_items_run']} items rated by "
             f"{len(result['raters'])} rater(s); ICC, alpha and AC2 compare the judge with the "

@@ -49,7 +49,9 @@ stdout = _StdoutConsole()
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     """Print an error to stderr and exit with ``code``."""
     # soft_wrap: one line per problem, whatever the terminal width (easy to grep in logs).
-    console.print(f"[bold red]error:[/] {escape(redact_secrets(message))}", soft_wrap=True)
+    console.print(
+        f"[bold red]error:[/] {escape(redact_secrets(message))}", soft_wrap=True, emoji=False
+    )
     raise typer.Exit(code)
 
 

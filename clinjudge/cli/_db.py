@@ -22,14 +22,21 @@ def merge_command(
         Path, typer.Option("--into", help="Output database (created owner-only if absent).")
     ],
     strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 1 when any conflict was found.")
+        bool,
+        typer.Option(
+            "--strict",
+            help="Exit 1 when any conflict was found (replies cached under the same request key "
+            "are kept once and are not conflicts).",
+        ),
     ] = False,
 ) -> None:
     """Merge run databases (e.g. shards of `judge run --shard i/n`) into one.
 
     Rows are copied by key, so merging again adds nothing; the shards of one run become one
     run. A key seen with different content is a conflict: it is reported and the first-seen
-    row is kept.
+    row is kept. Every input is checked before anything is written, and all are merged in one
+    transaction: an input that is not a run database, of a newer schema or damaged leaves
+    --into unchanged (exit 2).
     """
     summary = merge_databases(sources, into)
     table = Table(title=f"Merged {len(sources)} database(s) into {escape(str(into))}")

@@ -25,12 +25,14 @@ from clinjudge.errors import UserError
 from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_TABLES,
+    check_output_file,
     delete_run,
     export_run,
     infer_format,
     rename_run,
     run_counts,
     runs_overview,
+    status_label,
 )
 
 DOCLENS_SCORES = "doclens"
@@ -78,7 +80,7 @@ def list_command(
             escape(str(row["run_id"])),
             escape(row["name"] or ""),
             str(row["created_at"])[:19],
-            escape(str(row["status"])),
+            escape(status_label(str(row["status"]), row["n_items"], row["valid_items"])),
             escape(str(row["mode"])),
             escape(row["rubric"] or ""),
             escape(model),
@@ -97,7 +99,7 @@ def delete_command(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete runs: every row of each run in every table (items, samples, judgments, calls,
-    messages, claims, PRM steps). Physicians' ratings are kept."""
+    messages, claims, PRM steps, the replies it cached). Physicians' ratings are kept."""
     with open_store(db) as store:
         runs = [store.get_run(run_id) for run_id in run_ids]
         for run in runs:
@@ -224,6 +226,9 @@ def show_command(
         if key == "gate_coerced":
             shown = ", ".join(f"{k} {n}" for k, n in value.items())
             table.add_row("gate coerced to null", escape(shown))
+        elif key == "status":
+            items, valid = summary["items"], summary.get("items_ok") or 0
+            table.add_row(key, escape(status_label(str(value), items, valid)))
         elif key not in ("top_errors", "by_agent", "flagged_items", "doclens", "models"):
             table.add_row(key, escape(_fmt(value)))
     stdout.print(table)
@@ -281,6 +286,9 @@ def export_command(
     from clinjudge.analysis import export_doclens_scores
     from clinjudge.judges import SIMULATED_NOTICE
 
+    # First: a folder (or link, FIFO...) at --out is refused alike with or without --force,
+    # and before its name is read for a format.
+    check_output_file(out, make_folder=False)
     try:
         fmt = infer_format(out, fmt)
     except UserError as exc:

@@ -2,8 +2,9 @@
 
 Work is a list of (item, sample) units. A fixed pool of workers takes units from a queue, so the
 number of model calls in flight never exceeds ``concurrency``. Finished samples are buffered and
-written in one transaction every ``flush_every`` samples or ``flush_seconds``; a crash loses at
-most the buffer, which ``--resume`` then redoes (keys make the redo idempotent).
+written in one transaction every ``flush_every`` samples or ``flush_seconds``, with the
+``response_cache`` rows of the replies they received (``--cache``); a crash loses at most the
+buffer, which ``--resume`` then redoes (keys make the redo idempotent).
 
 A write that fails (full disk, a value the database refuses) stops the run at once: no new
 sample starts, the batch that failed is kept and written again with everything finished since,
@@ -170,6 +171,9 @@ class SampleRunner:
         self._streak: list[tuple[dict[str, list[dict[str, Any]]], SampleVerdict, list[Any]]] = []
         self._streak_kind: str | None = None
         self._judging: set[asyncio.Task[None]] = set()
+        self._work_items: set[str] = set()
+        """Items of the work being run (the breaker's every-item rule counts them)."""
+        self._work_units = 0
 
     def _first_estimate(self, unit: WorkUnit) -> float | None:
         """Expected dollars of a sample before any has finished: its rendered prompt, priced."""
@@ -216,10 +220,13 @@ class SampleRunner:
         ctx = SampleContext(
             self.run_id, unit.item, unit.sample, self.config, self.rubric, self.models, shots
         )
-        result = await self.workflow(ctx)
+        cache = self.models.response_cache
+        with cache.scope() if cache is not None else contextlib.nullcontext() as scope:
+            result = await self.workflow(ctx)
         fatal = _fatal_fault(ctx.calls) if result.verdict.status != "ok" else None
         if fatal is not None:
             # Not stored: once the key, model or endpoint is fixed, --resume redoes the sample.
+            # Its cached replies stay in the cache, written when the run ends.
             self.fatal = self.fatal or fatal
             return
         key = SampleKey(self.run_id, unit.item.id, unit.sample, result.agent)
@@ -229,6 +236,10 @@ class SampleRunner:
         for extra in (ctx.extra_rows, result.extra_rows):
             for table, table_rows in extra.items():
                 rows.setdefault(table, []).extend(table_rows)
+        if cache is not None:
+            # The replies this sample received go into its batch, in the same transaction: a
+            # kill never leaves stored samples whose replies the cache lacks.
+            rows["response_cache"] = cache.take_new(scope)
         self._settle(rows, result.verdict, ctx.calls)
 
     def _settle(
@@ -253,8 +264,20 @@ class SampleRunner:
             return
         self._streak_kind = kind
         self._streak.append((rows, verdict, calls))
-        if len(self._streak) >= limit:
+        if len(self._streak) >= limit or self._every_item_failed():
             self._trip(kind, calls)
+
+    def _every_item_failed(self) -> bool:
+        """Every item of the work (two or more) failed once with the streak's fault before any
+        sample ended otherwise, and samples are left: a run with fewer items than
+        ``max_consecutive_failures`` stops too, instead of waiting out the same fault for every
+        remaining sample."""
+        if len(self._work_items) < 2 or self.tally.ok + self.tally.failed:
+            return False
+        if len(self._streak) >= self._work_units:
+            return False  # nothing left to spare: the failures are stored as they are
+        failed = {calls[-1].get("item_id") for _, _, calls in self._streak}
+        return self._work_items <= failed
 
     def _release_streak(self) -> None:
         held, self._streak, self._streak_kind = self._streak, [], None
@@ -263,10 +286,14 @@ class SampleRunner:
 
     def _trip(self, kind: str, calls: list[dict[str, Any]]) -> None:
         last = str(calls[-1].get("error") or kind)[:300]
-        self.breaker = (
-            f"{len(self._streak)} samples in a row failed with the same fault ({kind}); "
-            f"last error: {last}"
-        )
+        if len(self._streak) >= (self.config.max_consecutive_failures or 0):
+            what = f"{len(self._streak)} samples in a row failed with the same fault ({kind})"
+        else:
+            what = (
+                f"all {len(self._work_items)} items failed with the same fault ({kind}) and no "
+                "sample succeeded"
+            )
+        self.breaker = f"{what}; last error: {last}"
         self._streak, self._streak_kind = [], None
         # Samples in flight would only wait out the same fault (a hang costs the whole retry
         # schedule): stop them; they are not stored, so --resume redoes them.
@@ -419,7 +446,10 @@ class SampleRunner:
         self._started = time.monotonic()
         if self.config.max_cost is not None and self.config.mode != "single":
             self._calls_per_sample = max(len(self.models.personas), 1)
-        progress = RunProgress(self.console, len(units)) if self.show_progress else None
+        self._work_items, self._work_units = {unit.item.id for unit in units}, len(units)
+        progress = None
+        if self.show_progress:
+            progress = RunProgress(self.console, len(units), calls=self.models.calls_in_flight)
         if progress is not None:
 
             def on_sample(verdict: SampleVerdict, cost: float | None, tokens: int = 0) -> None:

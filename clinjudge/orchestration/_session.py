@@ -492,7 +492,7 @@ async def execute_run_async(
     assert config.judge is not None
     judge = ModelPool(config, prepared.rubric, model, personas=prepared.personas)
     if config.cache:
-        judge.response_cache = load_response_cache(store)
+        judge.response_cache = load_response_cache(store, run_id)
     runner = SampleRunner(
         store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
     )
@@ -503,7 +503,11 @@ async def execute_run_async(
             return await runner.run(units)
         finally:
             await judge.close()
-            save_response_cache(store, judge.response_cache)
+            # Stored samples wrote their replies with them; what is left belongs to samples
+            # the run did not store (Ctrl-C, a 401): kept so that --resume reuses them, unless
+            # the store refuses writes (its error is the one to report).
+            if runner.write_failure is None:
+                save_response_cache(store, judge.response_cache)
 
     agent = workflow_for(config.mode, prepared.rubric)[0]
     return await drive_run(

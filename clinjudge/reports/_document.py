@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
+import errno
 import hashlib
 import html
 import math
@@ -52,6 +54,7 @@ figure.chart{margin:.3rem 0;border:1px solid #d0d7de;border-radius:6px;padding:.
 figcaption{font-size:.82rem;color:#57606a;min-width:12rem}
 svg{display:block}
 .note{font-size:.85rem;color:#57606a}ul.notes{font-size:.85rem;color:#57606a}
+.warning{color:#9a6700;font-weight:600}
 svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif}
 """
 
@@ -264,21 +267,34 @@ def html_page(title: str, body: Sequence[str]) -> str:
     )
 
 
-def _write(path: Path, text: str) -> None:
-    # A link, FIFO or folder in the way is refused, as for exports; the file appears complete.
+def _partial(path: Path) -> Path:
+    return path.with_name(f".{path.name}.partial")
+
+
+def _write_partial(path: Path, text: str) -> None:
+    """Write ``text`` beside ``path``, under a hidden name, for :func:`write_report_files` to
+    move into place."""
+    # A link, FIFO or folder in the way is refused, as for exports.
     check_output_file(path)
-    partial = path.with_name(f".{path.name}.partial")
+    partial = _partial(path)
     partial.unlink(missing_ok=True)
     # Reports quote clinical text: owner-only, like the store they come from. O_EXCL also
     # refuses a link planted at the partial name between the unlink and the open.
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(partial, path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _write_error(path: Path, exc: OSError) -> UserError:
+    """One line for a report file that could not be written (nothing of the report was)."""
+    kept = " (the report already there is unchanged)" if path.exists() else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        return UserError(
+            f"{path}: disk full ({reason}): no report was written{kept}; free some space or "
+            "write the report elsewhere"
+        )
+    return UserError(f"{path}: cannot write the report: {exc.strerror or exc}{kept}")
 
 
 def write_report_files(out_dir: str | Path, html_text: str, markdown: str) -> ReportFiles:
@@ -294,6 +310,7 @@ def write_report_files(out_dir: str | Path, html_text: str, markdown: str) -> Re
             a folder.
     """
     out = Path(out_dir)
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
@@ -301,6 +318,24 @@ def write_report_files(out_dir: str | Path, html_text: str, markdown: str) -> Re
     except OSError as exc:
         raise UserError(f"{out}: cannot create the report folder: {exc.strerror or exc}") from exc
     files = ReportFiles(out / "report.html", out / "report.md")
-    _write(files.html, html_text)
-    _write(files.markdown, markdown)
+    # Both files are written in full before either replaces an older one: a full disk leaves
+    # the old report (or none), never a new page beside an old or missing Markdown.
+    current = files.html
+    try:
+        _write_partial(files.html, html_text)
+        current = files.markdown
+        _write_partial(files.markdown, markdown)
+        current = files.html
+        os.replace(_partial(files.html), files.html)
+        current = files.markdown
+        os.replace(_partial(files.markdown), files.markdown)
+    except BaseException as exc:
+        for path in (files.html, files.markdown):
+            _partial(path).unlink(missing_ok=True)
+        if created:
+            with contextlib.suppress(OSError):  # only when empty: nothing else is touched
+                out.rmdir()
+        if isinstance(exc, OSError):
+            raise _write_error(current, exc) from exc
+        raise
     return files

@@ -1,7 +1,9 @@
 """Data of an item's page: inputs, every sample's scores, discussion, claims, PRM steps, calls.
 
 Every query selects one item of one run, so the page costs the same in a run of ten items or
-of a hundred thousand.
+of a hundred thousand. Each query's rows are turned into the page's data by a function of the
+rows alone (``*_from_rows``), so the static export can read the same columns
+(:data:`ITEM_TABLES`) for many items at once and build identical pages.
 """
 
 from __future__ import annotations
@@ -20,6 +22,42 @@ _NOTE_CITATION = re.compile(r"\[Note\s+([A-Za-z0-9_.-]+)\]")
 _DOCLENS_CITATION = re.compile(r"\[(\d+)\]")
 _LABEL = re.compile(r"^\[(?:attempt (\d+), )?([a-z]+(?: \d+)?)\]\s?")
 PRM_AGGREGATES = ("min", "mean", "geomean", "last")
+
+ITEM_TABLES: dict[str, tuple[str, str]] = {
+    "judgments": (
+        "sample, agent, attribute, value, status, error, rationale",
+        "sample, agent, rowid",
+    ),
+    "samples": (
+        "sample, agent, status, error, raw_text, rationale, n_calls, latency_s",
+        "sample, agent, rowid",
+    ),
+    "messages": ("sample, agent, seq, role, content", "sample, seq, rowid"),
+    "calls": (
+        "sample, seq, role, agent, model, prompt_tokens, completion_tokens, tokens_estimated, "
+        "cost_usd, latency_s, status, error, finish_reason, started_at",
+        "sample, agent, role, seq, rowid",
+    ),
+    "claims": (
+        "sample, agent, kind, idx, section, text, verdict, score, explanation, citations, "
+        "supporting, status, error",
+        "sample, agent, kind, idx, rowid",
+    ),
+    "prm_steps": (
+        "candidate, step, kind, text, score, flagged, label, model",
+        "candidate, step, rowid",
+    ),
+}
+"""Per table: the columns an item page reads and their order. ``rowid`` breaks ties, so the
+live page and the export (which reads many items in one query) list rows in the same order."""
+
+
+def _item_rows(store: RunStore, table: str, run_id: str, item_id: str) -> list[dict[str, Any]]:
+    columns, order = ITEM_TABLES[table]
+    return store.query(
+        f"SELECT {columns} FROM {table} WHERE run_id = ? AND item_id = ? ORDER BY {order}",
+        [run_id, item_id],
+    )
 
 
 @dataclass
@@ -126,11 +164,6 @@ def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: 
     if not rows:
         return _scored_only(store, run["run_id"], item_id) if store.has_table("prm_steps") else {}
     row = rows[0]
-    notes = _notes(row)
-    anchors = {n["id"]: f"note-{n['id']}" for n in notes}
-    units = _doclens_units(run, notes) if claims_run else {}
-    unit_anchors = {str(k): f"unit-{k}" for k in units}
-    pattern, known = (_DOCLENS_CITATION, unit_anchors) if claims_run else (_NOTE_CITATION, anchors)
     neighbours = store.query(
         """
         SELECT (SELECT item_id FROM items WHERE run_id = ? AND position < ?
@@ -139,6 +172,19 @@ def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: 
                 ORDER BY position LIMIT 1) AS next""",
         [run["run_id"], row["position"], run["run_id"], row["position"]],
     )[0]
+    return inputs_from_row(run, row, neighbours["previous"], neighbours["next"], claims_run)
+
+
+def inputs_from_row(
+    run: dict[str, Any], row: dict[str, Any], previous: str | None, next_: str | None,
+    claims_run: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """The item page's inputs from its ``items`` row and the ids of its neighbours."""
+    notes = _notes(row)
+    anchors = {n["id"]: f"note-{n['id']}" for n in notes}
+    units = _doclens_units(run, notes) if claims_run else {}
+    unit_anchors = {str(k): f"unit-{k}" for k in units}
+    pattern, known = (_DOCLENS_CITATION, unit_anchors) if claims_run else (_NOTE_CITATION, anchors)
     return {
         "item_id": row["item_id"],
         "position": row["position"],
@@ -150,8 +196,8 @@ def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: 
         "units": sorted(units.items()),
         "summary": cited_segments(row.get("summary"), known, pattern),
         "reference": cited_segments(row.get("reference"), known, pattern),
-        "previous": neighbours["previous"],
-        "next": neighbours["next"],
+        "previous": previous,
+        "next": next_,
     }
 
 
@@ -176,21 +222,21 @@ def _scored_only(store: RunStore, run_id: str, item_id: str) -> dict:
 def sample_views(store: RunStore, run: dict[str, Any], item_id: str) -> dict[str, Any]:
     """Final scores and every sample of every agent, with transcripts."""
     rid = run["run_id"]
-    judgments = store.query(
-        "SELECT sample, agent, attribute, value, status, error, rationale FROM judgments "
-        "WHERE run_id = ? AND item_id = ? ORDER BY sample, agent",
-        [rid, item_id],
+    return views_from_rows(
+        run,
+        _item_rows(store, "judgments", rid, item_id),
+        _item_rows(store, "samples", rid, item_id),
+        _item_rows(store, "messages", rid, item_id),
     )
-    samples = store.query(
-        "SELECT sample, agent, status, error, raw_text, rationale, n_calls, latency_s "
-        "FROM samples WHERE run_id = ? AND item_id = ? ORDER BY sample, agent",
-        [rid, item_id],
-    )
-    messages = store.query(
-        "SELECT sample, agent, seq, role, content FROM messages "
-        "WHERE run_id = ? AND item_id = ? ORDER BY sample, seq",
-        [rid, item_id],
-    )
+
+
+def views_from_rows(
+    run: dict[str, Any],
+    judgments: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """:func:`sample_views` from the item's rows of judgments, samples and messages."""
     final: dict[str, dict[str, Any]] = {}
     values: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for row in judgments:
@@ -220,11 +266,19 @@ def _deciding_agent(run: dict[str, Any]) -> str:
 
 def human_ratings(store: RunStore, item_id: str) -> dict[str, dict[str, float | None]]:
     """Physicians' ratings of the item: rater to attribute to score."""
+    return ratings_from_rows(
+        store.query(
+            "SELECT rater_id, attribute, score FROM human_ratings WHERE item_id = ? "
+            "ORDER BY rater_id",
+            [item_id],
+        )
+    )
+
+
+def ratings_from_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """:func:`human_ratings` from the item's ``human_ratings`` rows, ordered by rater."""
     out: dict[str, dict[str, float | None]] = {}
-    for row in store.query(
-        "SELECT rater_id, attribute, score FROM human_ratings WHERE item_id = ? ORDER BY rater_id",
-        [item_id],
-    ):
+    for row in rows:
         out.setdefault(row["rater_id"], {})[row["attribute"]] = row["score"]
     return out
 
@@ -235,13 +289,11 @@ def item_calls(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any
     The store has one row per attempt; a call that follows a failed call of the same agent and
     role is a retry of it, so ``attempt`` is one more than the failures just before it.
     """
-    calls = store.query(
-        """
-        SELECT sample, seq, role, agent, model, prompt_tokens, completion_tokens,
-               tokens_estimated, cost_usd, latency_s, status, error, finish_reason, started_at
-        FROM calls WHERE run_id = ? AND item_id = ? ORDER BY sample, agent, role, seq""",
-        [run_id, item_id],
-    )
+    return calls_from_rows(_item_rows(store, "calls", run_id, item_id))
+
+
+def calls_from_rows(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`item_calls` from the item's ``calls`` rows (changed in place and returned)."""
     failures_before: dict[tuple[int, str, str], int] = {}
     for call in calls:
         key = (call["sample"], call["agent"], call["role"])
@@ -277,12 +329,11 @@ def attach_replies(calls: list[dict[str, Any]], samples: list[SampleView]) -> No
 
 def item_claims(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any]]:
     """DocLens claims and cited sentences by sample and agent, each kind in its own list."""
-    rows = store.query(
-        "SELECT sample, agent, kind, idx, section, text, verdict, score, explanation, "
-        "citations, supporting, status, error FROM claims "
-        "WHERE run_id = ? AND item_id = ? ORDER BY sample, agent, kind, idx",
-        [run_id, item_id],
-    )
+    return claims_from_rows(_item_rows(store, "claims", run_id, item_id))
+
+
+def claims_from_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`item_claims` from the item's ``claims`` rows."""
     groups: dict[tuple[int, str], dict[str, Any]] = {}
     for row in rows:
         group = groups.setdefault(
@@ -297,11 +348,11 @@ def item_claims(store: RunStore, run_id: str, item_id: str) -> list[dict[str, An
 
 def item_prm_steps(store: RunStore, run: dict[str, Any], item_id: str) -> list[dict[str, Any]]:
     """PRM steps per candidate with their scores and aggregates."""
-    rows = store.query(
-        "SELECT candidate, step, kind, text, score, flagged, label, model FROM prm_steps "
-        "WHERE run_id = ? AND item_id = ? ORDER BY candidate, step",
-        [run["run_id"], item_id],
-    )
+    return prm_from_rows(_item_rows(store, "prm_steps", run["run_id"], item_id))
+
+
+def prm_from_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`item_prm_steps` from the item's ``prm_steps`` rows."""
     candidates: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         candidates.setdefault(row["candidate"], []).append(row)
@@ -332,16 +383,35 @@ def item_page(store: RunStore, run: dict[str, Any], rubric: Rubric | None, item_
     inputs = item_inputs(store, run, item_id, claims_run)
     if not inputs:
         return {}
-    scores = sample_views(store, run, item_id)
-    calls = item_calls(store, run["run_id"], item_id)
+    # Databases from older versions may lack the newer tables.
+    return assemble_item_page(
+        inputs,
+        sample_views(store, run, item_id),
+        item_calls(store, run["run_id"], item_id),
+        human_ratings(store, item_id),
+        item_claims(store, run["run_id"], item_id) if store.has_table("claims") else [],
+        item_prm_steps(store, run, item_id) if store.has_table("prm_steps") else [],
+        claims_run,
+    )
+
+
+def assemble_item_page(
+    inputs: dict[str, Any],
+    scores: dict[str, Any],
+    calls: list[dict[str, Any]],
+    humans: dict[str, dict[str, float | None]],
+    claims: list[dict[str, Any]],
+    prm: list[dict[str, Any]],
+    claims_run: bool,
+) -> dict[str, Any]:
+    """:func:`item_page`'s result from the parts the ``*_from_rows`` functions build."""
     attach_replies(calls, scores["samples"])
     return {
         "inputs": inputs,
         "scores": scores,
-        "humans": human_ratings(store, item_id),
+        "humans": humans,
         "calls": calls,
-        # Databases from older versions may lack the newer tables.
-        "claims": item_claims(store, run["run_id"], item_id) if store.has_table("claims") else [],
-        "prm": item_prm_steps(store, run, item_id) if store.has_table("prm_steps") else [],
+        "claims": claims,
+        "prm": prm,
         "claims_run": claims_run,
     }

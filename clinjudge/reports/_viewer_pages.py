@@ -7,11 +7,14 @@ object differs.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from markupsafe import Markup
 
 from clinjudge.analysis import METRICS as DOCLENS_METRICS
 from clinjudge.analysis import (
@@ -27,6 +30,7 @@ from clinjudge.analysis import (
 )
 from clinjudge.errors import ClinJudgeError
 from clinjudge.personas import PersonaSet, load_personas
+from clinjudge.reports._ppi_section import ppi_forest
 from clinjudge.reports._viewer_compare import compare_items
 from clinjudge.reports._viewer_item import item_page
 from clinjudge.reports._viewer_item_table import item_context
@@ -44,9 +48,15 @@ from clinjudge.reports._viewer_run import (
     run_totals,
 )
 from clinjudge.reports._viewer_runs import RUN_SORTS, runs_page
-from clinjudge.reports._viewer_store import ResultCache, file_version, read_store
+from clinjudge.reports._viewer_store import (
+    ResultCache,
+    SnapshotReader,
+    Version,
+    file_version,
+    read_store,
+)
 from clinjudge.reports._viewer_svg import forest, histogram
-from clinjudge.runs import RunStore, StoreError
+from clinjudge.runs import RunStore, StoreError, status_label, stored_ratings_for_run
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +79,10 @@ class PageNotFound(ClinJudgeError, LookupError):
     """The run or item asked for is not in the database."""
 
 
+class BadRequest(ClinJudgeError, ValueError):
+    """The address asks for something no page can show (a comparison of one run)."""
+
+
 @dataclass
 class Viewer:
     """Renders viewer pages from one database.
@@ -77,24 +91,41 @@ class Viewer:
         db: The DuckDB file (opened read-only for each page).
         n_boot: Bootstrap resamples for agreement and audit statistics.
         items_per_page: Rows of a run's item list.
+        snapshots: Read pages from a private copy of the database (the live viewer, so that
+            writers in other processes are not locked out); None reads the file itself.
     """
 
     db: Path
     n_boot: int = 1000
     items_per_page: int = 100
     cache: ResultCache = field(default_factory=ResultCache)
+    snapshots: SnapshotReader | None = None
 
     def __post_init__(self) -> None:
         self._held: RunStore | None = None
+        # The version of the data the current thread's page reads, for the cache keys.
+        self._local = threading.local()
 
     @contextmanager
     def reading(self) -> Iterator[RunStore]:
-        """The store: the session's connection, or a fresh read-only one for this page."""
+        """The store: the session's connection, the current copy of the database, or a fresh
+        read-only connection for this page."""
         if self._held is not None:
+            self._local.version = file_version(self.db)
             yield self._held
+        elif self.snapshots is not None:
+            with self.snapshots.reading() as (store, version):
+                self._local.version = version
+                yield store
         else:
             with read_store(self.db) as store:
+                self._local.version = file_version(self.db)
                 yield store
+
+    def close(self) -> None:
+        """Delete the copies of the database the pages read (if any)."""
+        if self.snapshots is not None:
+            self.snapshots.close()
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -110,7 +141,10 @@ class Viewer:
         return {"links": links, "title": title, "simulated": simulated, "db_name": self.db.name}
 
     def _cached(self, kind: str, key: tuple, compute: Any) -> Any:
-        return self.cache.get((kind, str(self.db), file_version(self.db), key), compute)
+        # Keyed by the version the page reads, not the file's now: a write landing while a page
+        # reads an older copy must not file that copy's numbers under the new version.
+        version: Version = getattr(self._local, "version", None) or file_version(self.db)
+        return self.cache.get((kind, str(self.db), version, key), compute)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -177,7 +211,14 @@ class Viewer:
             )  # fmt: skip
             # Aggregates change only when the file does: paging a long item list reuses them.
             context = self._cached("run", (rid,), lambda: _run_aggregates(store, run, rubric))
-            context = {**context, "run": run, "keys": keys, "listing": listing}
+            summary = context["summary"]
+            label = status_label(run["status"], run["n_items"] or 0, summary["items_ok"])
+            context = {
+                **context,
+                "run": {**run, "status_text": label},
+                "keys": keys,
+                "listing": listing,
+            }
             context.update(self._agreement(store, run, rubric))
             audit = self._audit(store, rid) if context["is_audit"] else None
         context.update(self._personas(run))
@@ -244,8 +285,12 @@ class Viewer:
 
     def _audit(self, store: RunStore, run_id: str) -> dict[str, Any] | None:
         try:
+            # Physicians' ratings imported for the audit's items add the judge-corrected means.
+            ratings = stored_ratings_for_run(store, run_id) or None
             return self._cached(
-                "audit", (run_id,), lambda: audit_for_run(store, run_id, n_boot=self.n_boot)
+                "audit",
+                (run_id,),
+                lambda: audit_for_run(store, run_id, n_boot=self.n_boot, ratings=ratings),
             )
         except (AuditError, StoreError):
             return None
@@ -314,13 +359,23 @@ class Viewer:
     # -- compare and audit ---------------------------------------------------------------------
 
     def compare(self, links: Links, run_ids: Sequence[str], *, page: int = 1) -> str:
-        """Runs side by side per item, with the `judge compare` table."""
+        """Runs side by side per item, with the `judge compare` table.
+
+        Raises:
+            PageNotFound: A run is not in the database.
+            BadRequest: Fewer than two different runs (``A`` twice, or an id and its prefix).
+        """
         with self.reading() as store:
             try:
                 runs = [store.get_run(r) for r in run_ids]
             except StoreError as exc:
                 raise PageNotFound(str(exc)) from exc
             ids = list(dict.fromkeys(r["run_id"] for r in runs))
+            if len(ids) < 2:
+                raise BadRequest(
+                    f"{', '.join(dict.fromkeys(run_ids))}: only one run ({ids[0] if ids else '-'})"
+                    "; pick two or more different runs to compare"
+                )
             runs = [next(r for r in runs if r["run_id"] == i) for i in ids]
             try:
                 comparison = self._cached(
@@ -363,6 +418,10 @@ class Viewer:
             **self._common(links, f"Audit {rid}", audit["simulated"]),
             audit=audit,
             charts=_vendor_charts(audit, rubric),
+            ppi_charts=[
+                Markup(ppi_forest(audit["ppi"], attribute))
+                for attribute in dict.fromkeys(r["attribute"] for r in audit.get("ppi") or [])
+            ],
         )
 
     def message(self, links: Links, heading: str, text: str, *, refresh: int = 0) -> str:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from clinjudge.reports._viewer_paging import clamp_page
-from clinjudge.runs import RunStore
+from clinjudge.runs import RunStore, status_label
 
 RUN_SORTS: dict[str, str] = {
     "created": "created_at",
@@ -74,6 +74,8 @@ def runs_page(
     for run in runs:
         run["models"] = _loads(run["models"]) or {}
         run.update(stats.get(run["run_id"], {}))
+        valid = run.get("items_ok") or 0
+        run["status_text"] = status_label(run["status"], run["n_items"] or 0, valid)
     statuses = [r["status"] for r in store.query("SELECT DISTINCT status FROM runs ORDER BY 1")]
     return {"runs": runs, "paging": paging, "statuses": statuses}
 

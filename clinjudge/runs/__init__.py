@@ -23,6 +23,7 @@ from clinjudge.runs._manage import (
     rename_run,
     run_counts,
     runs_overview,
+    status_label,
 )
 from clinjudge.runs._merge import MergeSummary, TableMerge, merge_databases
 from clinjudge.runs._prm_runs import prm_call_row, write_prm_run
@@ -34,6 +35,7 @@ from clinjudge.runs._ratings import (
     is_null_score,
     load_human_ratings,
     ratings_overview,
+    stored_ratings_for_run,
 )
 from clinjudge.runs._response_cache import load_response_cache, save_response_cache
 from clinjudge.runs._rows import (
@@ -105,6 +107,8 @@ __all__ = [
     "rename_run",
     "run_counts",
     "runs_overview",
+    "status_label",
+    "stored_ratings_for_run",
     "sample_row",
     "save_response_cache",
     "transcript_rows",

@@ -10,10 +10,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from clinjudge.errors import UserError
-from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
+from clinjudge.runs._store import (
+    RunStore,
+    StoreError,
+    _owner_only_files,
+    disk_full_error,
+    disk_full_reason,
+)
 
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
 EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps")
@@ -79,14 +86,16 @@ _CLAIMS_QUERY = """
 """
 
 
-def check_output_file(out: Path) -> None:
+def check_output_file(out: Path, *, make_folder: bool = True) -> None:
     """Refuse an output path that is not, or cannot become, a regular file.
 
     A symbolic link would send the export elsewhere; a FIFO, a device or a socket would be
-    replaced or written into; a folder or a path under a file cannot be written.
+    replaced or written into; a folder or a path under a file cannot be written. No flag
+    overrides this (``--force`` replaces regular files only), so the message says what to do.
 
     Args:
         out: The output path.
+        make_folder: Create the file's folder if absent (False: only check, change nothing).
 
     Raises:
         StoreError: Naming the path and what it is.
@@ -97,17 +106,25 @@ def check_output_file(out: Path) -> None:
         mode = None
     except OSError as exc:  # e.g. a path under a regular file
         raise StoreError(f"{out}: cannot write there: {exc.strerror or exc}") from exc
+    if mode is not None and stat.S_ISDIR(mode):
+        raise StoreError(
+            f"{out}: is a folder, and a folder cannot be overwritten with a file (not even with "
+            "--force): name a file path"
+        )
     if mode is not None and not stat.S_ISREG(mode):
         kinds = {
             stat.S_ISLNK: "a symbolic link",
-            stat.S_ISDIR: "a folder",
             stat.S_ISFIFO: "a FIFO",
             stat.S_ISCHR: "a device",
             stat.S_ISBLK: "a device",
             stat.S_ISSOCK: "a socket",
         }
         kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
-        raise StoreError(f"{out}: is {kind}; exports are written to regular files only")
+        raise StoreError(
+            f"{out}: is {kind}; exports are written to regular files only: name a file path"
+        )
+    if not make_folder:
+        return
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -135,6 +152,14 @@ def copy_query(store: RunStore, query: str, out: str | Path, fmt: str) -> None:
             store.con.execute(f"COPY ({query}) TO '{target}' ({_COPY_OPTIONS[fmt]})")
         os.chmod(partial, stat.S_IRUSR | stat.S_IWUSR)
         os.replace(partial, out)
+    except (OSError, duckdb.Error) as exc:
+        partial.unlink(missing_ok=True)
+        # DuckDB names the partial file, and may say no more than "IO Error": name the file
+        # the user asked for, and what to do.
+        reason = disk_full_reason(exc)
+        if reason is not None:
+            raise disk_full_error(out, reason) from exc
+        raise
     except BaseException:
         partial.unlink(missing_ok=True)
         raise

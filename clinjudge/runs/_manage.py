@@ -174,12 +174,29 @@ def runs_overview(
                r.n_samples, r.simulated, json_extract_string(r.models, '$.judge') AS model,
                (SELECT sum(c.cost_usd) FROM calls c WHERE c.run_id = r.run_id) AS cost_usd,
                (SELECT count(DISTINCT j.item_id) FROM judgments j
-                 WHERE j.run_id = r.run_id AND j.final AND j.status <> 'ok') AS failed_items
+                 WHERE j.run_id = r.run_id AND j.final AND j.status <> 'ok') AS failed_items,
+               (SELECT count(DISTINCT j.item_id) FROM judgments j
+                 WHERE j.run_id = r.run_id AND j.final AND j.status = 'ok') AS valid_items
         FROM runs r {"WHERE " + " AND ".join(where) if where else ""}
         ORDER BY r.created_at DESC
         {"LIMIT " + str(int(limit)) if limit is not None else ""}
     """
     return store.query(sql, params)
+
+
+def status_label(status: str, items: int, valid_items: int) -> str:
+    """A run's status as shown to people: a completed run that left items without a valid
+    judgment says how many are valid (``completed, 0 of 3 valid``), so it is not read as a
+    success.
+
+    Args:
+        status: The stored status.
+        items: Items in the run.
+        valid_items: Items with a valid final judgment.
+    """
+    if status == "completed" and valid_items < items:
+        return f"completed, {valid_items} of {items} valid"
+    return status
 
 
 def _run_tables(store: RunStore) -> list[str]:
@@ -192,6 +209,9 @@ def _run_tables(store: RunStore) -> list[str]:
 
 def delete_run(store: RunStore, run_id: str) -> dict[str, int]:
     """Remove every row of a run from every table, in one transaction.
+
+    Every table with a ``run_id`` column counts, ``response_cache`` included: the replies the
+    run cached go with it (rows cached before that column existed belong to no run and stay).
 
     Args:
         store: The run store (opened for writing).

@@ -2,14 +2,22 @@
 
 Every table of every input is copied by its primary key with ``INSERT OR IGNORE``, so merging
 the same file twice adds nothing. A row whose key already exists with different content is a
-conflict: it is counted and reported, and the first-seen row is kept. The ``runs`` rows of one
-run id coming from several shards are combined into one row; the shards themselves are listed
-in the ``run_shards`` table (run, shard, status, items, times), so a later merge still knows
-which shards the run has and whether all of them completed.
+conflict: it is counted and reported, and the first-seen row is kept. Cached replies
+(``response_cache``) are the exception: shards that sent the same request each cached a reply
+under the same key (a hash of the request), and any one of them will do, so equal keys are kept
+once and are never conflicts. The ``runs`` rows of one run id coming from several shards are
+combined into one row; the shards themselves are listed in the ``run_shards`` table (run,
+shard, status, items, times), so a later merge still knows which shards the run has and whether
+all of them completed.
+
+Every input is checked (a DuckDB file, a run database, a schema version this clinjudge reads)
+before the output is opened, and all inputs are merged in one transaction: an input that fails
+half-way (a file cut short) leaves the output as it was, or absent if the merge created it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -19,7 +27,13 @@ from typing import Any
 
 import duckdb
 
-from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
+from clinjudge.runs._store import (
+    RunStore,
+    StoreError,
+    _owner_only_files,
+    rollback,
+    store_failure,
+)
 
 RUN_SHARDS_DDL = """
 CREATE TABLE IF NOT EXISTS run_shards (
@@ -49,6 +63,9 @@ _STATUS_RANK = {
 }
 _EXAMPLES = 5
 _SHARD = re.compile(r"^(\d+)/(\d+)$")
+# Tables whose rows are interchangeable when these columns are equal: the first one kept is as
+# good as any, whichever run wrote it, so a duplicate is skipped and is no conflict.
+_SAME_BY = {"response_cache": ("key",)}
 
 
 @dataclass
@@ -160,7 +177,15 @@ def _copy_table(
     src = f"{_quote(source)}.main.{_quote(table)}"
     dst = f"main.{_quote(table)}"
     tally = summary.table(table)
-    if key:
+    same_by = [c for c in _SAME_BY.get(table, ()) if c in columns]
+    if same_by and len(same_by) == len(_SAME_BY[table]):
+        on = " AND ".join(f"s.{_quote(c)} IS NOT DISTINCT FROM d.{_quote(c)}" for c in same_by)
+        by = ", ".join(f"s.{_quote(c)}" for c in same_by)
+        fresh = (
+            f"SELECT {cols} FROM {src} s WHERE NOT EXISTS (SELECT 1 FROM {dst} d WHERE {on}) "
+            f"QUALIFY row_number() OVER (PARTITION BY {by}) = 1"
+        )
+    elif key:
         on = " AND ".join(f"s.{_quote(c)} IS NOT DISTINCT FROM d.{_quote(c)}" for c in key)
         other = [c for c in columns if c not in key]
         if other:
@@ -264,8 +289,29 @@ def _combine_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     )
 
 
+def _check_source(path: Path, target: Path) -> None:
+    """Refuse an input that cannot be merged, before anything is written.
+
+    Opening it as a store refuses what is not a DuckDB file (an SQLite file), a schema version
+    this clinjudge does not read and a file cut short before its tables; one without a runs
+    table is a DuckDB file but not a run database.
+    """
+    if not path.is_file():
+        raise StoreError(f"{path}: no such database")
+    if target.exists() and path.resolve() == target.resolve():
+        raise StoreError(f"{path}: cannot merge a database into itself")
+    with RunStore(path, read_only=True) as source:
+        if not source.has_table("runs"):
+            raise StoreError(
+                f"{path}: not a clinjudge run database (it has no runs table); nothing merged"
+            )
+
+
 def merge_databases(sources: Sequence[str | Path], into: str | Path) -> MergeSummary:
     """Merge run databases into one (created owner-only if absent).
+
+    Every input is checked first, and all are merged in one transaction: when any input cannot
+    be merged, the output is left as it was (and not created).
 
     Args:
         sources: Databases to read (opened read-only, never changed).
@@ -273,37 +319,62 @@ def merge_databases(sources: Sequence[str | Path], into: str | Path) -> MergeSum
 
     Returns:
         What each table received and the conflicts found (first-seen rows kept).
+
+    Raises:
+        StoreError: An input is missing, not a run database, of an unknown schema version, or
+            damaged; or the output cannot be written (e.g. a full disk).
     """
     target = Path(into)
     paths = [Path(s) for s in sources]
     if not paths:
         raise StoreError("nothing to merge: name at least one database")
     for path in paths:
-        if not path.is_file():
-            raise StoreError(f"{path}: no such database")
-        if target.exists() and path.resolve() == target.resolve():
-            raise StoreError(f"{path}: cannot merge a database into itself")
+        _check_source(path, target)
+    created = not target.exists()
     summary = MergeSummary(into=str(target))
-    with RunStore(target) as store, _owner_only_files():
-        con = store.con
-        con.execute(RUN_SHARDS_DDL)
+    try:
+        with RunStore(target) as store, _owner_only_files():
+            _merge_all(store, paths, summary)
+    except BaseException:
+        if created:  # a merge that failed leaves no output behind
+            for leftover in (target, target.with_name(target.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+    return summary
+
+
+def _merge_all(store: RunStore, paths: list[Path], summary: MergeSummary) -> None:
+    """Attach every input and merge them all in one transaction."""
+    con = store.con
+    aliases: list[str] = []
+    try:
         for number, path in enumerate(paths):
             alias = f"merge_source_{number}"
             try:
                 con.execute(f"ATTACH {_sql_string(str(path))} AS {alias} (READ_ONLY)")
             except duckdb.Error as exc:
-                raise StoreError(f"{path}: cannot open database: {exc}") from exc
-            try:
-                con.execute("BEGIN TRANSACTION")
-                try:
-                    _merge_one(con, alias, str(path), summary)
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-            finally:
+                failure = store_failure(path, exc)
+                raise failure or StoreError(f"{path}: cannot open database: {exc}") from exc
+            aliases.append(alias)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(RUN_SHARDS_DDL)
+            for alias, path in zip(aliases, paths, strict=True):
+                _merge_one(con, alias, str(path), summary)
+            con.execute("COMMIT")
+        except BaseException:
+            rollback(con)
+            raise
+    except duckdb.Error as exc:
+        # Name the input (or the output) that is damaged or whose disk is full.
+        failure = store_failure(store.path, exc, paths)
+        if failure is None:
+            raise
+        raise failure from exc
+    finally:
+        for alias in aliases:
+            with contextlib.suppress(duckdb.Error):  # the error above is the one to report
                 con.execute(f"DETACH {alias}")
-    return summary
 
 
 def _sql_string(text: str) -> str:

@@ -8,6 +8,8 @@ through Arrow tables, so a crash leaves whole samples or nothing. Physicians' ra
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -15,6 +17,7 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import duckdb
@@ -35,10 +38,14 @@ def default_db() -> str:
     return os.environ.get(DB_ENV) or str(DEFAULT_DB)
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables below. 1: stores from before the version was checked (columns added
-since: items.flags, runs.status_reason, calls.cached; newer tables). Opening an older store
-for writing migrates it and records this version; a newer one is refused."""
+since: items.flags, runs.status_reason, calls.cached; newer tables). 2: the first recorded
+version. 3: response_cache.run_id (the run that wrote each reply; earlier rows keep NULL) and
+cache keys of format 2, which hold the endpoint (an older clinjudge would write rows no run
+owns, under keys that ignore the endpoint).
+Opening an older store for writing migrates it and records this version; a newer one is
+refused."""
 
 
 _DDL = """
@@ -169,12 +176,16 @@ ALTER TABLE items ADD COLUMN IF NOT EXISTS flags JSON;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS status_reason VARCHAR;
 -- calls.cached: answered from response_cache (judge run --cache), no provider call, cost 0.
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS cached BOOLEAN;
+-- response_cache.run_id: the run that wrote the reply (`judge runs delete` removes it with the
+-- run); NULL for rows written before the column existed.
 CREATE TABLE IF NOT EXISTS response_cache (
     key VARCHAR PRIMARY KEY,
     model VARCHAR,
     created_at TIMESTAMPTZ,
-    response JSON
+    response JSON,
+    run_id VARCHAR
 );
+ALTER TABLE response_cache ADD COLUMN IF NOT EXISTS run_id VARCHAR;
 CREATE TABLE IF NOT EXISTS prm_steps (
     run_id VARCHAR,
     item_id VARCHAR,
@@ -206,6 +217,96 @@ FINAL_SAMPLE = 0
 
 class StoreError(UserError, RuntimeError):
     """The database cannot be opened or does not hold what was asked for."""
+
+
+# What DuckDB says when a file's body is missing or garbled (cut short by a full disk or an
+# interrupted copy, bits flipped): the header may be intact, so it often opens, then fails
+# on the first query that reads the missing part.
+_DAMAGED = (
+    "Could not read enough bytes",
+    "Corrupt database file",
+    "Failed to deserialize",
+)
+_DISK_FULL = {
+    "No space left on device": "no space left on device",
+    "Disk quota exceeded": "disk quota exceeded",
+    '"errno":"28"': "no space left on device",
+    '"errno":"122"': "disk quota exceeded",
+}
+_NAMED_FILE = re.compile(r'file \\?"([^"\\]+)\\?"')
+
+
+def disk_full_reason(exc: BaseException) -> str | None:
+    """Why a write failed when the disk is full (or the quota spent); None for other errors.
+
+    Args:
+        exc: An ``OSError`` or a DuckDB error.
+    """
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOSPC:
+            return "no space left on device"
+        return "disk quota exceeded" if exc.errno == errno.EDQUOT else None
+    text = str(exc)
+    return next((reason for mark, reason in _DISK_FULL.items() if mark in text), None)
+
+
+def disk_full_error(path: Path, reason: str) -> StoreError:
+    """The one-line error of an output file that could not be written for lack of space.
+
+    Args:
+        path: The output file (its partial copy was removed; an older file is unchanged).
+        reason: What :func:`disk_full_reason` said.
+    """
+    kept = " (the file already there is unchanged)" if path.exists() else ""
+    return StoreError(
+        f"{path}: disk full ({reason}): nothing was written{kept}; free some space or write "
+        "elsewhere"
+    )
+
+
+def store_failure(path: Path, exc: duckdb.Error, files: Sequence[Path] = ()) -> StoreError | None:
+    """Our error for a DuckDB error that says a database file is damaged or its disk full.
+
+    Args:
+        path: The database the connection opened (named when DuckDB names no file).
+        exc: DuckDB's error.
+        files: Other databases the connection has attached, named as the caller gave them.
+
+    Returns:
+        A one-line ``StoreError``, or None for any other error (a fault: it keeps its
+        traceback).
+    """
+    text = " ".join(str(exc).split())
+    full = disk_full_reason(exc)
+    damaged = isinstance(exc, duckdb.SerializationException) or any(m in text for m in _DAMAGED)
+    if full is None and not damaged:
+        return None
+    where = path
+    named = _NAMED_FILE.search(text)
+    if named:
+        # DuckDB names absolute paths, and the WAL beside a database: name the database as
+        # the user wrote it.
+        where = Path(named.group(1).removesuffix(".wal"))
+        for known in (path, *files):
+            if known.absolute() == where:
+                where = known
+    if full is not None:
+        return StoreError(
+            f"{where}: disk full ({full}): the database could not be written; free some space "
+            "on its disk and try again"
+        )
+    return StoreError(
+        f"database file {where} is damaged or cut short: {text}; restore it from a backup "
+        "(or the shards it was merged from)"
+    )
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back after a failure without hiding it: DuckDB has already rolled back a
+    transaction whose COMMIT failed (e.g. on a full disk) and refuses a second ROLLBACK, whose
+    "cannot rollback" error would replace the real one."""
+    with contextlib.suppress(duckdb.Error):
+        con.execute("ROLLBACK")
 
 
 def _make_parent(path: Path) -> None:
@@ -271,7 +372,7 @@ def _prepare_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool)
         )
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback(con)
         raise
 
 
@@ -288,6 +389,9 @@ def _owner_only_files() -> Iterator[None]:
 
 def _open_error(path: Path, exc: duckdb.Error) -> str:
     """One line saying why the database cannot be opened."""
+    failure = store_failure(path, exc)
+    if failure is not None:
+        return str(failure)
     text = " ".join(str(exc).split())
     if "Could not set lock" in text or "Conflicting lock" in text:
         holder = re.search(r"\(PID (\d+)\)", text)
@@ -353,8 +457,23 @@ class RunStore:
     def __enter__(self) -> RunStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Every `with RunStore(...)` block (each command, each API call) reports a damaged
+        # file or a full disk met by any query as one line naming the file.
+        try:
+            self.close()
+        except duckdb.Error:
+            if exc is None:
+                raise
+        if isinstance(exc, duckdb.Error):
+            failure = store_failure(self.path, exc)
+            if failure is not None:
+                raise failure from exc
 
     def insert_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
         """Insert rows through one Arrow table, ignoring rows whose key already exists.
@@ -375,7 +494,10 @@ class RunStore:
             with _owner_only_files():
                 self.con.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM _incoming")
         finally:
-            self.con.unregister("_incoming")
+            # In a transaction DuckDB aborted (a damaged file, a full disk) this fails too;
+            # the error that aborted it is the one to report.
+            with contextlib.suppress(duckdb.TransactionException):
+                self.con.unregister("_incoming")
 
     def upsert_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
         """Insert rows in one transaction, replacing rows whose key already exists.
@@ -396,10 +518,11 @@ class RunStore:
                     self.con.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM _incoming")
                     self.con.execute("COMMIT")
                 except BaseException:
-                    self.con.execute("ROLLBACK")
+                    rollback(self.con)
                     raise
         finally:
-            self.con.unregister("_incoming")
+            with contextlib.suppress(duckdb.TransactionException):  # as in insert_rows
+                self.con.unregister("_incoming")
 
     def has_table(self, table: str) -> bool:
         """Whether the database holds ``table`` (older files may lack newer tables)."""
@@ -430,7 +553,7 @@ class RunStore:
             with _owner_only_files():
                 self.con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            rollback(self.con)
             raise
 
     def query(self, sql: str, params: Iterable[Any] | None = None) -> list[dict[str, Any]]:

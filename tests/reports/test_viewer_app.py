@@ -182,7 +182,7 @@ def test_export_folder_rules(viewer_store: ViewerStore, tmp_path: Path) -> None:
     assert len(list(site.rglob("*.html"))) == first.pages
     (site / "stale.html").write_text("old")
     export_site(s.db, site, runs=[s.doclens], n_boot=20)  # a previous export is replaced
-    assert not (site / "stale.html").exists()
+    assert (site / "stale.html").read_text() == "old"  # the user's file: kept
     assert not any(s.single in str(p) for p in site.rglob("*"))
     assert not list(tmp_path.glob(".site-*"))  # no temporary folder left behind
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,7 @@ from clinjudge.orchestration import (
     prepare_run,
 )
 from clinjudge.runs import RunStore
-from tests.factories import make_items, write_jsonl
+from tests.factories import make_items, small_tmpfs, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
 from tests.survival.factories import make_config, run_in_process
 
@@ -168,19 +166,8 @@ def _fail_flush(self) -> None:  # noqa: ANN001 - replaces SampleRunner.flush
 @pytest.fixture
 def tiny_filesystem(tmp_path: Path):
     """A 3 MiB tmpfs (needs root, as in CI); skipped where mounting is not allowed."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path, "3m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_full_filesystem_stops_the_run_and_resume_finishes_exactly(

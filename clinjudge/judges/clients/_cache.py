@@ -1,30 +1,154 @@
-"""An opt-in response cache: the same request to the same model for the same sample is answered
-from the run database instead of the provider, at no cost.
+"""An opt-in response cache: the same request to the same model at the same endpoint for the
+same sample is answered from the run database instead of the provider, at no cost.
 
-The key is a SHA-256 of the model, its sampling settings, the full request (every message, the
-tools offered, JSON mode) and the sample's variation (seed and sample number), so a repeated
-sample of a run still gets its own answer. Only text replies are cached.
+The key is a SHA-256 of everything that can change a reply: the model settings (provider, model
+or Azure deployment, endpoint, API version, sampling, JSON mode, client; every field except the
+few listed in ``NOT_IN_KEY``), the endpoint and API version the client would read from the
+environment when the settings give none, the full request (every message, the tools offered,
+the structured-output mode) and the sample's variation (seed and sample number), so a repeated
+sample of a run still gets its own answer. Credentials never enter the key: the endpoint is
+hashed without its userinfo and with secret-looking query values redacted. The key payload
+carries ``KEY_VERSION``, so entries made under older rules are never reused.
+
+Entries are validated when read, with the rules applied to provider replies (text, a known
+finish reason, token counts that are integers within [0, 50 million]); a bad entry is a miss.
+Only text replies are cached.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
-from collections.abc import Sequence
+import logging
+import os
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from autogen_core.models import LLMMessage
+from autogen_core.models import FinishReasons, LLMMessage
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError, field_validator
 
-from clinjudge.judges.clients._base_client import message_text
+from clinjudge.judges.clients._base_client import check_token_count, message_text
+from clinjudge.judges.clients._faults import ProviderFault, redact_url
 from clinjudge.judges.clients._settings import ModelSettings
 
+log = logging.getLogger(__name__)
 
-def _tool_name(tool: Any) -> str:
-    schema = getattr(tool, "schema", None)
-    if isinstance(schema, dict):
-        return json.dumps(schema, sort_keys=True, default=str)
+KEY_VERSION = 2
+"""Format of the key payload. 1: model and sampling only (answered for any endpoint); 2: every
+setting that can change a reply, endpoint and API version included."""
+
+NOT_IN_KEY = frozenset({"api_key_env", "timeout", "max_reply_bytes", "rpm", "tpm", "price"})
+"""ModelSettings fields left out of the key because they cannot change what a model answers:
+which variable holds the key, how long to wait and how much to read (they decide whether a reply
+arrives, not what it says), pacing, and the price. Every other field, including any added later,
+is part of the key."""
+
+# Where each provider's client looks for an endpoint or API version the settings do not give
+# (the OpenAI SDK, autogen's Azure client, litellm): two runs with different values in the
+# environment reach different servers.
+_ENDPOINT_ENV: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"),
+    "azure": ("AZURE_OPENAI_ENDPOINT", "AZURE_API_BASE"),
+    "azure_openai": ("AZURE_OPENAI_ENDPOINT", "AZURE_API_BASE"),
+    "mock": (),
+}
+_VERSION_ENV = ("OPENAI_API_VERSION", "AZURE_API_VERSION")
+
+_SCOPE: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "clinjudge_cache_scope", default=None
+)
+
+
+def _endpoint(url: str | None) -> str | None:
+    """An endpoint as it enters the key: no userinfo, secret query values redacted, the host and
+    scheme in lower case and no trailing slash (the same server however it is spelt)."""
+    if not url:
+        return url
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return redact_url(url)
+    host = parts.netloc.rsplit("@", 1)[-1].lower()
+    path = parts.path.rstrip("/")
+    bare = urllib.parse.urlunsplit((parts.scheme.lower(), host, path, parts.query, parts.fragment))
+    return redact_url(bare)
+
+
+def _from_environment(settings: ModelSettings) -> dict[str, str | None]:
+    """Endpoint and API version the client reads from the environment, where the settings
+    give none."""
+    provider = settings.provider.upper()
+    found: dict[str, str | None] = {}
+    if settings.base_url is None:
+        names = _ENDPOINT_ENV.get(
+            settings.provider, (f"{provider}_API_BASE", f"{provider}_BASE_URL")
+        )
+        found.update((name, _endpoint(os.environ.get(name))) for name in names)
+    if settings.api_version is None and not settings.is_mock:
+        found.update((name, os.environ.get(name)) for name in _VERSION_ENV)
+    return {name: value for name, value in found.items() if value}
+
+
+def _message(message: LLMMessage) -> Any:
+    # The whole message (content parts, images, tool calls, thoughts), not just its text.
+    if isinstance(message, BaseModel):
+        return message.model_dump(mode="json")
+    return [type(message).__name__, getattr(message, "source", ""), message_text(message)]
+
+
+def _tool(tool: Any) -> Any:
+    schema = getattr(tool, "schema", tool)
+    if isinstance(schema, Mapping):
+        return dict(schema)
     return str(getattr(tool, "name", tool))
+
+
+def _output_mode(json_output: Any) -> Any:
+    if json_output is None or isinstance(json_output, bool):
+        return json_output
+    if isinstance(json_output, type) and issubclass(json_output, BaseModel):
+        # Structured output: the schema the reply must follow is part of the request.
+        return {"name": json_output.__name__, "schema": json_output.model_json_schema()}
+    return str(json_output)
+
+
+def cache_payload(
+    settings: ModelSettings,
+    messages: Sequence[LLMMessage],
+    tools: Sequence[Any],
+    json_output: Any,
+    variation: str,
+    extra_args: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What :func:`cache_key` hashes (no credentials in it).
+
+    Args:
+        settings: The model's settings (every field not in ``NOT_IN_KEY``).
+        messages: The full request.
+        tools: Tools offered with it.
+        json_output: JSON mode flag, or the structured-output type.
+        variation: Seed and sample number of the sample asking.
+        extra_args: Anything else the request carries (the client's ``extra_create_args``:
+            headers, body fields, a per-call token cap).
+    """
+    fields = settings.model_dump(mode="json", exclude=set(NOT_IN_KEY))
+    fields["base_url"] = _endpoint(settings.base_url)
+    payload = {
+        "v": KEY_VERSION,
+        "settings": fields,
+        "environment": _from_environment(settings),
+        "messages": [_message(m) for m in messages],
+        "tools": [_tool(t) for t in tools],
+        "json_output": _output_mode(json_output),
+        "variation": variation,
+    }
+    if extra_args:
+        payload["extra"] = dict(extra_args)
+    return payload
 
 
 def cache_key(
@@ -33,68 +157,156 @@ def cache_key(
     tools: Sequence[Any],
     json_output: Any,
     variation: str,
+    extra_args: Mapping[str, Any] | None = None,
 ) -> str:
-    """The cache key of one request.
+    """The cache key of one request: a SHA-256 of :func:`cache_payload`.
 
     Args:
-        settings: The model's settings (model name and sampling settings are part of the key).
+        settings: The model's settings (every field not in ``NOT_IN_KEY``).
         messages: The full request.
         tools: Tools offered with it.
-        json_output: JSON mode flag.
+        json_output: JSON mode flag, or the structured-output type.
         variation: Seed and sample number of the sample asking.
+        extra_args: Anything else the request carries (see :func:`cache_payload`).
     """
-    payload = {
-        "model": settings.model,
-        "sampling": settings.model_dump(
-            mode="json",
-            include={"temperature", "top_p", "max_tokens", "seed", "reasoning_effort"},
-        ),
-        "messages": [
-            [type(m).__name__, getattr(m, "source", ""), message_text(m)] for m in messages
-        ],
-        "tools": [_tool_name(t) for t in tools],
-        "json_output": json_output if isinstance(json_output, bool | None) else str(json_output),
-        "variation": variation,
-    }
-    encoded = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")
-    return hashlib.sha256(encoded).hexdigest()
+    payload = cache_payload(settings, messages, tools, json_output, variation, extra_args)
+    encoded = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+
+
+class CacheEntry(BaseModel):
+    """One cached reply, checked like a provider's reply before it is reused.
+
+    Args:
+        text: The reply text.
+        finish_reason: Why generation stopped (one of AutoGen's finish reasons).
+        prompt_tokens: Tokens sent, an integer within [0, 50 million].
+        completion_tokens: Tokens generated, same bounds.
+        tokens_estimated: True when the provider gave no usage and the tokens were counted here.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    text: StrictStr
+    finish_reason: FinishReasons
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_estimated: StrictBool
+
+    @field_validator("prompt_tokens", "completion_tokens", mode="before")
+    @classmethod
+    def _token_count(cls, value: Any, info: Any) -> int:
+        # Same bounds as a provider's usage (check_token_count); a count is never implied here.
+        if value is None or isinstance(value, bool):
+            raise ValueError("a token count is required")
+        try:
+            return check_token_count(info.field_name, value)
+        except ProviderFault as fault:
+            raise ValueError(str(fault)) from None
+
+
+def _problem(error: ValidationError | ValueError) -> str:
+    """Why an entry was refused, without its content (a reply can quote clinical text)."""
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "entry"
+        return f"{where}: {first['msg']}"
+    return "not a JSON object"
 
 
 class ResponseCache:
-    """Cached replies by key, plus the entries added since the last :meth:`take_new`.
+    """Cached replies by key, plus the entries added since they were last taken.
+
+    Entries are validated here: one that fails :class:`CacheEntry` is left out (a miss), its
+    key listed in :attr:`rejected`, and one warning is logged for all of them.
 
     Args:
         entries: Known replies: key to ``{"text", "finish_reason", "prompt_tokens",
-            "completion_tokens", "tokens_estimated"}``.
+            "completion_tokens", "tokens_estimated"}`` (as read from the database, unchecked).
+        run_id: The run the new entries are written for (``response_cache.run_id``).
     """
 
-    def __init__(self, entries: dict[str, dict[str, Any]] | None = None) -> None:
-        self._entries = dict(entries or {})
-        self._new: list[dict[str, Any]] = []
+    def __init__(self, entries: Mapping[str, Any] | None = None, run_id: str | None = None):
+        self.run_id = run_id
+        self._entries: dict[str, dict[str, Any]] = {}
+        self.rejected: list[str] = []
+        """Keys of entries that failed validation (misses; a fresh reply replaces them)."""
+        problem = ""
+        for key, raw in (entries or {}).items():
+            try:
+                if not isinstance(raw, Mapping):
+                    raise ValueError("not a JSON object")
+                self._entries[key] = CacheEntry.model_validate(raw).model_dump()
+            except (ValidationError, ValueError) as exc:
+                self.rejected.append(key)
+                problem = problem or _problem(exc)
+        if self.rejected:
+            log.warning(
+                "response cache: %d unreadable entr%s ignored (%s); those requests go to the "
+                "provider and their replies replace them",
+                len(self.rejected),
+                "y" if len(self.rejected) == 1 else "ies",
+                problem,
+            )
+        self._new: dict[object | None, list[dict[str, Any]]] = {}
         self.hits = 0
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The cached reply for ``key``, if any."""
+        """The cached reply for ``key``, if any (validated)."""
         entry = self._entries.get(key)
         if entry is not None:
             self.hits += 1
         return entry
 
     def put(self, key: str, model: str, reply: dict[str, Any]) -> None:
-        """Remember a reply (written to the database by the caller of :meth:`take_new`)."""
+        """Remember a reply; its row waits for :meth:`take_new`, under the current
+        :meth:`scope` (a reply that would not pass validation on read is not kept).
+
+        Args:
+            key: The request's :func:`cache_key`.
+            model: The model string, stored with the row.
+            reply: ``{"text", "finish_reason", "prompt_tokens", "completion_tokens",
+                "tokens_estimated"}``.
+        """
         if key in self._entries:
             return
-        self._entries[key] = reply
-        self._new.append(
-            {
-                "key": key,
-                "model": model,
-                "created_at": datetime.now(UTC),
-                "response": json.dumps(reply),
-            }
-        )
+        try:
+            entry = CacheEntry.model_validate(reply).model_dump()
+        except ValidationError:
+            return
+        self._entries[key] = entry
+        row = {
+            "key": key,
+            "model": model,
+            "created_at": datetime.now(UTC),
+            "response": json.dumps(entry),
+            "run_id": self.run_id,
+        }
+        self._new.setdefault(_SCOPE.get(), []).append(row)
 
-    def take_new(self) -> list[dict[str, Any]]:
-        """Rows of the ``response_cache`` table added since the last call."""
-        rows, self._new = self._new, []
+    @contextmanager
+    def scope(self) -> Iterator[object]:
+        """Tag the replies cached meanwhile, by this task and the tasks it starts, so that
+        :meth:`take_new` can hand them to the caller (a sample's rows are written with it).
+
+        Yields:
+            The token to pass to :meth:`take_new`.
+        """
+        token = object()
+        reset = _SCOPE.set(token)
+        try:
+            yield token
+        finally:
+            _SCOPE.reset(reset)
+
+    def take_new(self, scope: object | None = None) -> list[dict[str, Any]]:
+        """Rows of the ``response_cache`` table added since they were last taken.
+
+        Args:
+            scope: Only the rows added within this :meth:`scope`; None takes every row.
+        """
+        if scope is not None:
+            return self._new.pop(scope, [])
+        rows = [row for batch in self._new.values() for row in batch]
+        self._new = {}
         return rows

@@ -48,8 +48,8 @@ def statement_unit(
 ) -> Unit:
     note = "citations borrowed from the next cited sentence" if statement.borrowed else None
     unit = Unit(CITATION, position, statement.text, statement.citations, note=note)
-    counted, unknown = official_counted(statement.official, source.units, max_citations)
-    unit.official, unit.official_unknown = tuple(counted), unknown
+    counted, official_unknown = official_counted(statement.official, source.units, max_citations)
+    unit.official, unit.official_unknown = tuple(counted), official_unknown
     if not statement.citations:
         unit.fixed = UnitVerdict(NOT_ENTAILED, "the sentence cites no source unit", 0.0)
         return unit
