@@ -27,6 +27,7 @@ from clinjudge.analysis._agreement import (
     analyse_ratings,
     load_ratings_file,
 )
+from clinjudge.analysis._summary import identical_samples_note
 from clinjudge.errors import UserError
 from clinjudge.rubrics import Rubric, ScaleKind
 from clinjudge.runs import RunStore, StoreError, now
@@ -277,8 +278,9 @@ def agreement_for_run(
     Returns:
         The run's identity (``run_id``, ``name``, ``rubric``, ``mode``, ``model``, ``simulated``,
         ``raters``, counts), ``mean_abs_difference``, ``cached`` (whether the analysis came
-        from the cache) and everything ``analyse_ratings`` returns (``per_attribute``,
-        ``pooled``, ``notes``).
+        from the cache), ``samples_warning`` (the judge's repeated samples are copies, see
+        :func:`identical_samples_note`; also in ``notes``) and everything ``analyse_ratings``
+        returns (``per_attribute``, ``pooled``, ``notes``).
     """
     run, table = run_ratings_table(store, run_id)
     rubric: Rubric = run["rubric_parsed"]
@@ -321,6 +323,11 @@ def agreement_for_run(
         **analysis,
     }
     result["mean_abs_difference"] = mean_abs_difference(analysis, binary)
+    # Not part of the cached analysis: it reads the run's replies, not the ratings.
+    result["samples_warning"] = identical_samples_note(store, run["run_id"])
+    if result["samples_warning"] is not None:
+        notes = analysis.get("notes") or []
+        result["notes"] = [*notes, f"judge samples: {result['samples_warning']}"]
     return _clean(result)
 
 

@@ -415,3 +415,51 @@ def failures_by_reason(store: RunStore, run_id: str, examples: int = 5) -> list[
     for r in rows:
         r["example_items"] = r.pop("ids")[:examples]
     return rows
+
+
+def identical_samples_note(store: RunStore, run_id: str) -> str | None:
+    """A warning when repeated samples are copies: every item with two or more valid samples
+    got the same replies, word for word, in each of them.
+
+    A server that decodes greedily (or ignores temperature) answers the same prompt the same
+    way, so its samples add cost and no information; the median of copies is one sample.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+
+    Returns:
+        The warning, or None when some item's samples differ or none has two valid samples.
+    """
+    rows = store.query(
+        """
+        WITH replies AS (
+            SELECT m.item_id, m.sample,
+                   string_agg(m.content, chr(31) ORDER BY m.agent, m.seq) AS reply
+            FROM messages m
+            JOIN samples s USING (run_id, item_id, sample)
+            WHERE m.run_id = ? AND m.role = 'assistant' AND s.sample > 0 AND s.status = 'ok'
+              AND s."""
+        + DECIDING_AGENT_SQL
+        + """
+            GROUP BY m.item_id, m.sample
+        ), per_item AS (
+            SELECT item_id, count(*) AS n, count(DISTINCT reply) AS different
+            FROM replies GROUP BY item_id HAVING count(*) >= 2
+        )
+        SELECT count(*) AS items, count(*) FILTER (WHERE different = 1) AS copies,
+               min(n) AS fewest
+        FROM per_item
+        """,
+        [run_id],
+    )
+    row = rows[0] if rows else {}
+    items = int(row.get("items") or 0)
+    if not items or row.get("copies") != items:
+        return None
+    return (
+        f"every item's samples are identical replies ({items} item(s) with {row['fewest']} or "
+        "more valid samples): the endpoint decodes greedily or ignores the temperature, so "
+        "repeated samples add cost but no information; raise --temperature if the server "
+        "honours it, or use --samples 1 (docs/models.md, 'Local and CPU endpoints')"
+    )

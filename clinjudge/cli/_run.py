@@ -48,7 +48,15 @@ from clinjudge.cli._outcome import (
 )
 from clinjudge.cli._quiet import third_party_quiet
 from clinjudge.errors import UserError
-from clinjudge.judges import SIMULATED_NOTICE, ModelConfigError, ModelSettings, ReasoningEffort
+from clinjudge.judges import (
+    COUNT_ENCODING,
+    SIMULATED_NOTICE,
+    TIMED_OUT,
+    ModelConfigError,
+    ModelSettings,
+    ReasoningEffort,
+    counts_exactly,
+)
 from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import (
     PROGRESS_SECONDS_ENV,
@@ -56,6 +64,7 @@ from clinjudge.orchestration import (
     ConfigError,
     DryRunEstimate,
     PreparedRun,
+    RetryPolicy,
     RunConfig,
     RunTally,
     RunWriteError,
@@ -69,6 +78,8 @@ from clinjudge.orchestration import (
     missing_work,
     prepare_run,
     run_config_from,
+    timed_out_calls,
+    timeout_advice,
 )
 from clinjudge.runs import RunStore, is_batch_run, run_counts
 
@@ -89,12 +100,24 @@ def _print_estimate(estimate: DryRunEstimate, prepared: PreparedRun) -> None:
     table.add_row("model", prepared.config.judge.model)
     table.add_row("items", str(len(prepared.items)))
     table.add_row("model calls (first attempts)", str(estimate.prompts))
-    table.add_row("prompt tokens (tiktoken o200k)", f"{estimate.prompt_tokens:,}")
+    exact = counts_exactly(prepared.config.judge)
+    approximate = "" if exact else ", approximate"
+    table.add_row(
+        f"prompt tokens (tiktoken {COUNT_ENCODING}{approximate})", f"{estimate.prompt_tokens:,}"
+    )
     table.add_row("largest prompt (tokens)", f"{estimate.max_prompt_tokens_one_call:,}")
     table.add_row("completion tokens (upper bound)", f"{estimate.max_completion_tokens:,}")
     cost = "unknown price" if estimate.cost_usd is None else f"${estimate.cost_usd:,.4f}"
     table.add_row("estimated cost (upper bound)", cost)
     console.print(table)
+    if not exact and not prepared.config.judge.is_mock:
+        console.print(
+            f"[yellow]note:[/] token counts are approximate: the tokenizer of "
+            f"{escape(prepared.config.judge.model)} is unknown here, so prompts were counted with "
+            f"tiktoken's {COUNT_ENCODING} (OpenAI's); the model's own tokenizer may count 10-20% "
+            "more, and the cost with it",
+            soft_wrap=True,
+        )
     if estimate.note:
         console.print(f"[yellow]note:[/] {escape(estimate.note)}")
 
@@ -143,6 +166,12 @@ def _progress_interval(seconds: float | None) -> Iterator[None]:
             os.environ.pop(PROGRESS_SECONDS_ENV, None)
         else:
             os.environ[PROGRESS_SECONDS_ENV] = old
+
+
+def _timeout_hint(prepared: PreparedRun) -> str:
+    """Which setting to change when the judge's calls time out."""
+    assert prepared.config.judge is not None
+    return timeout_advice(prepared.config.judge, prepared.config.concurrency)
 
 
 def _already_complete(store: Any, run_id: str, prepared: PreparedRun) -> bool:
@@ -196,11 +225,26 @@ def _finish(
                 )
                 raise typer.Exit(EXIT_INTERRUPTED) from None
             except (ModelConfigError, RunWriteError, CircuitBreakerOpen) as exc:
-                # execute_run has already marked the run failed with this reason.
-                fail(f"{exc}\ncontinue with: judge run --resume {run_id} --db {store_path}")
+                # execute_run has already marked the run failed with this reason. The samples a
+                # breaker stopped are not stored: its message says whether calls timed out.
+                hint = ""
+                if isinstance(exc, CircuitBreakerOpen) and TIMED_OUT in str(exc):
+                    hint = "\n" + _timeout_hint(prepared)
+                fail(f"{exc}{hint}\ncontinue with: judge run --resume {run_id} --db {store_path}")
+        from clinjudge.analysis import identical_samples_note  # numpy and pyarrow: load late
+
         counts = run_counts(store, run_id, agent)
+        timed_out = timed_out_calls(store, run_id)
+        copies = identical_samples_note(store, run_id)
     cost = f"${counts.cost_usd:.4f}" + ("" if counts.cost_known else " (some prices unknown)")
     print_outcome(counts, cost)
+    if timed_out:
+        console.print(
+            f"[yellow]{timed_out} model call(s) timed out:[/] {escape(_timeout_hint(prepared))}",
+            soft_wrap=True,
+        )
+    if copies is not None:
+        console.print(f"[yellow]warning:[/] {escape(copies)}", soft_wrap=True)
     if simulated:
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
     if allow_failures is not None:
@@ -275,6 +319,16 @@ def run_command(
             rich_help_panel=MODEL,
             show_default=_JUDGE_DEFAULTS["timeout"],
             help="Seconds per model call.",
+        ),
+    ] = None,
+    timeout_retries: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=MODEL,
+            min=0,
+            show_default=str(RetryPolicy.model_fields["timeout_retries"].default),
+            help="Retries of a call that timed out (retry.timeout_retries); a slow endpoint "
+            "only gets slower when asked again.",
         ),
     ] = None,
     max_repairs: Annotated[
@@ -362,7 +416,8 @@ def run_command(
             min=0,
             show_default="10",
             help="Stop the run (resumable) after this many samples in a row fail with the same "
-            "call fault (connection refused, timeouts, HTML replies...); 0 never stops.",
+            "call fault (connection refused, timeouts, HTML replies...), or once all items (2 or "
+            "more) failed that way before any sample succeeded; 0 never stops.",
         ),
     ] = None,
     shard: ShardOption = None,
@@ -553,6 +608,7 @@ def run_command(
                     "max_tokens": max_tokens,
                     "reasoning_effort": reasoning_effort,
                     "timeout": timeout,
+                    "timeout_retries": timeout_retries,
                     "rpm": rpm,
                     "tpm": tpm,
                     "nli": nli,

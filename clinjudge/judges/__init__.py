@@ -4,8 +4,10 @@ here; each subpackage is a front door of its own.
 """
 
 from clinjudge.judges.clients import (
+    COUNT_ENCODING,
     GENERIC_MODEL_INFO,
     SIMULATED_NOTICE,
+    TIMED_OUT,
     BatchClient,
     BatchLine,
     BatchState,
@@ -28,6 +30,7 @@ from clinjudge.judges.clients import (
     classify_fault,
     count_message_tokens,
     count_tokens,
+    counts_exactly,
     price_per_token,
     simulated_scores,
     to_autogen_messages,
@@ -53,6 +56,7 @@ __all__ = [
     "BatchClient",
     "BatchLine",
     "BatchState",
+    "COUNT_ENCODING",
     "CallFn",
     "CallOutcome",
     "DECIDING_AGENTS",
@@ -73,6 +77,7 @@ __all__ = [
     "SIMULATED_NOTICE",
     "SampleVerdict",
     "SimpleChatCompletionClient",
+    "TIMED_OUT",
     "Workflow",
     "WorkflowContext",
     "WorkflowResult",
@@ -84,6 +89,7 @@ __all__ = [
     "classify_fault",
     "count_message_tokens",
     "count_tokens",
+    "counts_exactly",
     "draw_shots",
     "judge_single_sample",
     "load_nli",

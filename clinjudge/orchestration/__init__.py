@@ -27,8 +27,18 @@ from clinjudge.orchestration._context import (
 )
 from clinjudge.orchestration._limits import FakeClock, MonotonicClock, RateLimiter
 from clinjudge.orchestration._preflight import check_doclens_config, check_prm_config
-from clinjudge.orchestration._progress import PROGRESS_SECONDS_ENV, RunProgress, progress_line
-from clinjudge.orchestration._retry import call_with_retries, retry_send
+from clinjudge.orchestration._progress import (
+    PROGRESS_SECONDS_ENV,
+    RunProgress,
+    progress_interval,
+    progress_line,
+)
+from clinjudge.orchestration._retry import (
+    call_with_retries,
+    retry_send,
+    timed_out_calls,
+    timeout_advice,
+)
 from clinjudge.orchestration._run_settings import (
     DEFAULT_MODEL_ENV,
     FALLBACK_MODEL,
@@ -109,9 +119,12 @@ __all__ = [
     "prepare_audit",
     "prepare_run",
     "prm_settings",
+    "progress_interval",
     "progress_line",
     "resolve_run_personas",
     "retry_send",
     "role_models",
     "run_config_from",
+    "timed_out_calls",
+    "timeout_advice",
 ]

@@ -26,8 +26,13 @@ class ConfigError(UserError):
 class RetryPolicy(BaseModel):
     """How model calls are retried on transient faults (429, 5xx, timeouts, resets).
 
+    A call that timed out is retried at most ``timeout_retries`` times: unlike a 429 it says the
+    endpoint is slower than the timeout, so each retry usually waits out the whole timeout again
+    while the server keeps working on the abandoned request.
+
     Args:
         max_attempts: Attempts per call, the first included.
+        timeout_retries: Retries of a call after it timed out (within ``max_attempts``).
         initial_wait: First backoff in seconds (doubles each time, with jitter).
         max_wait: Longest single wait, also the cap on a provider's Retry-After.
         jitter: Maximum random seconds added to each wait.
@@ -36,6 +41,7 @@ class RetryPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_attempts: int = Field(default=6, ge=1, le=50)
+    timeout_retries: int = Field(default=1, ge=0, le=49)
     initial_wait: float = Field(default=1.0, ge=0)
     max_wait: float = Field(default=60.0, ge=0)
     jitter: float = Field(default=1.0, ge=0)
@@ -69,7 +75,8 @@ class RunConfig(BaseModel):
         max_cost: Dollar budget: no new work starts once the spend would exceed it.
         max_consecutive_failures: Stop the run (``interrupted``, resumable) after this many
             samples in a row failed by model calls failing the same way (connection refused,
-            timeouts, HTML instead of JSON...); 0 never stops.
+            timeouts, HTML instead of JSON...), or when every item of a run with fewer items
+            (two or more) failed that way before any sample succeeded; 0 never stops.
         cache: Reuse replies stored in the database's response cache for identical requests
             (same model, settings, messages and sample); hits cost nothing.
         shard: ``i/n``: judge only the items whose stable id hash falls in shard i of n.

@@ -9,7 +9,10 @@ tokens and latency come out the same way whatever the workflow.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import contextlib
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -81,8 +84,27 @@ class ModelPool:
         """Run-wide state of workflows, e.g. each item's PRM evidence (scored once per item)."""
         self.response_cache: ResponseCache | None = None
         """Replies every model reuses when the run has ``cache`` on (set by the session)."""
+        self._in_flight: dict[int, float] = {}
+        self._call_numbers = itertools.count()
         if default is not None:
             self._models[default.settings.model_dump_json()] = default
+
+    @contextlib.contextmanager
+    def call_in_flight(self) -> Iterator[None]:
+        """Count one model call as in flight while the block runs (progress shows them)."""
+        number = next(self._call_numbers)
+        self._in_flight[number] = time.monotonic()
+        try:
+            yield
+        finally:
+            del self._in_flight[number]
+
+    def calls_in_flight(self) -> tuple[int, float | None]:
+        """Model calls sent and not answered yet, and the oldest one's age in seconds."""
+        if not self._in_flight:
+            return 0, None
+        # Insertion order is start order: the first entry left is the oldest call.
+        return len(self._in_flight), time.monotonic() - next(iter(self._in_flight.values()))
 
     @property
     def persona_set(self) -> PersonaSet | None:
@@ -369,7 +391,8 @@ class SampleContext:
 
         async def bounded() -> CallOutcome:
             async with slots:
-                return await attempt()
+                with self.models.call_in_flight():
+                    return await attempt()
 
         limiter = self.models.limiter_for(model.settings)
         if limiter is None:
@@ -397,12 +420,14 @@ class SampleContext:
         """A call function over rendered turns for one agent (single judges, panel members)."""
         model = self.models.model_for(agent, role)
 
-        async def call(turns: list[ChatTurn]) -> CallOutcome:
+        async def call(turns: list[ChatTurn], *, max_tokens: int | None = None) -> CallOutcome:
             return await self.send(
                 agent,
                 role,
                 model,
-                lambda: model.complete(turns, variation=self.variation_for(agent, role)),
+                lambda: model.complete(
+                    turns, variation=self.variation_for(agent, role), max_tokens=max_tokens
+                ),
                 prompt=lambda: [t.content for t in turns],
             )
 

@@ -1,12 +1,16 @@
 """Progress of a run that people can read anywhere.
 
-On a terminal: a bar with done/total, ok/failed, samples per minute, elapsed time, ETA, tokens
-and cost so far. Elsewhere (nohup, CI logs, notebooks): the same numbers as one plain line every
-``CLINJUDGE_PROGRESS_SECONDS`` seconds (default 30), and once more at the end.
+On a terminal: a bar with done/total, ok/failed, samples per minute, elapsed time, ETA, tokens,
+cost and the model calls in flight. Elsewhere (nohup, CI logs, notebooks): the same numbers as
+one plain line every ``CLINJUDGE_PROGRESS_SECONDS`` seconds (default 30), on a timer, so a run
+whose calls take minutes still says what it is waiting for (calls in flight and the oldest
+call's age), and once more at the end.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -25,6 +29,14 @@ from rich.progress import (
 
 PROGRESS_SECONDS_ENV = "CLINJUDGE_PROGRESS_SECONDS"
 DEFAULT_PROGRESS_SECONDS = 30.0
+TERMINAL_TICK_SECONDS = 1.0
+"""How often the bar's calls-in-flight field is refreshed on a terminal."""
+MIN_TICK_SECONDS = 1.0
+"""Shortest wait of the timer off a terminal (``--progress-every 0`` prints per sample, and
+at most one timer line a second while nothing finishes)."""
+
+CallsInFlight = Callable[[], tuple[int, float | None]]
+"""Model calls in flight now: (how many, age in seconds of the oldest; None when none)."""
 
 
 def progress_interval() -> float:
@@ -48,6 +60,10 @@ class ProgressState:
     cost_usd: float = 0.0
     requests_per_minute: float | None = None
     """Model requests per minute so far (every attempt, members' included), when known."""
+    in_flight: int = 0
+    """Model calls sent and not answered yet."""
+    oldest_call_s: float | None = None
+    """Age in seconds of the oldest call in flight."""
 
 
 def _duration(seconds: float) -> str:
@@ -60,7 +76,7 @@ def _duration(seconds: float) -> str:
 
 
 def progress_line(state: ProgressState, elapsed: float) -> str:
-    """One plain line: done/total, ok/failed, rate, elapsed, ETA, tokens, cost.
+    """One plain line: done/total, ok/failed, rate, elapsed, ETA, tokens, cost, calls in flight.
 
     Args:
         state: The numbers so far.
@@ -80,18 +96,31 @@ def progress_line(state: ProgressState, elapsed: float) -> str:
     return (
         f"progress: {state.done}/{state.total} samples{share}, ok {state.ok}, failed "
         f"{state.failed}, {rate_text} samples/min{requests}, elapsed {_duration(elapsed)}, "
-        f"ETA {eta}, tokens {state.tokens:,}, cost ${state.cost_usd:.4f}"
+        f"ETA {eta}, tokens {state.tokens:,}, cost ${state.cost_usd:.4f}{_flight_text(state, ', ')}"
     )
+
+
+def _flight_text(state: ProgressState, lead: str = "") -> str:
+    """``3 calls in flight (oldest 2m05s)``; empty when none is."""
+    if not state.in_flight:
+        return ""
+    calls = "call" if state.in_flight == 1 else "calls"
+    oldest = "" if state.oldest_call_s is None else f" (oldest {_duration(state.oldest_call_s)})"
+    return f"{lead}{state.in_flight} {calls} in flight{oldest}"
 
 
 class RunProgress:
     """Shows a run's progress on a terminal bar or as periodic plain lines.
+
+    Started inside a running event loop, a timer prints the plain line every ``interval``
+    seconds even while no sample finishes (a slow endpoint), with the calls in flight.
 
     Args:
         console: Where progress goes (stderr).
         total: Samples to do.
         interval: Seconds between plain lines; default :func:`progress_interval`.
         clock: Time source (tests inject one).
+        calls: Model calls in flight now (count, oldest age); shown when given.
     """
 
     def __init__(
@@ -101,15 +130,20 @@ class RunProgress:
         *,
         interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        calls: CallsInFlight | None = None,
     ) -> None:
         self.console = console
         self.state = ProgressState(total)
         self.interval = progress_interval() if interval is None else interval
         self._clock = clock
+        self._calls = calls
         self._started = clock()
         self._last_line = self._started
+        self._printed: tuple[int, int] | None = None
+        """(done, in flight) of the last plain line, so the end is not printed twice."""
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._timer: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Draw the bar (terminal) or print the first line."""
@@ -126,6 +160,7 @@ class RunProgress:
                 TimeRemainingColumn(),
                 TextColumn("{task.fields[tokens]:,} tok"),
                 TextColumn("${task.fields[cost]:.4f}"),
+                TextColumn("{task.fields[flight]}"),
                 console=self.console,
                 transient=False,
                 # Library chatter on stdout must not land above the bar (it goes to debug logs).
@@ -141,10 +176,36 @@ class RunProgress:
                 rpm="-",
                 tokens=0,
                 cost=0.0,
+                flight="",
             )
             self._bar.start()
         else:
             self._print_line()
+        with contextlib.suppress(RuntimeError):  # no running loop: lines per sample only
+            self._timer = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def _tick_forever(self) -> None:
+        """Refresh the bar's calls in flight, or print the plain line when it is due."""
+        while True:
+            if self._bar is not None:
+                wait = TERMINAL_TICK_SECONDS
+            else:
+                wait = max(self._last_line + self.interval - self._clock(), MIN_TICK_SECONDS)
+            await asyncio.sleep(wait)
+            self.tick()
+
+    def tick(self) -> None:
+        """Show the numbers now: the bar's calls in flight, or a plain line when one is due."""
+        now = self._clock()
+        self._read_calls()
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, flight=_flight_text(self.state))
+        elif now - self._last_line >= self.interval:
+            self._print_line(now)
+
+    def _read_calls(self) -> None:
+        if self._calls is not None:
+            self.state.in_flight, self.state.oldest_call_s = self._calls()
 
     def advance(
         self, ok: bool, tokens: int, cost_usd: float, requests_per_minute: float | None = None
@@ -165,6 +226,7 @@ class RunProgress:
         state.tokens += tokens
         state.cost_usd += cost_usd
         now = self._clock()
+        self._read_calls()
         if self._bar is not None and self._task is not None:
             elapsed = now - self._started
             rate = state.done / elapsed * 60 if elapsed > 0 else None
@@ -177,21 +239,28 @@ class RunProgress:
                 rpm="-" if requests_per_minute is None else f"{requests_per_minute:,.0f}",
                 tokens=state.tokens,
                 cost=state.cost_usd,
+                flight=_flight_text(state),
             )
         elif now - self._last_line >= self.interval:
             self._print_line(now)
 
     def stop(self) -> None:
-        """Finish the bar, or print the last line."""
+        """Stop the timer; finish the bar, or print the last line unless it was just printed."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        else:
+            return
+        self._read_calls()
+        if self._printed != (self.state.done, self.state.in_flight):
             self._print_line()
 
     def _print_line(self, now: float | None = None) -> None:
         now = self._clock() if now is None else now
         self._last_line = now
+        self._printed = (self.state.done, self.state.in_flight)
         self.console.print(
             progress_line(self.state, now - self._started), highlight=False, soft_wrap=True
         )

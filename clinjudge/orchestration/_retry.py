@@ -9,15 +9,59 @@ from datetime import datetime
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from clinjudge.judges import CallOutcome, JudgeModel, ProviderFault
+from clinjudge.judges import TIMED_OUT, CallOutcome, JudgeModel, ModelSettings, ProviderFault
 from clinjudge.orchestration._config import RetryPolicy
 from clinjudge.rubrics import ChatTurn
+from clinjudge.runs import RunStore
 
 AttemptRecorder = Callable[[datetime, CallOutcome | None, ProviderFault | None], None]
 
 
 def _is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, ProviderFault) and exc.retryable
+
+
+def _retry_filter(policy: RetryPolicy) -> Callable[[BaseException], bool]:
+    """Retryable faults, but a timeout only ``policy.timeout_retries`` times per call."""
+    timeouts = 0
+
+    def should_retry(exc: BaseException) -> bool:
+        nonlocal timeouts
+        if not _is_retryable(exc):
+            return False
+        if getattr(exc, "timed_out", False):
+            timeouts += 1
+            return timeouts <= policy.timeout_retries
+        return True
+
+    return should_retry
+
+
+def timed_out_calls(store: RunStore, run_id: str) -> int:
+    """How many of a run's model calls (attempts) ran past their timeout.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+    """
+    rows = store.query(
+        "SELECT count(*) AS n FROM calls WHERE run_id = ? AND error = ?", [run_id, TIMED_OUT]
+    )
+    return int(rows[0]["n"] or 0) if rows else 0
+
+
+def timeout_advice(settings: ModelSettings, concurrency: int) -> str:
+    """What to change when calls time out: the model is slower than the timeout allows.
+
+    Args:
+        settings: The judge model's settings.
+        concurrency: The run's calls in flight at once.
+    """
+    return (
+        f"calls take longer than --timeout {settings.timeout:g} s; raise --timeout (judge."
+        f"timeout) or lower --concurrency (now {concurrency}: a local server shares itself "
+        "between the calls in flight)"
+    )
 
 
 class _ProviderAwareWait:
@@ -41,6 +85,9 @@ async def retry_send(
 ) -> CallOutcome:
     """Run ``send`` until it succeeds or a fault is final; every attempt goes to ``record``.
 
+    A timeout is final after ``policy.timeout_retries`` retries (other faults after
+    ``policy.max_attempts`` attempts).
+
     Args:
         send: Makes one attempt (one model call).
         policy: Retry policy.
@@ -52,7 +99,7 @@ async def retry_send(
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.max_attempts),
         wait=_ProviderAwareWait(policy),
-        retry=retry_if_exception(_is_retryable),
+        retry=retry_if_exception(_retry_filter(policy)),
         reraise=True,
     )
     async for attempt in retrying:

@@ -14,6 +14,7 @@ from pathlib import PurePath
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from clinjudge.judges import ModelSettings
 from clinjudge.judges.workflows import registered_modes
@@ -48,7 +49,17 @@ MODE_SECTIONS: dict[str, dict[str, str]] = {
 }
 # RunConfig field -> (its mode, its key in the mode's section).
 _MODE_FIELDS = {f: (mode, key) for mode, keys in MODE_SECTIONS.items() for key, f in keys.items()}
-_SPECIAL = {"config", "role_model", "doclens", "nli", *_PRM_OPTIONS, *MODE_SECTIONS}
+# Options that set one key of the ``retry`` section: {option: key}.
+_RETRY_OPTIONS = {"timeout_retries": "timeout_retries"}
+_SPECIAL = {
+    "config",
+    "role_model",
+    "doclens",
+    "nli",
+    *_PRM_OPTIONS,
+    *MODE_SECTIONS,
+    *_RETRY_OPTIONS,
+}
 
 
 def default_model() -> str:
@@ -79,6 +90,21 @@ def doclens_settings(
     if nli is not None:
         merged["nli_model"] = nli
     return merged
+
+
+def retry_settings(settings: Any, options: Mapping[str, Any]) -> Any:
+    """The ``retry`` section with explicit options (``timeout_retries``) on top.
+
+    Args:
+        settings: The ``retry`` value given so far (a mapping, a RetryPolicy, or None).
+        options: Retry keys to values (None: not given).
+    """
+    given = {k: v for k, v in options.items() if v is not None}
+    if not given:
+        return settings
+    if isinstance(settings, BaseModel):
+        settings = settings.model_dump()
+    return {**dict(settings or {}), **given}
 
 
 def prm_settings(settings: Any, options: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -196,10 +222,11 @@ def run_config_from(options: Mapping[str, Any], *, source: str | None = None) ->
 
     Args:
         options: Settings by name, as ``judge run``'s options are named (``rubric``, ``mode``,
-            ``data``, ``model``, ``samples``, ``role_model``, ``doclens``, ``prm``...); None
-            means not given. ``config`` names a YAML file read first. Mode-specific settings
-            go flat (``panel_aggregate``, ``rounds``) or nested (``panel={"aggregate":
-            "mean"}``, ``magentic={"rounds": 2}``); given for another mode, they are an error.
+            ``data``, ``model``, ``samples``, ``role_model``, ``doclens``, ``prm``,
+            ``timeout_retries``...); None means not given. ``config`` names a YAML file read
+            first. Mode-specific settings go flat (``panel_aggregate``, ``rounds``) or nested
+            (``panel={"aggregate": "mean"}``, ``magentic={"rounds": 2}``); given for another
+            mode, they are an error.
         source: What the settings came from, for messages (default: the config file or
             "settings").
     """
@@ -237,4 +264,9 @@ def run_config_from(options: Mapping[str, Any], *, source: str | None = None) ->
     merged["roles"] = role_models(
         merged.get("roles") or {}, options.get("role_model") or (), judge_settings
     )
+    retry = retry_settings(
+        merged.get("retry"), {key: options.get(name) for name, key in _RETRY_OPTIONS.items()}
+    )
+    if retry is not None:
+        merged["retry"] = retry
     return build_config(source or str(config_path or "settings"), merged)

@@ -310,15 +310,22 @@ def render_messages(
     ]
 
 
-def render_repair(problems: str, rubric: Rubric) -> str:
+def render_repair(problems: str, rubric: Rubric, *, truncated: bool = False) -> str:
     """The follow-up message sent when a reply fails validation.
 
     Args:
         problems: What was wrong with the previous reply.
         rubric: The rubric whose contract applies.
+        truncated: The reply was cut off at the token limit (the model is told to be brief).
     """
     keys = ", ".join(f'"{k}"' for k in rubric.keys)
+    cut = (
+        " Your previous reply was cut off at the token limit before the JSON object was "
+        "complete: start with the JSON object and keep any rationale short."
+        if truncated
+        else ""
+    )
     return (
-        f"Your reply could not be accepted: {problems}. Answer again with one JSON object only, "
-        f"containing every key ({keys}) with an allowed value, and no other text."
+        f"Your reply could not be accepted: {problems}.{cut} Answer again with one JSON object "
+        f"only, containing every key ({keys}) with an allowed value, and no other text."
     )

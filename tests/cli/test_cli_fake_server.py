@@ -10,7 +10,9 @@ import pytest
 
 from clinjudge.rubrics import Rubric
 from tests.cli._helpers import invoke, query, scalar
+from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, pdsqi9_scores
+from tests.ratings_data import ratings_matching, write_ratings
 
 
 def _last_user_text(body: dict) -> str:
@@ -110,3 +112,89 @@ def test_run_against_fake_server(
     assert sum(c[3] for c in calls) == reply_words
     assert scalar(db_path, "SELECT count(DISTINCT item_id) FROM judgments WHERE final") == 6
     assert scalar(db_path, "SELECT count(*) FROM messages") >= 12 * 2
+
+
+# -- issue #28: what a real model exposed ---------------------------------------------------------
+
+
+def _run(srv: FakeOpenAIServer, data: Path, db: Path, *extra: str):
+    return invoke(
+        "run", "--data", str(data), "--model", "openai/local-judge", "--base-url",
+        srv.base_url, "--db", str(db), "--no-progress", *extra,
+    )  # fmt: skip
+
+
+def test_timeouts_are_retried_once_and_the_summary_names_the_setting(
+    tmp_path: Path, db_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "one.jsonl", make_items(1))
+    config = tmp_path / "fast.yaml"
+    config.write_text("retry: {initial_wait: 0.01, max_wait: 0.02, jitter: 0.0}\n")
+    with FakeOpenAIServer(latency=1.5) as srv:
+        result = _run(srv, data, db_path, "--timeout", "0.3", "--config", str(config))
+        requests = srv.request_count
+    assert result.exit_code == 1, result.stderr
+    assert requests == 2  # the call and one retry, not max_attempts (6)
+    stderr = " ".join(result.stderr.split())
+    assert "2 model call(s) timed out: calls take longer than --timeout 0.3 s" in stderr
+    assert "raise --timeout" in stderr
+    assert "lower --concurrency (now 8" in stderr
+
+
+def test_identical_samples_are_flagged(tmp_path: Path, db_path: Path) -> None:
+    # A greedy server: the same prompt always gets the same reply.
+    data = write_jsonl(tmp_path / "two.jsonl", make_items(2))
+    with FakeOpenAIServer() as srv:
+        result = _run(srv, data, db_path, "--samples", "3")
+    assert result.exit_code == 0, result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert "warning: every item's samples are identical replies (2 item(s)" in stderr
+    assert "docs/models.md" in stderr
+
+
+def test_samples_that_differ_are_not_flagged(tmp_path: Path, db_path: Path) -> None:
+    data = write_jsonl(tmp_path / "two.jsonl", make_items(2))
+    count = iter(range(10_000))
+
+    def sampling(body: dict) -> dict:
+        return pdsqi9_scores(f"{_last_user_text(body)} {next(count)}")
+
+    with FakeOpenAIServer(sampling) as srv:
+        result = _run(srv, data, db_path, "--samples", "3")
+    assert result.exit_code == 0, result.stderr
+    assert "identical replies" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "approximate"),
+    [("openai/SmolLM2-135M-Instruct", True), ("anthropic/claude-sonnet-4-5", True),
+     ("openai/gpt-4o-mini", False)],
+)  # fmt: skip
+def test_dry_run_says_when_token_counts_are_approximate(
+    tmp_path: Path, model: str, approximate: bool
+) -> None:
+    data = write_jsonl(tmp_path / "two.jsonl", make_items(2))
+    result = invoke(
+        "run", "--data", str(data), "--model", model, "--base-url", "http://127.0.0.1:9/v1",
+        "--db", str(tmp_path / "dry.duckdb"), "--dry-run",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    out = " ".join(result.stderr.split())
+    assert "o200k_base" in out
+    assert ("token counts are approximate" in out) is approximate
+    if approximate:
+        assert f"the tokenizer of {model} is unknown" in out
+
+
+def test_judge_agree_warns_about_identical_samples(tmp_path: Path, db_path: Path) -> None:
+    data = write_jsonl(tmp_path / "two.jsonl", make_items(2))
+    with FakeOpenAIServer() as srv:
+        run_id = _run(srv, data, db_path, "--samples", "2").stdout.strip()
+    ratings = write_ratings(tmp_path / "ratings.jsonl", ratings_matching(db_path, run_id))
+    assert invoke("ratings", "import", str(ratings), "--db", str(db_path)).exit_code == 0
+    result = invoke("agree", run_id, "--boot", "20", "--db", str(db_path))
+    assert result.exit_code == 0, result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert "warning: every item's samples are identical replies" in stderr
+    as_json = json.loads(invoke("agree", run_id, "--json", "--db", str(db_path)).stdout)
+    assert any(n.startswith("judge samples: every item's samples") for n in as_json["notes"])

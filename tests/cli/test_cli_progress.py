@@ -10,6 +10,8 @@ from rich.console import Console
 
 from clinjudge.orchestration import RunProgress
 from tests.cli._helpers import invoke, scalar
+from tests.factories import make_items, write_jsonl
+from tests.fake_openai import FakeOpenAIServer
 
 LINE = re.compile(
     r"progress: (\d+)/(\d+) samples \((\d+)%\), ok (\d+), failed (\d+), ([\d,.]+|-) samples/min"
@@ -63,3 +65,36 @@ def test_eta_and_rate_from_a_fake_clock() -> None:
     assert last.group(1) == "10" and last.group(6) == "10.0"
     assert last.group(7) == "1m00s" and last.group(8) == "3m00s"
     assert last.group(9) == "1,000" and last.group(10) == "0.1000"
+
+
+def test_a_timer_line_says_what_is_in_flight_before_any_sample_finishes(
+    tmp_path: Path, db_path: Path
+) -> None:
+    # Issue #28: a slow endpoint printed nothing for 12 minutes, since lines came only when a
+    # sample finished. Now a timer prints them, with the calls in flight and the oldest's age.
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    with FakeOpenAIServer(latency=2.5) as srv:
+        result = invoke(
+            "run", "--data", str(data), "--model", "openai/local", "--base-url", srv.base_url,
+            "--db", str(db_path), "--progress-every", "1",
+        )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if LINE.search(line)]
+    waiting = [line for line in lines if LINE.search(line).group(1) == "0"]  # type: ignore[union-attr]
+    flight = [re.search(r"(\d+) calls in flight \(oldest (\d+)s\)", line) for line in waiting]
+    seen = [(int(m.group(1)), int(m.group(2))) for m in flight if m]
+    assert seen, result.stderr
+    assert all(n == 2 for n, _ in seen) and max(age for _, age in seen) >= 1
+    # The end is printed once.
+    assert len([line for line in lines if "(100%)" in line]) == 1, result.stderr
+
+
+def test_the_last_line_is_printed_once() -> None:
+    out = io.StringIO()
+    progress = RunProgress(Console(file=out, force_terminal=False, width=300), 2, interval=0)
+    progress.start()
+    progress.advance(True, 10, 0.0)
+    progress.advance(True, 10, 0.0)  # 2/2, printed: interval 0
+    progress.stop()  # nothing new to say
+    done = [line for line in out.getvalue().splitlines() if "2/2 samples (100%)" in line]
+    assert len(done) == 1

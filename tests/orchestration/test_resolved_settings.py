@@ -293,3 +293,16 @@ def test_bad_sections_are_named(settings: dict[str, Any], message: str, tmp_path
     config_file.write_text(json.dumps({"mode": "magentic", **settings}))  # JSON is YAML
     with pytest.raises(ConfigError, match=message):
         run_config_from({"config": str(config_file), "model": "mock/judge"})
+
+
+def test_timeout_retries_sets_the_retry_section(tmp_path: Path) -> None:
+    assert run_config_from({"model": "mock/judge"}).retry.timeout_retries == 1
+    config = tmp_path / "judge.yaml"
+    config.write_text("retry: {max_attempts: 3, timeout_retries: 0}\n")
+    from_file = run_config_from({"config": str(config)})
+    assert (from_file.retry.max_attempts, from_file.retry.timeout_retries) == (3, 0)
+    # The option wins over the file and keeps the section's other keys.
+    both = run_config_from({"config": str(config), "timeout_retries": 4})
+    assert (both.retry.max_attempts, both.retry.timeout_retries) == (3, 4)
+    policy = run_config_from({"model": "mock/judge", "retry": FAST, "timeout_retries": 2}).retry
+    assert (policy.max_attempts, policy.timeout_retries) == (FAST.max_attempts, 2)

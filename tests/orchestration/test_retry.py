@@ -177,3 +177,35 @@ def test_retry_decisions_follow_the_fault():
         )
     assert model.calls == 2 and len(records) == 2
     assert model.variations == ["3|2", "3|2"]
+
+
+# -- timeouts (issue #28): a slow endpoint gets slower when asked again -------------------------
+
+
+def test_a_timeout_is_retried_once_by_default(pdsqi9, turns):
+    # Every answer takes longer than the timeout: the default retries it once, not six times.
+    with FakeOpenAIServer(latency=1.5) as srv:
+        result, records, _ = call(srv, pdsqi9, turns, FAST, timeout=0.3)
+        assert isinstance(result, ProviderFault) and result.timed_out
+        assert [fault.reason for _, _, fault in records] == ["timed out", "timed out"]
+        assert srv.request_count == 2
+        assert RetryPolicy().timeout_retries == 1
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_timeout_retries_sets_how_many(pdsqi9, turns, retries):
+    policy = FAST.model_copy(update={"timeout_retries": retries})
+    with FakeOpenAIServer(latency=1.5) as srv:
+        result, records, _ = call(srv, pdsqi9, turns, policy, timeout=0.3)
+        assert isinstance(result, ProviderFault)
+        assert len(records) == srv.request_count == retries + 1
+
+
+def test_other_faults_keep_max_attempts_after_a_timeout():
+    timeout = ProviderFault("timed out", retryable=True, timed_out=True)
+    model = _Flaky([timeout, ProviderFault("HTTP 503", retryable=True), timeout])
+    records: list[Record] = []
+    with pytest.raises(ProviderFault, match="timed out"):
+        asyncio.run(call_with_retries(model, [], FAST, lambda *r: records.append(r)))
+    # A 503 between the timeouts is retried as before; the second timeout is the last try.
+    assert model.calls == 3

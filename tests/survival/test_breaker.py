@@ -165,3 +165,36 @@ def test_cli_stops_with_exit_1_and_the_resume_command(tmp_path: Path) -> None:
     with RunStore(db, read_only=True) as store:
         run = store.query("SELECT status, status_reason FROM runs")[0]
     assert run["status"] == "interrupted" and "5 samples in a row" in run["status_reason"]
+
+
+def test_a_small_run_stops_once_every_item_failed_the_same_way(tmp_path: Path) -> None:
+    # Issue #28: 3 items on an endpoint slower than the timeout never reached 10 failures in a
+    # row. Now once every item has failed with the same fault (nothing succeeded) and samples
+    # are left, the run stops, says why and which setting to change.
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(3))
+    db = tmp_path / "runs.duckdb"
+    config = tmp_path / "fast.yaml"
+    config.write_text("retry: {initial_wait: 0.01, max_wait: 0.02, jitter: 0.0}\n")
+    with FakeOpenAIServer(latency=1.5) as srv:
+        result = CliRunner().invoke(
+            app,
+            [
+                "run", "--data", str(data), "--model", "openai/local", "--base-url",
+                srv.base_url, "--db", str(db), "--config", str(config), "--samples", "2",
+                "--concurrency", "1", "--timeout", "0.3", "--no-progress",
+            ],
+        )  # fmt: skip
+        requests = srv.request_count
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "all 3 items failed with the same fault (timed out)" in output
+    assert "calls take longer than --timeout 0.3 s; raise --timeout" in output
+    assert "judge run --resume" in output
+    # Each item's first sample: one try and one retry after the timeout; the second samples
+    # never started.
+    assert requests == 3 * 2
+    with RunStore(db, read_only=True) as store:
+        run = store.query("SELECT status, status_reason FROM runs")[0]
+        stored = store.query("SELECT count(*) AS n FROM samples")[0]["n"]
+    assert run["status"] == "interrupted" and "all 3 items failed" in run["status_reason"]
+    assert stored == 0

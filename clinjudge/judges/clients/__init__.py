@@ -3,10 +3,12 @@ provider, with fault classification, token and cost accounting, the response cac
 provider batch API."""
 
 from clinjudge.judges.clients._accounting import (
+    COUNT_ENCODING,
     bundled_model_map,
     call_cost,
     count_message_tokens,
     count_tokens,
+    counts_exactly,
     model_map_names,
     price_per_token,
 )
@@ -22,7 +24,7 @@ from clinjudge.judges.clients._batch_api import (
     request_line,
 )
 from clinjudge.judges.clients._cache import ResponseCache, cache_key
-from clinjudge.judges.clients._faults import ProviderFault, classify_fault
+from clinjudge.judges.clients._faults import TIMED_OUT, ProviderFault, classify_fault
 from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges.clients._mock_client import (
     SIMULATED_NOTICE,
@@ -42,6 +44,7 @@ from clinjudge.judges.clients._settings import ModelSettings, Price, ReasoningEf
 
 __all__ = [
     "BatchClient",
+    "COUNT_ENCODING",
     "BatchLine",
     "BatchState",
     "CallOutcome",
@@ -58,6 +61,7 @@ __all__ = [
     "SIMULATED_NOTICE",
     "SimpleChatCompletionClient",
     "SimulatedReplies",
+    "TIMED_OUT",
     "batch_call_cost",
     "batch_price_per_token",
     "batch_supported",
@@ -69,6 +73,7 @@ __all__ = [
     "classify_fault",
     "count_message_tokens",
     "count_tokens",
+    "counts_exactly",
     "model_map_names",
     "price_per_token",
     "register_simulated_replies",

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from clinjudge.judges.clients._settings import ModelSettings
+from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
 
 _PRICE_FILE = "model_prices_and_context_window_backup.json"
 
@@ -77,11 +77,35 @@ def cost_at(
     return prompt_tokens * per_token[0] + completion_tokens * per_token[1]
 
 
+COUNT_ENCODING = "o200k_base"
+"""The tiktoken encoding every local token count uses (estimates, providers without usage)."""
+
+
 @cache
 def _encoding() -> Any:
     import tiktoken
 
-    return tiktoken.get_encoding("o200k_base")
+    return tiktoken.get_encoding(COUNT_ENCODING)
+
+
+def counts_exactly(settings: ModelSettings) -> bool:
+    """Whether :func:`count_tokens` counts with the model's own tokenizer: an OpenAI model
+    (``openai/``, ``azure/``; ``price_as`` names a deployment's model) that tiktoken maps to
+    :data:`COUNT_ENCODING`. Other models' tokenizers are unknown here, so their counts are
+    approximate (a local model's own tokenizer may count 10-20% more).
+
+    Args:
+        settings: The model's settings.
+    """
+    from tiktoken.model import encoding_name_for_model
+
+    if settings.provider not in OPENAI_PROVIDERS | AZURE_PROVIDERS:
+        return False
+    name = (settings.price_as or settings.name).rsplit("/", 1)[-1]
+    try:
+        return encoding_name_for_model(name) == COUNT_ENCODING
+    except KeyError:
+        return False
 
 
 def count_tokens(text: str) -> int:

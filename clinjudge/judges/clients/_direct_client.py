@@ -25,7 +25,12 @@ from clinjudge.judges.clients._base_client import (
     to_openai_messages,
     tool_schema,
 )
-from clinjudge.judges.clients._faults import ProviderFault, redirect_fault, status_fault
+from clinjudge.judges.clients._faults import (
+    ProviderFault,
+    redirect_fault,
+    status_fault,
+    timeout_fault,
+)
 from clinjudge.judges.clients._http_guard import DEFAULT_MAX_REPLY_BYTES, read_capped
 
 
@@ -120,6 +125,10 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
     ) -> CreateResult:
         try:
             data = await self._post(self._body(messages, json_output, extra, tools))
+        except TimeoutError as exc:
+            # aiohttp's own timeout (some of its timeout errors are ClientErrors too): the same
+            # fault as the model's timeout, retried as sparingly.
+            raise timeout_fault() from exc
         except aiohttp.ClientError as exc:
             raise ProviderFault(
                 f"connection failed: {type(exc).__name__}: {exc}"[:500], retryable=True

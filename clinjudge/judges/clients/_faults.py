@@ -28,6 +28,7 @@ from clinjudge.errors import ClinJudgeError
 
 __all__ = [
     "REDACTED",
+    "TIMED_OUT",
     "ProviderFault",
     "redact_secrets",
     "redact_url",
@@ -47,6 +48,7 @@ class ProviderFault(ClinJudgeError):
         retryable: Whether trying again may succeed.
         retry_after: Seconds the provider asked us to wait, if it said.
         usage: (prompt, completion) tokens the provider billed for the failed reply, if it said.
+        timed_out: The call ran past its timeout (retried fewer times than other faults).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class ProviderFault(ClinJudgeError):
         retryable: bool,
         retry_after: float | None = None,
         usage: tuple[int, int] | None = None,
+        timed_out: bool = False,
     ):
         reason = redact_secrets(reason)
         super().__init__(reason)
@@ -63,6 +66,7 @@ class ProviderFault(ClinJudgeError):
         self.retryable = retryable
         self.retry_after = retry_after
         self.usage = usage
+        self.timed_out = timed_out
         self.cost_usd: float | None = None
         """Dollar cost of ``usage``, set by the model that made the call."""
 
@@ -115,6 +119,15 @@ def reply_too_large(limit: int) -> ProviderFault:
         limit: The cap in bytes.
     """
     return ProviderFault(f"reply too large: body exceeds max_reply_bytes={limit}", retryable=False)
+
+
+TIMED_OUT = "timed out"
+"""The reason of a call that ran past its timeout (``calls.error`` reads exactly this)."""
+
+
+def timeout_fault() -> ProviderFault:
+    """A call that ran past the model's ``timeout``."""
+    return ProviderFault(TIMED_OUT, retryable=True, timed_out=True)
 
 
 def status_fault(status: int, message: str, headers: Any) -> ProviderFault:
@@ -181,7 +194,7 @@ def classify_fault(exc: BaseException) -> ProviderFault:
         reset = _connection_error_cause(exc)
         if reset is not None:
             return ProviderFault(f"connection failed: {reset}"[:500], retryable=True)
-        return ProviderFault("timed out", retryable=True)
+        return timeout_fault()
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError | ConnectionError):
         return ProviderFault(f"connection failed: {exc}"[:500], retryable=True)
     status = getattr(exc, "status_code", None)

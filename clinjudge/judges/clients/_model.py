@@ -7,7 +7,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
 from autogen_core.models import (
@@ -74,6 +74,8 @@ class CallOutcome:
     result: CreateResult | None = None
     cached: bool = False
     """Answered from the response cache: no provider call, no cost."""
+    max_tokens: int | None = None
+    """The cap on generated tokens the call was sent with (None: none or unknown)."""
 
 
 def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
@@ -291,14 +293,19 @@ class JudgeModel:
         self.cache: ResponseCache | None = None
         """Replies to reuse (``--cache``); None sends every request."""
 
-    async def complete(self, turns: list[ChatTurn], *, variation: str = "") -> CallOutcome:
+    async def complete(
+        self, turns: list[ChatTurn], *, variation: str = "", max_tokens: int | None = None
+    ) -> CallOutcome:
         """Send one chat request built from rendered turns; the reply must be text.
 
         Args:
             turns: The conversation so far.
             variation: Distinguishes repeated samples for the simulated provider.
+            max_tokens: Cap on generated tokens for this call instead of the settings' one.
         """
-        outcome = await self.create(to_autogen_messages(turns), variation=variation)
+        outcome = await self.create(
+            to_autogen_messages(turns), variation=variation, max_tokens=max_tokens
+        )
         if outcome.result is not None and not isinstance(outcome.result.content, str):
             raise ProviderFault("reply held tool calls, not text", retryable=False)
         return outcome
@@ -310,6 +317,7 @@ class JudgeModel:
         tools: Sequence[Any] = (),
         json_output: Any = None,
         variation: str = "",
+        max_tokens: int | None = None,
     ) -> CallOutcome:
         """Send one request of AutoGen messages (used by agents inside group chats).
 
@@ -318,16 +326,24 @@ class JudgeModel:
             tools: Tools offered to the model.
             json_output: AutoGen's JSON-mode flag; the settings' ``json_mode`` applies otherwise.
             variation: Distinguishes repeated samples for the simulated provider.
+            max_tokens: Cap on generated tokens for this call instead of the settings' one.
         """
         extra: dict[str, Any] = {"seed": variation} if self.settings.is_mock else {}
+        settings = self.settings
+        if max_tokens is not None and max_tokens != settings.max_tokens:
+            # The request carries the new cap, and the cache keys it as a setting.
+            settings = settings.model_copy(update={"max_tokens": max_tokens})
+            extra["max_completion_tokens" if settings.is_reasoning_model else "max_tokens"] = (
+                max_tokens
+            )
         if json_output is None and self.settings.json_mode:
             json_output = True
         key = None
         if self.cache is not None:
-            key = cache_key(self.settings, messages, tools, json_output, variation)
+            key = cache_key(settings, messages, tools, json_output, variation)
             hit = self.cache.get(key)
             if hit is not None:
-                return _cached_outcome(hit)
+                return replace(_cached_outcome(hit), max_tokens=settings.max_tokens)
         started = time.perf_counter()
         try:
             result = await asyncio.wait_for(
@@ -346,6 +362,7 @@ class JudgeModel:
                 fault.cost_usd = call_cost(self.settings, *fault.usage)
             raise fault from exc
         outcome = self._outcome(messages, result, time.perf_counter() - started)
+        outcome.max_tokens = settings.max_tokens
         if key is not None and self.cache is not None and isinstance(result.content, str):
             self.cache.put(key, self.settings.model, _cache_entry(outcome))
         return outcome

@@ -34,7 +34,7 @@ from clinjudge.judges.doclens._prompts import (
     repair_message,
 )
 from clinjudge.judges.doclens._settings import DocLensSettings
-from clinjudge.judges.workflows import CallFn
+from clinjudge.judges.workflows import CallFn, repair_max_tokens, reply_problem
 from clinjudge.rubrics import ChatTurn
 
 RECALL, PRECISION, CITATION, EXTRACTION = "recall", "precision", "citation", "extraction"
@@ -180,27 +180,34 @@ class LLMJudge:
             parse: Reads a reply; raises DocLensParseError when it cannot.
             shape: The expected answer shape, in words, for the repair message.
         """
-        problem, truncated = "", False
+        problem = ""
+        first_cap: int | None = None
+        cap: int | None = None  # None: the model's own max_tokens
         for _ in range(self.max_repairs + 1):
             try:
-                outcome = await self.call(list(turns))
+                if cap is None:
+                    outcome = await self.call(list(turns))
+                else:
+                    outcome = await self.call(list(turns), max_tokens=cap)
             except ProviderFault as fault:
                 self._log(turns)
                 return None, f"provider: {fault.reason}"
+            first_cap = first_cap or outcome.max_tokens
             turns.append(ChatTurn("assistant", outcome.text))
-            truncated = outcome.finish_reason == "length"
             try:
                 value = parse(outcome.text)
             except DocLensParseError as exc:
-                problem = str(exc)
+                # A reply cut at the token limit is re-asked with more room (the same cap would
+                # cut a greedy model's reply in the same place again).
+                problem = reply_problem(str(exc), outcome.finish_reason, outcome.max_tokens)
+                if outcome.finish_reason == "length":
+                    cap = repair_max_tokens(outcome.max_tokens, first_cap)
                 turns.append(ChatTurn("user", repair_message(problem, shape)))
                 continue
             self._log(turns)
             return value, None
         turns.pop()  # the last repair request was never sent
         self._log(turns)
-        if truncated:
-            problem = f"reply truncated at the token limit (finish_reason=length); {problem}"
         return None, f"invalid reply after {self.max_repairs} repair(s): {problem}"
 
     async def extract(self, text: str) -> tuple[list[str] | None, str | None]:

@@ -35,6 +35,7 @@ from clinjudge.judges.workflows._single import (
     draw_shots,
     first_turns,
     judge_single_sample,
+    repair_max_tokens,
     reply_problem,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "register_claims_workflow",
     "register_workflow",
     "registered_modes",
+    "repair_max_tokens",
     "reply_problem",
     "single_workflow",
     "workflow_for",

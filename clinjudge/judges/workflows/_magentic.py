@@ -103,11 +103,11 @@ def _persona_system(persona: Persona, ctx: WorkflowContext) -> str:
 def _with_persona(call: CallFn, persona: Persona) -> CallFn:
     """A call function that puts the persona's own instructions before the rubric."""
 
-    async def persona_call(turns: list[ChatTurn]) -> CallOutcome:
+    async def persona_call(turns: list[ChatTurn], *, max_tokens: int | None = None) -> CallOutcome:
         if turns and turns[0].role == "system":
             system = ChatTurn("system", f"{persona.system_message}\n\n{turns[0].content}")
             turns = [system, *turns[1:]]
-        return await call(turns)
+        return await call(turns, max_tokens=max_tokens)
 
     return persona_call
 

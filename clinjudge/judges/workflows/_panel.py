@@ -12,7 +12,9 @@ to compare with the MagenticOne discussion.
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from clinjudge.judges.workflows._contract import PANEL_AGENT, WorkflowContext, WorkflowResult
@@ -23,16 +25,43 @@ from clinjudge.personas import Persona, load_personas
 from clinjudge.rubrics import Rubric, median_scores
 
 PANEL_MEMBER_ROLE = "panel_member"
-ALL_FAILED = "all panel members failed"
 
 __all__ = [
-    "ALL_FAILED",
     "PANEL_AGENT",
     "PANEL_MEMBER_ROLE",
     "aggregate_members",
+    "all_failed_reason",
     "panel_personas",
     "panel_workflow",
 ]
+
+# "invalid reply after 1 repair(s): " says how hard we tried, not why: the reason follows it.
+_REPAIRS_PREFIX = re.compile(r"^invalid reply after \d+ repair\(s\): ")
+_REASON_CHARS = 200
+
+
+def _member_reason(error: str | None) -> str:
+    """A member's reason, short enough to group: the first clause of its error."""
+    reason = _REPAIRS_PREFIX.sub("", error or "unknown")
+    if reason.startswith("reply truncated at the token limit"):
+        # "reply truncated at the token limit (max_tokens 800, finish_reason=length); ..."
+        reason = reason.split(";", 1)[0].replace(", finish_reason=length", "")
+    return reason[:_REASON_CHARS]
+
+
+def all_failed_reason(members: Sequence[SampleVerdict]) -> str:
+    """Why a panel sample failed when every member did: the members' reasons, equal ones
+    grouped with their counts, most frequent first.
+
+    ``all 3 panel members failed: 3 × reply truncated at the token limit (max_tokens 400)``
+    (the run summary groups samples by the text before the first colon).
+
+    Args:
+        members: Every member's verdict (all failed).
+    """
+    counts = Counter(_member_reason(v.error) for v in members)
+    reasons = "; ".join(f"{n} × {reason}" for reason, n in counts.most_common())
+    return f"all {len(members)} panel members failed: {reasons}"
 
 
 def panel_personas(spec: str) -> list[Persona]:
@@ -103,8 +132,9 @@ async def panel_workflow(ctx: WorkflowContext) -> WorkflowResult:
     ok = {name: v for name, v in members.items() if v.status == "ok"}
     failed = [name for name in members if name not in ok]
     if not ok:
-        # Each member's own error stays on its own sample row.
-        verdict = SampleVerdict("failed", error=ALL_FAILED)
+        # Each member's own error stays on its own sample row; the panel's names them all, so
+        # the run summary says why without opening the members' rows.
+        verdict = SampleVerdict("failed", error=all_failed_reason(list(members.values())))
         return WorkflowResult(PANEL_AGENT, verdict, members, transcript)
     values, rationales = aggregate_members(
         ctx.rubric, [v.values for v in ok.values()], ctx.config.panel_aggregate

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from clinjudge.errors import UserError
 from clinjudge.judges.clients import CallOutcome, ProviderFault
@@ -21,7 +22,21 @@ from clinjudge.rubrics import (
     render_repair,
 )
 
-CallFn = Callable[[list[ChatTurn]], Awaitable[CallOutcome]]
+REPAIR_MAX_TOKENS = 4096
+"""A repair of a reply cut at the token limit asks for more room: double the cut cap, up to
+4x the first call's cap and at most this (never below the first call's cap)."""
+
+
+class CallFn(Protocol):
+    """Sends a conversation to the model (with retries) and returns the reply.
+
+    ``max_tokens`` replaces the model's cap on generated tokens for this call (a repair of a
+    reply cut at the limit); None keeps the model's own setting.
+    """
+
+    def __call__(
+        self, turns: list[ChatTurn], /, *, max_tokens: int | None = None
+    ) -> Awaitable[CallOutcome]: ...
 
 
 @dataclass
@@ -87,20 +102,34 @@ def draw_shots(pool: Sequence[Shot], k: int, *, seed: int, item_id: str, sample:
     return random.Random(int.from_bytes(digest[:8], "big")).sample(candidates, k)
 
 
-def _failure_reason(problem: str, outcome: CallOutcome) -> str:
-    return reply_problem(problem, outcome.finish_reason)
-
-
-def reply_problem(problem: str, finish_reason: str | None) -> str:
+def reply_problem(problem: str, finish_reason: str | None, max_tokens: int | None = None) -> str:
     """Why a reply was rejected, noting truncation at the token limit.
 
     Args:
         problem: What the parser found wrong.
         finish_reason: The provider's finish reason for the reply.
+        max_tokens: The cap on generated tokens the call was sent with, when known.
     """
     if finish_reason == "length":
-        return f"reply truncated at the token limit (finish_reason=length); {problem}"
+        cap = "" if max_tokens is None else f"max_tokens {max_tokens}, "
+        return f"reply truncated at the token limit ({cap}finish_reason=length); {problem}"
     return problem
+
+
+def repair_max_tokens(cut: int | None, first: int | None) -> int | None:
+    """The cap for re-asking after a reply was cut at ``cut`` tokens: twice as many, up to 4x
+    the first call's cap and :data:`REPAIR_MAX_TOKENS` (a greedy model given the same cap
+    would only write the same cut-off reply again).
+
+    Args:
+        cut: The cap the truncated reply hit (None: unknown, the model's own setting stays).
+        first: The cap of the sample's first call.
+    """
+    if cut is None:
+        return None
+    first = first or cut
+    ceiling = max(first, min(4 * first, REPAIR_MAX_TOKENS))
+    return max(min(2 * cut, ceiling), cut)
 
 
 def first_turns(
@@ -145,7 +174,8 @@ async def judge_single_sample(
         item: The item to judge.
         rubric: The rubric to apply.
         call: Sends a conversation to the model (with retries) and returns the reply; raises
-            ProviderFault when the provider keeps failing.
+            ProviderFault when the provider keeps failing. After a reply cut at the token limit
+            the repair is sent with a larger ``max_tokens`` (:func:`repair_max_tokens`).
         shots: Few-shot examples.
         explanations: Ask for an explanation with every score.
         max_repairs: How many corrective re-asks after an invalid reply.
@@ -163,27 +193,36 @@ async def judge_single_sample(
     )
     outcome: CallOutcome | None = None
     problem = ""
+    first_cap: int | None = None
+    cap: int | None = None  # None: the model's own max_tokens
     for _ in range(max_repairs + 1):
         try:
-            outcome = await call(list(turns))
+            if cap is None:  # call functions that take no max_tokens keep working
+                outcome = await call(list(turns))
+            else:
+                outcome = await call(list(turns), max_tokens=cap)
         except ProviderFault as fault:
             raw = outcome.text if outcome else None
             return SampleVerdict(
                 "failed", error=f"provider: {fault.reason}", raw_text=raw, transcript=turns
             )
+        first_cap = first_cap or outcome.max_tokens
         turns.append(ChatTurn("assistant", outcome.text))
         try:
             parsed = parse_judgment(outcome.text, rubric)
         except JudgmentParseError as exc:
-            problem = str(exc)
-            turns.append(ChatTurn("user", render_repair(problem, rubric)))
+            problem = reply_problem(str(exc), outcome.finish_reason, outcome.max_tokens)
+            truncated = outcome.finish_reason == "length"
+            if truncated:
+                cap = repair_max_tokens(outcome.max_tokens, first_cap)
+            turns.append(ChatTurn("user", render_repair(problem, rubric, truncated=truncated)))
             continue
         return SampleVerdict.judged(parsed, turns)
     assert outcome is not None
     turns.pop()  # the last repair request was never sent
     return SampleVerdict(
         "failed",
-        error=f"invalid reply after {max_repairs} repair(s): {_failure_reason(problem, outcome)}",
+        error=f"invalid reply after {max_repairs} repair(s): {problem}",
         raw_text=outcome.text,
         transcript=turns,
     )

@@ -265,6 +265,21 @@ def test_provider_faults_fail_judgments_not_the_run(tmp_path: Path) -> None:
     store.close()
 
 
+def test_truncated_replies_are_repaired_with_more_room(tmp_path: Path) -> None:
+    # Issue #28: the same cap would cut a greedy model's reply in the same place again.
+    def faults(_index: int, body: dict[str, Any]) -> Fault | None:
+        return Fault("truncated") if body.get("max_tokens", 0) < 800 else None
+
+    store, run_id, tally, server = run_doclens(tmp_path, make_responder(), faults=faults)
+    assert (tally.ok, tally.failed) == (2, 0)
+    assert_metrics(metrics(store, run_id, "judge"), EXPECTED)
+    caps = Counter(body["max_tokens"] for body in server.requests)
+    assert set(caps) == {400, 800}  # calls, then repairs of the replies that did not parse
+    repairs = [b["messages"][-1]["content"] for b in server.requests if b["max_tokens"] == 800]
+    assert all("reply truncated at the token limit (max_tokens 400" in r for r in repairs)
+    store.close()
+
+
 def test_majority_ties_and_failures() -> None:
     yes = UnitVerdict("entailed", supporting=[1, 2])
     yes_one = UnitVerdict("entailed", supporting=[1])

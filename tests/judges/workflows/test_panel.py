@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from clinjudge.cli import app
 from clinjudge.judges import ModelSettings
 from clinjudge.judges.workflows import workflow_for
 from clinjudge.judges.workflows._panel import (
-    ALL_FAILED,
     PANEL_AGENT,
     PANEL_MEMBER_ROLE,
     aggregate_members,
@@ -206,12 +207,15 @@ def test_all_members_failing_fails_the_panel(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder, faults=lambda i, b: Fault("server_error")) as server:
         store, run_id, info = run_panel(tmp_path, server)
     assert (info["tally"].ok, info["tally"].failed) == (0, N_ITEMS)
-    assert info["tally"].errors == {ALL_FAILED: N_ITEMS}
+    all_failed = "all 3 panel members failed"
+    assert info["tally"].errors == {all_failed: N_ITEMS}
     panel = store.query(
         "SELECT * FROM samples WHERE run_id = ? AND agent = ?", [run_id, PANEL_AGENT]
     )
     assert len(panel) == N_ITEMS
-    assert all(s["status"] == "failed" and s["error"] == ALL_FAILED for s in panel)
+    # The members' reason is carried up, grouped: not only on the members' own rows.
+    reason = f"{all_failed}: 3 × provider: HTTP 500"
+    assert all(s["status"] == "failed" and s["error"].startswith(reason) for s in panel)
     members = store.query(
         "SELECT * FROM samples WHERE run_id = ? AND agent <> ?", [run_id, PANEL_AGENT]
     )
@@ -264,3 +268,32 @@ def test_panel_calls_in_flight_never_exceed_concurrency(tmp_path: Path) -> None:
     assert info["tally"].ok == N_ITEMS * 2
     # 3 members x 2 samples in flight would be 6 without the run-wide bound.
     assert in_flight[1] == 2
+
+
+def test_truncated_members_give_their_reason_to_the_panel(tmp_path: Path) -> None:
+    # Issue #28: the summary said "all panel members failed (first: all panel members failed)";
+    # the members' real reason was only in their own rows.
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(N_ITEMS))
+    db = tmp_path / "runs.duckdb"
+    with FakeOpenAIServer(responder, faults=lambda i, b: Fault("truncated")) as server:
+        result = CliRunner().invoke(
+            app,
+            [
+                "run", "--mode", "panel", "--data", str(data), "--model", "openai/local-judge",
+                "--base-url", server.base_url, "--db", str(db), "--no-progress",
+            ],
+            env={"COLUMNS": "250"},
+        )  # fmt: skip
+        caps = Counter(body.get("max_tokens") for body in server.requests)
+    assert result.exit_code == 1, result.output
+    # Every member was re-asked once, with twice the room.
+    assert caps == {400: N_ITEMS * len(PERSONAS), 800: N_ITEMS * len(PERSONAS)}
+    reason = "all 3 panel members failed: 3 × reply truncated at the token limit (max_tokens 800)"
+    with RunStore(db, read_only=True) as store:
+        panel = store.query("SELECT error FROM samples WHERE agent = ?", [PANEL_AGENT])
+    assert [s["error"] for s in panel] == [reason] * N_ITEMS
+    summary = " ".join(result.output.split())
+    assert (
+        f"failed: {N_ITEMS} x all 3 panel members failed (first: 3 × reply truncated at the "
+        "token limit (max_tokens 800))"
+    ) in summary

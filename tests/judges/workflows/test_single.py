@@ -17,6 +17,7 @@ from clinjudge.judges import (
     draw_shots,
     judge_single_sample,
 )
+from clinjudge.judges.workflows import repair_max_tokens
 from clinjudge.rubrics import (
     ChatTurn,
     Item,
@@ -240,3 +241,59 @@ def test_draw_errors_when_pool_too_small(pool):
     assert len(draw_shots(small, 3, seed=0, item_id="not-in-pool", sample=1)) == 3
     assert draw_shots(small, 0, seed=0, item_id="x", sample=1) == []
     assert draw_shots([], 0, seed=0, item_id="x", sample=1) == []
+
+
+# -- replies cut at the token limit (issue #28) ----------------------------------------------------
+
+
+def _judge_capped(srv: FakeOpenAIServer, rubric: Rubric, item: Item, max_tokens: int, **kw: Any):
+    settings = ModelSettings(
+        model="openai/local-judge", base_url=srv.base_url, timeout=5.0, max_tokens=max_tokens
+    )
+
+    async def go() -> SampleVerdict:
+        model = JudgeModel(settings, rubric)
+        try:
+            return await judge_single_sample(item, rubric, model.complete, **kw)
+        finally:
+            await model.close()
+
+    return asyncio.run(go())
+
+
+def _truncates_below(cap: int):
+    """A server that cuts every reply generated with fewer than ``cap`` tokens allowed."""
+    return lambda index, body: Fault("truncated") if body.get("max_tokens", 0) < cap else None
+
+
+def test_a_truncated_reply_is_repaired_with_more_room(pdsqi9, item):
+    # Under greedy decoding the same cap only writes the same cut-off reply again.
+    with FakeOpenAIServer(faults=_truncates_below(100)) as srv:
+        verdict = _judge_capped(srv, pdsqi9, item, 64)
+        caps = [body["max_tokens"] for body in srv.requests]
+    assert verdict.status == "ok"
+    assert caps == [64, 128]
+    repair = verdict.transcript[3].content
+    assert repair.startswith(REPAIR_PREFIX)
+    assert "reply truncated at the token limit (max_tokens 64" in repair
+    assert "cut off at the token limit" in repair
+
+
+def test_a_reply_truncated_again_says_so_with_the_cap(pdsqi9, item):
+    with FakeOpenAIServer(faults=_truncates_below(10_000)) as srv:
+        verdict = _judge_capped(srv, pdsqi9, item, 64, max_repairs=2)
+        caps = [body["max_tokens"] for body in srv.requests]
+    assert verdict.status == "failed"
+    assert caps == [64, 128, 256]  # up to 4x the setting
+    assert verdict.error.startswith(
+        "invalid reply after 2 repair(s): reply truncated at the token limit (max_tokens 256"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cut", "first", "grown"),
+    [(64, 64, 128), (400, 400, 800), (800, 400, 1600), (1600, 400, 1600), (2000, 2000, 4000),
+     (4000, 2000, 4096), (8000, 8000, 8000), (None, None, None)],
+)  # fmt: skip
+def test_repair_cap_doubles_within_bounds(cut, first, grown):
+    assert repair_max_tokens(cut, first) == grown
