@@ -19,6 +19,14 @@ from typing import Any
 import numpy as np
 
 from clinjudge.analysis._agreement_run import run_rubric
+from clinjudge.analysis._audit_ppi import (
+    physician_labels,
+    physician_sample,
+    plan_sample,
+    ppi_pair_rows,
+    ppi_vendor_rows,
+    sampling_warnings,
+)
 from clinjudge.analysis._stats import wilcoxon_paired
 from clinjudge.analysis._summary import flagged_items
 from clinjudge.errors import UserError
@@ -32,7 +40,7 @@ from clinjudge.inputs import (
     unmatched_encounters,
 )
 from clinjudge.rubrics import Rubric, ScaleKind
-from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore
+from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, HumanRating, RunStore
 
 NO_PRM_NOTE = "No PRM step scores are stored for this run, so PRM rules (prm<...) flag nothing."
 
@@ -301,6 +309,7 @@ def audit_for_run(
     n_boot: int = 2000,
     seed: int = 0,
     alpha: float = 0.05,
+    ratings: Sequence[HumanRating] | None = None,
 ) -> dict[str, Any]:
     """Every audit statistic of a stored audit run (nothing is judged).
 
@@ -313,35 +322,16 @@ def audit_for_run(
         n_boot: Bootstrap resamples for the CIs of the means.
         seed: Bootstrap seed.
         alpha: Significance level applied to Holm-corrected p values.
+        ratings: Physicians' ratings of a random sample of the run's items: adds the
+            judge-corrected (PPI++) estimates of the physicians' means (``ppi``, ``ppi_pairs``,
+            ``physician_sample``).
     """
     run = store.get_run(run_id)
     rid = run["run_id"]
     rubric = run_rubric(run)
     parsed = run_flag_rules(store, rid, rubric, rules)
     rows = _audit_rows(store, rid)
-    if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):
-        raise AuditError(
-            f"run {rid} is not a vendor audit (its items lack a vendor or meta.encounter_id); "
-            "audit vendors' files to create one"
-        )
-    vendors: list[str] = []
-    scores: Scores = {}
-    failed: set[tuple[str, str]] = set()
-    pending: set[tuple[str, str]] = set()
-    presence: dict[str, set[str]] = {}
-    for r in rows:
-        vendor, encounter = r["vendor"], r["encounter"]
-        if vendor not in vendors:
-            vendors.append(vendor)
-        presence.setdefault(encounter, set()).add(vendor)
-        if r["attribute"] is None:
-            pending.add((vendor, encounter))
-            continue
-        if r["status"] == "failed":
-            failed.add((vendor, encounter))
-            continue
-        scores.setdefault(vendor, {}).setdefault(encounter, {})[r["attribute"]] = r["value"]
-    scores = {v: scores.get(v, {}) for v in vendors}
+    vendors, scores, failed, pending, presence = _final_scores(rid, rows)
     prm_lows = _lowest_prm_steps(store, rid, rows)
     for (vendor, encounter), low in prm_lows.items():
         scores[vendor].setdefault(encounter, {})[PRM_ATTRIBUTE] = low
@@ -368,6 +358,12 @@ def audit_for_run(
             f"Not compared between vendors (the rubric marks them agreement: false, e.g. gates): "
             f"{', '.join(left_out)}."
         )
+    flagged = flag_items(scores, parsed, sorted(failed), _addressed(store, rid, rows))
+    corrected = (
+        _judge_corrected(rubric, rows, scores, vendors, flagged, ratings, notes)
+        if ratings is not None
+        else {}
+    )
     return {
         "run_id": rid,
         "name": run["name"],
@@ -385,11 +381,104 @@ def audit_for_run(
         "summaries": vendor_summaries(scores, attributes, n_boot=n_boot, seed=seed),
         "comparisons": paired_comparisons(scores, compared, alpha=alpha),
         "flag_rules": [r.text for r in parsed],
-        "flagged": flag_items(scores, parsed, sorted(failed), _addressed(store, rid, rows)),
+        "flagged": flagged,
         "cost": _vendor_costs(store, rid, vendors),
         "settings": {"n_boot": n_boot, "seed": seed, "alpha": alpha, "zero_method": "wilcox"},
         "notes": notes,
+        **corrected,
     }
+
+
+def _judge_corrected(
+    rubric: Rubric,
+    rows: list[dict[str, Any]],
+    scores: Scores,
+    vendors: list[str],
+    flagged: list[dict[str, Any]],
+    ratings: Sequence[HumanRating],
+    notes: list[str],
+) -> dict[str, Any]:
+    """The PPI++ part of an audit: physicians' means per vendor and vendor pair."""
+    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
+    matched = [r for r in ratings if r.item_id in where]
+    if ratings and not matched:
+        example = next(iter(where), "VENDOR::ENCOUNTER")
+        raise AuditError(
+            f"no rating names an item of this run (item ids look like {example!r}, or give "
+            "vendor and item_id columns)",
+            setting="ratings",
+        )
+    if len(matched) < len(ratings):
+        notes.append(
+            f"{len(ratings) - len(matched)} rating(s) name items that are not in this run; "
+            "left out."
+        )
+    labels = physician_labels([(*where[r.item_id], r.attribute, r.score) for r in matched])
+    attributes = [a.key for a in rubric.attributes if a.agreement]
+    flagged_keys = [(f["vendor"], f["encounter_id"]) for f in flagged]
+    return {
+        "ppi": ppi_vendor_rows(scores, labels, vendors, attributes),
+        "ppi_pairs": ppi_pair_rows(scores, labels, vendors, attributes),
+        "physician_sample": physician_sample(scores, labels, vendors),
+        "ppi_warnings": sampling_warnings(scores, labels, vendors, attributes, flagged_keys),
+    }
+
+
+def _final_scores(
+    run_id: str, rows: list[dict[str, Any]]
+) -> tuple[list[str], Scores, set[tuple[str, str]], set[tuple[str, str]], dict[str, set[str]]]:
+    """Vendors, final scores, failed and pending (vendor, encounter) pairs, and which vendors
+    have each encounter, from an audit run's item and final-judgment rows."""
+    if not rows or any(r["vendor"] is None or r["encounter"] is None for r in rows):
+        raise AuditError(
+            f"run {run_id} is not a vendor audit (its items lack a vendor or "
+            "meta.encounter_id); audit vendors' files to create one"
+        )
+    vendors: list[str] = []
+    scores: Scores = {}
+    failed: set[tuple[str, str]] = set()
+    pending: set[tuple[str, str]] = set()
+    presence: dict[str, set[str]] = {}
+    for r in rows:
+        vendor, encounter = r["vendor"], r["encounter"]
+        if vendor not in vendors:
+            vendors.append(vendor)
+        presence.setdefault(encounter, set()).add(vendor)
+        if r["attribute"] is None:
+            pending.add((vendor, encounter))
+            continue
+        if r["status"] == "failed":
+            failed.add((vendor, encounter))
+            continue
+        scores.setdefault(vendor, {}).setdefault(encounter, {})[r["attribute"]] = r["value"]
+    return vendors, {v: scores.get(v, {}) for v in vendors}, failed, pending, presence
+
+
+def audit_plan(
+    store: RunStore, run_id: str, *, size: int = 40, seed: int = 0, correlation: float = 0.7
+) -> dict[str, Any]:
+    """A seeded random sample of each vendor's judged items for physicians to rate, and the
+    interval half-widths to expect from it (PPI++ and physicians alone).
+
+    Args:
+        store: The run store.
+        run_id: Run id or unique part of it.
+        size: Items per vendor.
+        seed: Random seed.
+        correlation: Assumed judge-physician correlation (0 to 1).
+    """
+    if size < 2:
+        raise AuditError("the sample needs at least 2 items per vendor", setting="size")
+    if not 0 <= correlation <= 1:
+        raise AuditError("correlation must be between 0 and 1", setting="correlation")
+    run = store.get_run(run_id)
+    rubric = run_rubric(run)
+    vendors, scores, *_ = _final_scores(run["run_id"], _audit_rows(store, run["run_id"]))
+    attributes = [a.key for a in rubric.attributes if a.agreement]
+    plan = plan_sample(scores, vendors, attributes, size=size, seed=seed, correlation=correlation)
+    for row in plan["sample"]:
+        row["item_id"] = audit_item_id(row["vendor"], row["encounter_id"])
+    return {"run_id": run["run_id"], "size": size, **plan}
 
 
 def _addressed(

@@ -56,7 +56,7 @@ COMMANDS: dict[str, _Lazy] = {
     ),
     "audit": _Lazy(
         "clinjudge.cli._audit",
-        "audit_command",
+        "audit_app",
         "Audit several vendors on the same encounters: one run, then per-vendor statistics, "
         "paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id.",
         _RUN,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.analysis import audit_for_run
+from clinjudge.analysis import audit_for_run, audit_plan, run_rubric
 from clinjudge.cli._common import (
     EXIT_USAGE,
     console,
@@ -51,7 +52,14 @@ from clinjudge.orchestration import (
     run_config_from,
 )
 from clinjudge.reports import write_audit_report
-from clinjudge.runs import run_counts
+from clinjudge.runs import (
+    HumanRating,
+    RunStore,
+    StoreError,
+    check_output_file,
+    load_human_ratings,
+    run_counts,
+)
 
 _STATS = "Audit statistics"
 
@@ -103,6 +111,47 @@ def _print_audit(audit: dict[str, Any], out: Path | None) -> None:
         )
 
 
+def _print_ppi(audit: dict[str, Any]) -> None:
+    if "ppi" not in audit:
+        return
+    table = _vendor_table(
+        "Physicians' mean, judge-corrected (PPI++) \\[95% CI] | physicians only | judge only",
+        ("lambda", "PPI++", "physicians", "judge"),
+    )
+    for row in audit["ppi"]:
+        table.add_row(
+            *_vendor_cells(row),
+            _fmt(row["lambda"]),
+            _interval(row["estimate"], row["ci_low"], row["ci_high"]),
+            _interval(row["classical_mean"], row["classical_ci_low"], row["classical_ci_high"]),
+            _fmt(row["judge_mean"]),
+        )
+    console.print(table)
+    for warning in audit["ppi_warnings"]:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+
+
+def _vendor_table(title: str, numbers: Sequence[str]) -> Table:
+    """A table of rows per vendor and attribute with n, N and the given number columns."""
+    table = Table(title=title)
+    table.add_column("vendor")
+    table.add_column("attribute")
+    for column in ("n", "N", *numbers):
+        table.add_column(column, justify="right")
+    return table
+
+
+def _vendor_cells(row: dict[str, Any]) -> list[str]:
+    # Vendor names and attributes are data: escaped so rich never reads them as markup.
+    return [escape(row["vendor"]), escape(row["attribute"]), str(row["n"]), str(row["N"])]
+
+
+def _interval(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f} \\[{_fmt(low)}, {_fmt(high)}]"
+
+
 def _analyse(
     db: str,
     run_id: str,
@@ -111,17 +160,46 @@ def _analyse(
     seed: int,
     out: Path | None,
     as_json: bool,
+    ratings: Path | list[HumanRating] | None = None,
 ) -> None:
     with open_store(db, read_only=True) as store:
-        audit = audit_for_run(store, run_id, rules=rules, n_boot=n_boot, seed=seed)
+        physicians = _ratings_for(store, run_id, ratings) if isinstance(ratings, Path) else ratings
+        audit = audit_for_run(
+            store, run_id, rules=rules, n_boot=n_boot, seed=seed, ratings=physicians
+        )
     if out is not None:
         write_audit_report(audit, out)
     if as_json:
         sys.stdout.write(json.dumps(audit, indent=2, default=str) + "\n")
     _print_audit(audit, out)
+    _print_ppi(audit)
 
 
+def _ratings_for(store: RunStore, run_id: str, path: Path) -> list[HumanRating]:
+    """Physicians' ratings from ``path``, validated against the run's rubric."""
+    return load_human_ratings(path, run_rubric(store.get_run(run_id)))
+
+
+audit_app = typer.Typer(
+    help="Audit several vendors on the same encounters: one run, then per-vendor statistics, "
+    "paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id.",
+    invoke_without_command=True,
+)
+
+RatingsOption = Annotated[
+    Path | None,
+    typer.Option(
+        rich_help_panel=_STATS,
+        help="Physicians' ratings of a random sample of the items (JSONL, CSV or Parquet: "
+        "item_id as stored (VENDOR::ID) or vendor + item_id, rater_id, attribute, score): adds "
+        "judge-corrected (PPI++) estimates of the physicians' means per vendor and vendor pair.",
+    ),
+]
+
+
+@audit_app.callback(invoke_without_command=True)
 def audit_command(
+    ctx: typer.Context,
     data: Annotated[
         list[Path] | None,
         typer.Option(
@@ -191,16 +269,19 @@ def audit_command(
     db: DbOption = None,
     progress: ProgressOption = True,
     allow_failures: AllowFailuresOption = "0",
+    ratings: RatingsOption = None,
 ) -> None:
     """Audit several vendors on the same encounters: one run, then per-vendor statistics,
     paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id."""
+    if ctx.invoked_subcommand is not None:
+        return
     rules = list(flag) if flag else None
     parse_allow_failures(allow_failures)
     try:
         if run:
             if data:
                 raise ConfigError("pass either --run (recompute) or --data (new audit), not both")
-            _analyse(db or default_db(), run, rules, boot, seed or 0, out, as_json)
+            _analyse(db or default_db(), run, rules, boot, seed or 0, out, as_json, ratings)
             return
         file_settings = load_config_file(config) if config else {}
         paths = [str(p) for p in data or []]
@@ -232,6 +313,8 @@ def audit_command(
                 f"[yellow]unmatched encounter {escape(str(u['encounter_id']))}:[/] missing for "
                 f"{escape(', '.join(u['missing']))} (still judged; left out of those pairs)"
             )
+        # Read before judging: a bad ratings file stops the audit before anything is written.
+        physicians = load_human_ratings(ratings, prepared.rubric) if ratings else None
         if dry_run:
             _print_estimate(estimate_run(prepared), prepared)
             return
@@ -250,9 +333,79 @@ def audit_command(
                 f"Merge the shards with `judge db merge ... --into ALL.duckdb`, then run "
                 f"`judge audit --run {run_id} --db ALL.duckdb` for the whole audit."
             )
-        _analyse(run_config.db, run_id, rules, boot, run_config.seed, out, as_json)
+        _analyse(run_config.db, run_id, rules, boot, run_config.seed, out, as_json, physicians)
         with open_store(run_config.db, read_only=True) as store:
             agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
             exit_on_failures(run_counts(store, run_id, agent), allow_failures)
     except UserError as exc:
         fail(user_error_text(exc), EXIT_USAGE)
+
+
+@audit_app.command("plan")
+def plan_command(
+    run: Annotated[str, typer.Option(help="The audit run whose items are to be sampled.")],
+    size: Annotated[
+        int, typer.Option(min=2, help="Items for physicians to rate, per vendor.")
+    ] = 40,
+    seed: Annotated[int, typer.Option(help="Seed of the random sample.")] = 0,
+    correlation: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Assumed judge-physician correlation, for the expected interval widths.",
+        ),
+    ] = 0.7,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write the sample as JSONL (vendor, item_id) for the raters."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Propose a seeded random sample of each vendor's items for physicians to rate, and the
+    confidence-interval half-widths to expect from it (PPI++ and physicians alone)."""
+    try:
+        with open_store(db or default_db(), read_only=True) as store:
+            plan = audit_plan(store, run, size=size, seed=seed, correlation=correlation)
+    except UserError as exc:
+        fail(user_error_text(exc), EXIT_USAGE)
+    if out is not None:
+        lines = [
+            json.dumps({"vendor": r["vendor"], "item_id": r["encounter_id"]})
+            for r in plan["sample"]
+        ]
+        _write_sample(out, "\n".join(lines) + "\n")
+    if as_json:
+        sys.stdout.write(json.dumps(plan, indent=2) + "\n")
+        return
+    table = _vendor_table(
+        f"Expected 95% CI half-widths with {size} rated items per vendor",
+        ("PPI++", "physicians only"),
+    )
+    for row in plan["expected"]:
+        table.add_row(
+            *_vendor_cells(row),
+            f"±{row['ppi_half_width']:.2f}",
+            f"±{row['classical_half_width']:.2f}",
+        )
+    console.print(table)
+    console.print(
+        f"{len(plan['sample'])} items to rate (seed {seed}, assumed correlation {correlation})"
+        + (f"; written to {escape(str(out))}" if out else "; --out FILE writes them")
+    )
+
+
+def _write_sample(out: Path, text: str) -> None:
+    """Write the sample file whole or not at all, never through a link, owner-only."""
+    try:
+        check_output_file(out)
+        partial = out.with_name(f".{out.name}.partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(partial, out)
+    except StoreError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        fail(f"{out}: cannot write: {exc.strerror or exc}")

@@ -46,9 +46,11 @@ def _commands(folder: str) -> list[str]:
         f"judge ratings import {d}/pdsqi9_demo_ratings.jsonl",
         "judge agree $RUN",
         f"judge report $RUN --out {d}/report",
-        "# Three made-up vendors on the same encounters.",
+        "# Three made-up vendors on the same encounters; made-up physicians rated 3 items of",
+        "# each, which turns the judge's means into estimates of the physicians' (PPI++).",
         f"judge audit --data {d}/audit/vendor_a.jsonl --data {d}/audit/vendor_b.jsonl "
-        f"--data {d}/audit/vendor_c.jsonl --samples 3 --out {d}/audit-report",
+        f"--data {d}/audit/vendor_c.jsonl --samples 3 --ratings {d}/audit/ratings.jsonl "
+        f"--out {d}/audit-report",
         "# With a real model: try a few items first.",
         f"judge run --data {d}/pdsqi9_demo.jsonl --model openai/gpt-4o-mini --limit 3 --cache",
     ]

@@ -21,7 +21,7 @@ def import_command(
         Path,
         typer.Argument(
             help="Ratings: JSONL, CSV or Parquet with item_id, rater_id, attribute, "
-            "score (one row per rating)."
+            "score (one row per rating); an audit's items also by vendor + item_id."
         ),
     ],
     rubric: Annotated[str, typer.Option(help="Built-in rubric name or rubric file.")] = "pdsqi9",

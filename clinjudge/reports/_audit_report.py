@@ -23,6 +23,7 @@ from clinjudge.reports._document import (
     html_page,
     write_report_files,
 )
+from clinjudge.reports._ppi_section import ppi_section
 from clinjudge.runs import now
 
 
@@ -165,6 +166,7 @@ def render_audit_report(audit: dict[str, Any]) -> tuple[str, str]:
         f"{settings['alpha']} after correction.",
         "note",
     )
+    ppi_section(doc, audit)
     doc.heading(2, "Flagged items")
     doc.para(f"Rules: {', '.join(audit['flag_rules']) or 'none'}.", "meta")
     if audit["flagged"]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clinjudge.inputs import InputError, read_records
+from clinjudge.inputs import InputError, audit_item_id, read_records
 from clinjudge.rubrics import Rubric, alias_forms, normalise_key
 from clinjudge.runs._store import RunStore, now
 
@@ -184,7 +184,8 @@ def load_human_ratings(path: str | Path, rubric: Rubric) -> list[HumanRating]:
 
     Args:
         path: JSONL, CSV or Parquet with ``item_id``, ``rater_id``, ``attribute``, ``score``
-            (other columns are ignored).
+            and optionally ``vendor`` (an audit's item is then ``VENDOR::item_id``); other
+            columns are ignored.
         rubric: The rubric the scores follow.
 
     Raises:
@@ -201,6 +202,10 @@ def load_human_ratings(path: str | Path, rubric: Rubric) -> list[HumanRating]:
             problems.append(f"{where}: a rating must be a JSON object")
             continue
         item_id = _text_id(where, "item_id", record.get("item_id"), problems)
+        if item_id is not None and record.get("vendor") not in (None, ""):
+            # An audit's outputs are stored as VENDOR::ENCOUNTER; a vendor column says which.
+            vendor = _text_id(where, "vendor", record.get("vendor"), problems)
+            item_id = audit_item_id(vendor, item_id) if vendor else None
         rater_id = _text_id(where, "rater_id", record.get("rater_id"), problems)
         key = _attribute_key(where, record.get("attribute"), rubric, problems)
         if key is None:
@@ -290,3 +295,20 @@ def ratings_overview(store: RunStore) -> list[dict[str, Any]]:
         FROM human_ratings GROUP BY rubric, rater_id ORDER BY rubric, rater_id
         """
     )
+
+
+def stored_ratings_for_run(store: RunStore, run_id: str) -> list[HumanRating]:
+    """Physicians' ratings stored (``judge ratings import``) for a run's items.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+    """
+    if not store.has_table("human_ratings"):
+        return []
+    rows = store.query(
+        "SELECT item_id, rater_id, attribute, score FROM human_ratings WHERE item_id IN "
+        "(SELECT item_id FROM items WHERE run_id = ?) ORDER BY item_id, rater_id, attribute",
+        [run_id],
+    )
+    return [HumanRating(r["item_id"], r["rater_id"], r["attribute"], r["score"]) for r in rows]
