@@ -18,7 +18,7 @@ from clinjudge.errors import ClinJudgeError, UserError
 
 configure_offline_environment()
 
-__version__ = "0.1.0"
+from clinjudge._util.version import __version__  # noqa: E402 (after the offline setup)
 
 if TYPE_CHECKING:
     from clinjudge._api import (

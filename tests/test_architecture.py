@@ -46,12 +46,16 @@ ALLOWED: dict[str, set[str]] = {
         "analysis",
     },
 }
-SHARED = {"errors", "_util", ""}
+SHARED = {"errors", "_util"}
+# Packages free to import anything: the CLI is the outermost shell; the root package "" holds
+# the public API (`_api`), which calls every part. Nothing below may import either.
+OUTERMOST = {"cli", ""}
+NOT_CODE = {"demo"}  # data shipped in the package (no Python modules)
 PACKAGES = sorted(ALLOWED, key=len, reverse=True)
 
 
-def _module_name(path: Path) -> str:
-    parts = ["clinjudge", *path.relative_to(ROOT).with_suffix("").parts]
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = ["clinjudge", *path.relative_to(root).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -66,25 +70,64 @@ def _package_of(module: str) -> str | None:
     return "" if first.startswith("_") and first != "_util" else first
 
 
-def _imports() -> list[tuple[str, str, int]]:
-    """(importing module, imported module, line) for every import of ours in the package."""
+def _is_module(name: str, root: Path) -> bool:
+    """Whether ``clinjudge.a.b`` names a module or package in the tree at ``root``."""
+    path = root.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module an ``ImportFrom`` names, relative ones (``from .x import y``) too."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _dynamic_imports(tree: ast.AST) -> list[tuple[str, int]]:
+    """``importlib.import_module("clinjudge....")`` and ``__import__`` calls with a literal."""
     found = []
-    for path in sorted(ROOT.rglob("*.py")):
-        module = _module_name(path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                targets = [node.module]
-                targets += [
-                    f"{node.module}.{a.name}"
-                    for a in node.names
-                    if a.name.startswith("_") and not a.name.startswith("__")
-                ]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        first = node.args[0]
+        literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
+        if name in ("import_module", "__import__") and literal:
+            found.append((first.value, node.lineno))  # type: ignore[attr-defined]
+    return found
+
+
+def scan_imports(root: Path = ROOT) -> list[tuple[str, str, int]]:
+    """(importing module, imported module, line) for every import of ours under ``root``:
+    absolute, relative and dynamic ones, and names taken from a package
+    (``from clinjudge import runs`` imports ``clinjudge.runs``)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = _module_name(path, root)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(module, path, node)
+                targets = [base]
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private or _is_module(full, root):
+                        targets.append(full)
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
                 continue
             found += [(module, t, node.lineno) for t in targets if t.startswith("clinjudge")]
+        found += [(module, t, n) for t, n in _dynamic_imports(tree) if t.startswith("clinjudge")]
     return found
+
+
+def _imports() -> list[tuple[str, str, int]]:
+    return scan_imports(ROOT)
 
 
 IMPORTS = _imports()
@@ -97,9 +140,10 @@ def test_the_scan_sees_the_package() -> None:
     assert len(IMPORTS) > 300
 
 
-def test_no_module_imports_another_packages_private_module() -> None:
+def private_leaks(imports: list[tuple[str, str, int]]) -> list[str]:
+    """Imports of another package's (or a subpackage's) private modules."""
     leaks = []
-    for module, target, line in IMPORTS:
+    for module, target, line in imports:
         private = [i for i, part in enumerate(target.split(".")) if part.startswith("_")]
         if not private or target.startswith("clinjudge._util"):
             continue
@@ -108,17 +152,92 @@ def test_no_module_imports_another_packages_private_module() -> None:
             leaks.append(f"{module}:{line} imports {target}")
         elif _package_of(module) != _package_of(target):
             leaks.append(f"{module}:{line} imports {target} (a subpackage's private module)")
-    assert leaks == []
+    return leaks
+
+
+def upstream_breaches(imports: list[tuple[str, str, int]], package: str) -> set[str]:
+    """Packages that ``package`` imports though they do not lie upstream of it (the root
+    package and the CLI never do)."""
+    reached = set()
+    for module, target, _ in imports:
+        source, dest = _package_of(module), _package_of(target)
+        if source == package and dest != package and dest not in SHARED:
+            reached.add(dest)
+    return reached - ALLOWED[package]
+
+
+def unlisted_packages(root: Path = ROOT) -> list[str]:
+    """Packages in the tree that the table above does not place."""
+    known = set(ALLOWED) | SHARED | OUTERMOST | NOT_CODE
+    found = []
+    for init in sorted(root.rglob("__init__.py")):
+        name = _module_name(init, root).removeprefix("clinjudge").lstrip(".")
+        if name and _package_of(f"clinjudge.{name}") not in known:
+            found.append(name)
+    return found
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    assert private_leaks(IMPORTS) == []
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_only_what_lies_upstream(package: str) -> None:
-    reached = set()
-    for module, target, _ in IMPORTS:
-        source, dest = _package_of(module), _package_of(target)
-        if source == package and dest != package and dest not in SHARED:
-            reached.add(dest)
-    assert reached <= ALLOWED[package], f"{package} imports {sorted(reached - ALLOWED[package])}"
+    breaches = upstream_breaches(IMPORTS, package)
+    assert not breaches, f"{package} imports {sorted(breaches)}"
+
+
+def test_every_package_is_placed_in_the_table() -> None:
+    assert unlisted_packages() == []
+
+
+def _planted_tree(tmp_path: Path, planted: dict[str, str]) -> Path:
+    """A small clinjudge tree with the given modules (relative path to source)."""
+    root = tmp_path / "clinjudge"
+    files = {
+        "__init__.py": "",
+        "_api.py": "",
+        "rubrics/__init__.py": "",
+        "runs/__init__.py": "",
+        "runs/_store.py": "",
+        "analysis/__init__.py": "",
+        **planted,
+    }
+    for relative, source in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("source", "reached"),
+    [
+        ("from clinjudge import runs\n", "runs"),  # through the root package
+        ("from ..runs import _store\n", "runs"),  # relative
+        ("from .. import runs\n", "runs"),  # relative, a package by name
+        ("import importlib\nimportlib.import_module('clinjudge.runs._store')\n", "runs"),
+        ("from clinjudge import _api\n", ""),  # the public API lies downstream of everything
+        ("from clinjudge import evaluate\n", ""),
+    ],
+)
+def test_a_planted_upward_import_is_caught(tmp_path: Path, source: str, reached: str) -> None:
+    imports = scan_imports(_planted_tree(tmp_path, {"rubrics/_planted.py": source}))
+    assert reached in upstream_breaches(imports, "rubrics")
+
+
+def test_a_planted_private_import_is_caught(tmp_path: Path) -> None:
+    for source in (
+        "import importlib\nimportlib.import_module('clinjudge.runs._store')\n",
+        "from ..runs import _store\n",
+    ):
+        imports = scan_imports(_planted_tree(tmp_path, {"analysis/_planted.py": source}))
+        assert any("clinjudge.runs._store" in leak for leak in private_leaks(imports)), source
+
+
+def test_a_planted_unlisted_package_is_caught(tmp_path: Path) -> None:
+    root = _planted_tree(tmp_path, {"scheduling/__init__.py": "", "scheduling/_jobs.py": ""})
+    assert unlisted_packages(root) == ["scheduling"]
 
 
 def test_allowed_imports_have_no_cycle() -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clinjudge import __version__
+from clinjudge._util.version import __version__
 from clinjudge.analysis import Comparison, block_summary, compare_runs, run_summary
 from clinjudge.reports._charts import (
     _diff_label,

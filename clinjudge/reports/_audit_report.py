@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clinjudge import __version__
+from clinjudge._util.version import __version__
 from clinjudge.reports._charts import _svg, _text
 from clinjudge.reports._document import (
     SIMULATED_TEXT,

@@ -9,7 +9,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 
-from clinjudge import __version__
+from clinjudge._util.version import __version__
 from clinjudge.reports._viewer_svg import heat_bar, histogram, score_colour
 
 CSP = (
