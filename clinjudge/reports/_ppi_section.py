@@ -30,6 +30,8 @@ def ppi_forest(rows: list[dict[str, Any]], attribute: str) -> str:
         attribute: The attribute drawn.
     """
     mine = [r for r in rows if r["attribute"] == attribute]
+    if not any(r["estimate"] is not None for r in mine):
+        return ""  # no physician ratings of this attribute: nothing to correct
     numbers = [
         v
         for r in mine
@@ -61,9 +63,8 @@ def ppi_forest(rows: list[dict[str, Any]], attribute: str) -> str:
         tick += 0.5 if hi - lo <= 4 else 1
     for g, row in enumerate(mine):
         y0 = top + g * group_h
-        body.append(
-            _text(left - 8, y0 + group_h / 2 + 2, f"{row['vendor']} (n={row['n']})", anchor="end")
-        )
+        label = f"{_short(row['vendor'])} (n={row['n']})"
+        body.append(_text(left - 8, y0 + group_h / 2 + 2, label, anchor="end"))
         for i, (prefix, _, color) in enumerate(_SERIES):
             point, low, high = _bounds(row, prefix)
             y = y0 + 8 + i * 14
@@ -79,6 +80,11 @@ def ppi_forest(rows: list[dict[str, Any]], attribute: str) -> str:
         f'<figure class="chart" data-chart="ppi-forest">{svg}<figcaption>'
         f"{_caption(attribute)}</figcaption></figure>"
     )
+
+
+def _short(name: str, most: int = 14) -> str:
+    # Labels sit left of the axis, anchored at their end: a long name would run off the chart.
+    return name if len(name) <= most else name[: most - 1] + "\u2026"
 
 
 def _caption(attribute: str) -> str:
@@ -108,6 +114,10 @@ def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
     )
     for warning in audit["ppi_warnings"]:
         doc.para(f"Warning: {warning}", "warning")
+    doc.para(
+        "Rows with physicians' ratings; the JSON output (--json) has every vendor and attribute.",
+        "note",
+    )
     doc.table(
         _Table(
             ["vendor", "attribute", "n", "N", "lambda", "PPI++", "95% CI", "physicians", "95% CI",
@@ -121,6 +131,7 @@ def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
                     fmt_num(r["judge_mean"], 2), fmt_num(r["effective_n"], 1),
                 ]
                 for r in audit["ppi"]
+                if r["n"]
             ],
             left=2,
         )
@@ -144,6 +155,7 @@ def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
                         fmt_num(r["judge_estimate"], 2),
                     ]
                     for r in audit["ppi_pairs"]
+                    if r["n"]
                 ],
                 left=2,
             )
