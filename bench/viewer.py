@@ -7,13 +7,13 @@ assistant messages), about 1% failed samples and 0.5% flagged items. Rows are wr
 DuckDB itself (``INSERT ... SELECT FROM range(n)``), not through the runner.
 
 Then times, through the viewer's ASGI app (Starlette TestClient; pages read the viewer's private
-copy of the database, as in `judge view`): the run page on first view (the viewer's cache emptied, so the
-run's aggregates are computed afresh), then again and on a deep page of its item list (the
-aggregates are cached while the file is unchanged; only the item page is queried), and item
-pages (first, middle, last and random items). Each is compared with a bare DuckDB query of the
-same rows: connect read-only, then select the rows the page shows (the run page: its 100 items
-and their final scores; an item page: the item's rows of items, judgments, samples, calls and
-messages; the first view of the run page: also the aggregates it shows, written as plain SQL
+copy of the database, as in `judge view`): the run page on first view (the viewer's cache
+emptied, so the run's aggregates are computed afresh), then again and on a deep page of its item
+list (the aggregates are cached while the file is unchanged; only the item page is queried), and
+item pages (first, middle, last and random items). Each is compared with a bare DuckDB query of
+the same rows: connect read-only, then select the rows the page shows (the run page: its 100
+items and their final scores; an item page: the item's rows of items, judgments, samples, calls
+and messages; the first view of the run page: also the aggregates it shows, written as plain SQL
 here). Prints the median of ``--repeats`` timings after one warm-up (page and bare query timed
 alternately, so both see the same load on a shared machine), and the ratio.
 

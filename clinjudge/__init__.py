@@ -1,9 +1,10 @@
 """clinjudge: judge AI-written clinical text with LLMs and measure agreement with physicians.
 
-The public API (the ``judge`` CLI calls the same functions)::
+The public API (``judge run`` and ``judge audit`` call these functions)::
 
     import clinjudge
 
+    clinjudge.estimate("items.jsonl", model="openai/gpt-4o-mini").cost_usd   # a dry run
     result = clinjudge.evaluate("items.jsonl", rubric="pdsqi9", model="openai/gpt-4o-mini")
     run = clinjudge.load_run(result.run_id)
     run.judgments(final=True).to_pandas()
@@ -24,12 +25,17 @@ if TYPE_CHECKING:
     from clinjudge._api import (
         AgreementResult,
         AuditResult,
+        Estimate,
+        FailureSummary,
         ImportSummary,
         Run,
         RunResult,
+        RunStart,
         audit,
         audit_async,
         compare,
+        estimate,
+        estimate_audit,
         evaluate,
         evaluate_async,
         import_ratings,
@@ -42,13 +48,18 @@ __all__ = [
     "AgreementResult",
     "AuditResult",
     "ClinJudgeError",
+    "Estimate",
+    "FailureSummary",
     "UserError",
     "audit",
     "audit_async",
     "Run",
     "RunResult",
+    "RunStart",
     "__version__",
     "compare",
+    "estimate",
+    "estimate_audit",
     "evaluate",
     "evaluate_async",
     "ImportSummary",

@@ -1,8 +1,10 @@
-"""The Python API: evaluate, resume, load a run, its agreement with physicians, compare runs.
+"""The Python API: evaluate, estimate, resume, audit, load a run, its agreement with physicians,
+compare runs.
 
-``judge run`` and these functions build a run the same way (``run_config_from``), so a notebook
-and the shell get the same defaults. The synchronous functions work inside a running event loop
-(a Jupyter kernel) by running the work on a helper thread with its own loop.
+``judge run`` and ``judge audit`` are thin shells over these functions (as Inspect's CLI calls
+``inspect_ai.eval``): they parse flags, pass every value on by name, and print. The synchronous
+functions work inside a running event loop (a Jupyter kernel) by running the work on a helper
+thread with its own loop.
 
 Arguments are checked here, at the boundary: a wrong type or value raises a ``UserError`` whose
 ``setting`` is the parameter's name, never a TypeError from deep inside DuckDB, Arrow or numpy.
@@ -12,34 +14,54 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import math
 import os
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from clinjudge.analysis import Comparison, agreement_for_run, audit_for_run, compare_runs
+from clinjudge.analysis import (
+    Comparison,
+    agreement_for_run,
+    audit_for_run,
+    compare_runs,
+    identical_samples_note,
+    run_rubric,
+)
 from clinjudge.errors import UserError
+from clinjudge.judges import COUNT_ENCODING, counts_exactly
 from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import (
+    ConfigError,
+    DryRunEstimate,
+    PreparedRun,
+    RunConfig,
+    RunTally,
+    check_batch_config,
     create_run,
+    estimate_batch_run,
+    estimate_run,
     execute_run_async,
     load_stored_run,
     missing_work,
     prepare_audit,
     prepare_run,
     run_config_from,
+    timed_out_calls,
 )
 from clinjudge.reports import write_audit_report
 from clinjudge.rubrics import load_rubric
 from clinjudge.runs import (
+    HumanRating,
     ImportSummary,
     RunStore,
     StoreError,
     default_db,
+    is_batch_run,
     load_human_ratings,
     run_counts,
     status_label,
@@ -49,10 +71,15 @@ from clinjudge.runs import import_ratings as store_ratings
 __all__ = [
     "AgreementResult",
     "AuditResult",
+    "Estimate",
+    "FailureSummary",
     "audit",
     "audit_async",
+    "estimate",
+    "estimate_audit",
     "Run",
     "RunResult",
+    "RunStart",
     "compare",
     "evaluate",
     "evaluate_async",
@@ -62,6 +89,9 @@ __all__ = [
     "resume",
     "resume_async",
 ]
+
+DEFAULT_POLL_SECONDS = 10.0
+"""First wait between polls of a provider batch (``batch=True``); it doubles up to 300 s."""
 
 T = TypeVar("T")
 
@@ -135,7 +165,7 @@ def _flag(name: str, value: object, *, optional: bool = False) -> bool | None:
 
 
 def _amount(name: str, value: object) -> float | None:
-    """None or a finite number >= 0 (dollars)."""
+    """None or a finite number >= 0 (dollars, seconds)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -143,6 +173,30 @@ def _amount(name: str, value: object) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise _wrong(name, "a number >= 0 or None", value)
     return float(value)
+
+
+def _seconds(name: str, value: object) -> float:
+    """A finite number of seconds >= 0."""
+    seconds = _amount(name, value)
+    if seconds is None:
+        raise _wrong(name, "a number >= 0", value)
+    return seconds
+
+
+class FailureSummary(BaseModel):
+    """Failed samples that share a reason (the text before the first colon).
+
+    Args:
+        reason: The reason class, e.g. ``invalid reply``.
+        count: Samples that failed this way.
+        first_error: The first of their errors, whole.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: str
+    count: int
+    first_error: str
 
 
 class RunResult(BaseModel):
@@ -156,11 +210,20 @@ class RunResult(BaseModel):
         simulated: Scores came from the simulated ``mock/`` provider (not judgments).
         items: Items in the run.
         items_ok: Items with a valid final judgment.
+        samples_expected: Samples the run asks for (items x samples).
         samples_ok: Valid samples of the deciding agent.
         samples_failed: Failed samples of the deciding agent.
         calls: Model calls made (every attempt, every agent).
         cost_usd: Dollars spent, as priced.
         cost_known: False when some successful call had no known price.
+        failures: Failed samples grouped by reason, most frequent first.
+        timed_out_calls: Model calls that timed out (``timeout`` or ``concurrency`` may need
+            changing).
+        warnings: What a person should know about the scores (e.g. repeated samples that are
+            word-for-word copies).
+        already_complete: A resumed run had nothing left to do.
+        spent_usd: Dollars this call spent (``cost_usd`` is the whole run's).
+        not_started: Samples the budget (``max_cost``) kept from starting in this call.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -172,11 +235,18 @@ class RunResult(BaseModel):
     simulated: bool
     items: int
     items_ok: int
+    samples_expected: int = 0
     samples_ok: int
     samples_failed: int
     calls: int
     cost_usd: float
     cost_known: bool
+    failures: list[FailureSummary] = []
+    timed_out_calls: int = 0
+    warnings: list[str] = []
+    already_complete: bool = False
+    spent_usd: float = 0.0
+    not_started: int = 0
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -185,9 +255,83 @@ class RunResult(BaseModel):
         judgment."""
         return status_label(self.status, self.items, self.items_ok)
 
+    @property
+    def items_without_valid_final(self) -> int:
+        """Items that did not end with a valid final judgment."""
+        return self.items - self.items_ok
+
     def load(self) -> Run:
         """The stored run, for its tables and statistics."""
         return load_run(self.run_id, db=self.db)
+
+
+class RunStart(BaseModel):
+    """A run about to be judged: stored, nothing sent yet. ``on_start`` receives it (the CLI
+    prints the run id, so a crash still leaves the id to resume).
+
+    Args:
+        run_id: The run's full id.
+        db: The database holding it.
+        config: The settings it runs with (a resumed run's stored ones, with this call's
+            ``max_cost``).
+        simulated: Some model is the simulated ``mock/`` provider (``RunConfig.simulated``).
+        resumed: An earlier run is being finished.
+        unmatched: Audits: encounters some vendors lack (judged anyway, left out of those
+            vendors' pairs).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    db: str
+    config: RunConfig
+    simulated: bool
+    resumed: bool = False
+    unmatched: list[dict[str, Any]] = []
+
+
+OnStart = Callable[[RunStart], None]
+"""Called once a run is stored, before any model call."""
+
+
+class Estimate(BaseModel):
+    """What a run would send, counted without sending anything or writing anything
+    (:func:`estimate`, :func:`estimate_audit`; ``judge run --dry-run``).
+
+    Args:
+        model: The judge model.
+        items: Items the run would judge.
+        prompts: Model calls, first attempts only.
+        prompt_tokens: Prompt tokens of those calls.
+        max_prompt_tokens_one_call: The largest prompt.
+        max_completion_tokens: Completion tokens at most (``max_tokens`` per call).
+        cost_usd: Upper bound in dollars; None when the model's price is unknown.
+        tokens_exact: Counted with the model's own tokenizer (else tiktoken's ``encoding``).
+        encoding: The tiktoken encoding prompts were counted with.
+        simulated: Some model is the simulated ``mock/`` provider.
+        batch: Priced at the provider's batch prices.
+        note: What the estimate leaves out (DocLens claims, magentic discussions, batches).
+        tokens_note: Why the token counts are approximate, when they are (a real model whose
+            tokenizer is unknown here).
+        unmatched: Audits: encounters some vendors lack.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    items: int
+    prompts: int
+    prompt_tokens: int
+    max_prompt_tokens_one_call: int
+    max_completion_tokens: int
+    cost_usd: float | None
+    tokens_exact: bool
+    encoding: str
+    simulated: bool
+    batch: bool = False
+    note: str = ""
+    tokens_note: str | None = None
+    unmatched: list[dict[str, Any]] = []
 
 
 class AgreementResult(BaseModel):
@@ -231,6 +375,10 @@ class AuditResult(BaseModel):
     """Judge-corrected (PPI++) physicians' means per vendor and attribute, with ratings."""
     ppi_pairs: list[dict[str, Any]] | None = None
     """The same for each vendor pair's mean difference."""
+
+    def statistics(self) -> dict[str, Any]:
+        """The audit's statistics as one plain dict (what ``judge audit --json`` prints)."""
+        return self.model_dump(exclude={"run"}, exclude_unset=True)
 
 
 class Run:
@@ -299,6 +447,32 @@ class Run:
             result = agreement_for_run(store, self.run_id, n_boot=n_boot, seed=seed)
         return AgreementResult.model_validate(result)
 
+    def audit(
+        self,
+        *,
+        rules: Sequence[str] | None = None,
+        n_boot: int = 2000,
+        seed: int = 0,
+        ratings: str | Path | None = None,
+        report_dir: str | Path | None = None,
+    ) -> AuditResult:
+        """Statistics of this vendor audit run, recomputed from the store (no judging).
+
+        Args:
+            rules: Flag rules such as ``accurate<=2`` (default: those that apply to the rubric).
+            n_boot: Bootstrap resamples for the confidence intervals (0: none).
+            seed: Bootstrap seed.
+            ratings: Physicians' ratings of a sample of the items (as for :func:`audit`).
+            report_dir: Write report.html and report.md here.
+        """
+        rules = _texts("rules", rules, optional=True)
+        n_boot = _whole("n_boot", n_boot, 0)
+        seed = _whole("seed", seed, 0)
+        ratings = _optional_path("ratings", ratings)
+        report_dir = _optional_path("report_dir", report_dir)
+        physicians = load_human_ratings(ratings, run_rubric(self.info)) if ratings else None
+        return _audit_result(self.db, self.run_id, rules, n_boot, seed, physicians, report_dir)
+
 
 def _db(db: str | Path | None) -> str:
     return _optional_path("db", db) or default_db()
@@ -344,9 +518,17 @@ def import_ratings(
         return store_ratings(store, path, chosen)
 
 
-def _result(store: RunStore, run_id: str, agent: str) -> RunResult:
+def _result(
+    store: RunStore,
+    run_id: str,
+    agent: str,
+    tally: RunTally | None = None,
+    *,
+    already_complete: bool = False,
+) -> RunResult:
     run = store.get_run(run_id)
     counts = run_counts(store, run_id, agent)
+    copies = identical_samples_note(store, run_id)
     return RunResult(
         run_id=run["run_id"],
         db=str(store.path),
@@ -355,33 +537,335 @@ def _result(store: RunStore, run_id: str, agent: str) -> RunResult:
         simulated=bool(run["simulated"]),
         items=counts.items,
         items_ok=counts.items_ok,
+        samples_expected=counts.samples_expected,
         samples_ok=counts.samples_ok,
         samples_failed=counts.samples_failed,
         calls=counts.calls,
         cost_usd=counts.cost_usd,
         cost_known=counts.cost_known,
+        failures=[FailureSummary(**vars(f)) for f in counts.failures],
+        timed_out_calls=timed_out_calls(store, run_id),
+        warnings=[copies] if copies else [],
+        already_complete=already_complete,
+        spent_usd=tally.cost_usd if tally else 0.0,
+        not_started=tally.not_started if tally else 0,
     )
 
 
-async def evaluate_async(
-    data: str | Path | None = None, *, progress: bool = False, **options: Any
+@dataclasses.dataclass(frozen=True)
+class _Judging:
+    """How one call judges: progress, provider batches, who hears of the start, signals."""
+
+    progress: bool = False
+    progress_every: float | None = None
+    batch_poll: float | None = None
+    """Seconds before the first poll of a provider batch; None: call the models directly."""
+    on_start: OnStart | None = None
+    owns_loop: bool = False
+    """The call runs its own event loop: SIGTERM stops the run as Ctrl-C does."""
+
+
+def _judging(
+    *,
+    progress: object,
+    progress_every: object,
+    batch: object,
+    poll_interval: object,
+    on_start: OnStart | None,
+) -> _Judging:
+    """The judging arguments of evaluate, resume and audit, checked."""
+    _flag("progress", progress)
+    if on_start is not None and not callable(on_start):
+        raise _wrong("on_start", "a function of one RunStart, or None", on_start)
+    return _Judging(
+        progress=bool(progress),
+        progress_every=_amount("progress_every", progress_every),
+        batch_poll=_seconds("poll_interval", poll_interval) if _flag("batch", batch) else None,
+        on_start=on_start,
+    )
+
+
+async def _judge(
+    store: RunStore,
+    run_id: str,
+    prepared: PreparedRun,
+    judging: _Judging,
+    *,
+    resumed: bool = False,
+    unmatched: Sequence[dict[str, Any]] = (),
 ) -> RunResult:
-    """Judge a dataset and store everything; the async form of :func:`evaluate`.
+    """Tell ``on_start``, produce the missing samples (directly or through a provider batch)
+    and count what the run holds. ``store`` stays open (and locked) throughout."""
+    config = prepared.config
+    if judging.on_start is not None:
+        start = RunStart(
+            run_id=run_id,
+            db=str(store.path),
+            config=config,
+            simulated=config.simulated,
+            resumed=resumed,
+            unmatched=list(unmatched),
+        )
+        judging.on_start(start)
+    agent = workflow_for(config.mode, prepared.rubric)[0]
+    finished = resumed and store.get_run(run_id)["status"] == "completed"
+    if finished and not missing_work(store, run_id, prepared):
+        return _result(store, run_id, agent, already_complete=True)
+    tally = await execute_run_async(
+        store,
+        run_id,
+        prepared,
+        show_progress=judging.progress,
+        progress_every=judging.progress_every,
+        batch_poll_interval=judging.batch_poll,
+        handle_sigterm=judging.owns_loop,
+    )
+    return _result(store, run_id, agent, tally)
+
+
+def _check_batch(config: RunConfig, batch: bool, *, credentials: bool = True) -> None:
+    """Refuse a run that cannot go through a provider's batch API, before anything is read or
+    written (one check, with the rubric: a claim rubric cannot go either).
+
+    Args:
+        config: The run's settings.
+        batch: Whether the run goes through a batch API.
+        credentials: Also require the API key (a dry run needs none).
+    """
+    if not batch:
+        return
+    if config.cache:
+        # A batch neither reads nor fills the response cache: taking cache silently would
+        # pay for replies the user believed were free.
+        raise ConfigError(
+            "batch and cache do not combine: a provider batch neither reads nor fills the "
+            "response cache; drop one of them",
+            setting="batch,cache",
+        )
+    check_batch_config(config, load_rubric(config.rubric), credentials=credentials)
+
+
+def _new_run(
+    data: object,
+    options: dict[str, Any],
+    *,
+    limit: object,
+    shuffle: object,
+    batch: bool,
+    credentials: bool,
+    source: str | None,
+) -> PreparedRun:
+    """A new run's settings, checked and prepared (nothing written)."""
+    if "dry_run" in options:
+        raise ConfigError(
+            "dry_run: call clinjudge.estimate(...) with the same arguments; it returns the "
+            "Estimate without judging",
+            setting="dry_run",
+        )
+    limit = None if limit is None else _whole("limit", limit, 1)
+    shuffle = _flag("shuffle", shuffle)
+    config = run_config_from({**options, "data": _optional_path("data", data)}, source=source)
+    _check_batch(config, batch, credentials=credentials)
+    return prepare_run(config, limit=limit, shuffle=bool(shuffle))
+
+
+async def _evaluate(
+    data: object,
+    judging: _Judging,
+    *,
+    limit: object,
+    shuffle: object,
+    source: str | None,
+    options: dict[str, Any],
+) -> RunResult:
+    batch = judging.batch_poll is not None
+    prepared = await asyncio.to_thread(
+        _new_run,
+        data,
+        options,
+        limit=limit,
+        shuffle=shuffle,
+        batch=batch,
+        credentials=True,
+        source=source,
+    )
+    # One open store from creating the run to judging it: DuckDB's lock is held throughout,
+    # so no other process can slip in between.
+    with RunStore(prepared.config.db) as store:
+        run_id = create_run(store, prepared)
+        return await _judge(store, run_id, prepared, judging)
+
+
+async def evaluate_async(
+    data: str | Path | None = None,
+    *,
+    progress: bool = False,
+    progress_every: float | None = None,
+    limit: int | None = None,
+    shuffle: bool = False,
+    batch: bool = False,
+    poll_interval: float = DEFAULT_POLL_SECONDS,
+    on_start: OnStart | None = None,
+    source: str | None = None,
+    **options: Any,
+) -> RunResult:
+    """Judge a dataset and store everything; the async form of :func:`evaluate` (same
+    arguments)."""
+    judging = _judging(
+        progress=progress,
+        progress_every=progress_every,
+        batch=batch,
+        poll_interval=poll_interval,
+        on_start=on_start,
+    )
+    return await _evaluate(
+        data, judging, limit=limit, shuffle=shuffle, source=source, options=options
+    )
+
+
+def evaluate(
+    data: str | Path | None = None,
+    *,
+    progress: bool = False,
+    progress_every: float | None = None,
+    limit: int | None = None,
+    shuffle: bool = False,
+    batch: bool = False,
+    poll_interval: float = DEFAULT_POLL_SECONDS,
+    on_start: OnStart | None = None,
+    source: str | None = None,
+    **options: Any,
+) -> RunResult:
+    """Judge a dataset with a rubric and store every score, call and transcript.
+
+    Example::
+
+        result = clinjudge.evaluate("items.jsonl", rubric="pdsqi9", mode="panel",
+                                    model="openai/gpt-4o-mini", samples=3, limit=5)
+        scores = result.load().judgments(final=True).to_pandas()
+
+    For a dry run (count tokens and cost, call nothing) use :func:`estimate` with the same
+    arguments. Ctrl-C (and SIGTERM, when this call owns the event loop) stops the run cleanly:
+    finished samples are stored, the run is marked ``interrupted`` and ``KeyboardInterrupt``
+    propagates; :func:`resume` finishes it.
 
     Args:
         data: Items to judge (JSONL, CSV or Parquet), or None to take it from ``config``.
         progress: Draw a progress bar on stderr.
+        progress_every: Off a terminal, seconds between progress lines (default
+            ``$CLINJUDGE_PROGRESS_SECONDS``, else 30).
+        limit: Judge only the first ``limit`` items (of the shard, with ``shard``).
+        shuffle: With ``limit``: a sample of items drawn with ``seed`` instead.
+        batch: Single mode, ``openai/`` or ``azure/`` models: send the work through the
+            provider's batch API (half price, results within 24 h).
+        poll_interval: With ``batch``: seconds before the first poll (doubles up to 300).
+        on_start: Called with a :class:`RunStart` once the run is stored, before any model
+            call.
+        source: What the settings came from, named in error messages (the CLI says "flags").
         **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
-            ``samples``, ``config``, ``db``...); see :func:`run_config_from`.
+            ``base_url``, ``samples``, ``shots``, ``shot_pool``, ``personas``, ``role_model``,
+            ``max_cost``, ``cache``, ``db``, ``config`` for a YAML file...). Without a model it
+            uses ``$CLINJUDGE_MODEL``, else the simulated ``mock/judge`` (its run is marked
+            simulated).
     """
-    data = _optional_path("data", data)
-    _flag("progress", progress)
-    config = run_config_from({**options, "data": data})
-    prepared = await asyncio.to_thread(prepare_run, config)
-    with RunStore(config.db) as store:
-        run_id = create_run(store, prepared)
-        await execute_run_async(store, run_id, prepared, show_progress=progress)
-        return _result(store, run_id, workflow_for(config.mode, prepared.rubric)[0])
+    judging = _judging(
+        progress=progress,
+        progress_every=progress_every,
+        batch=batch,
+        poll_interval=poll_interval,
+        on_start=on_start,
+    )
+    return _run_sync(
+        lambda owns_loop: _evaluate(
+            data,
+            _own(judging, owns_loop),
+            limit=limit,
+            shuffle=shuffle,
+            source=source,
+            options=options,
+        )
+    )
+
+
+def _estimate(
+    prepared: PreparedRun, batch: bool, unmatched: Sequence[dict[str, Any]] = ()
+) -> Estimate:
+    config = prepared.config
+    judge = config.judge
+    assert judge is not None
+    counted: DryRunEstimate = estimate_batch_run(prepared) if batch else estimate_run(prepared)
+    exact = counts_exactly(judge)
+    tokens_note = None
+    if not exact and not judge.is_mock:
+        tokens_note = (
+            f"token counts are approximate: the tokenizer of {judge.model} is unknown here, so "
+            f"prompts were counted with tiktoken's {COUNT_ENCODING} (OpenAI's); the model's own "
+            "tokenizer may count 10-20% more, and the cost with it"
+        )
+    return Estimate(
+        model=judge.model,
+        items=len(prepared.items),
+        prompts=counted.prompts,
+        prompt_tokens=counted.prompt_tokens,
+        max_prompt_tokens_one_call=counted.max_prompt_tokens_one_call,
+        max_completion_tokens=counted.max_completion_tokens,
+        cost_usd=counted.cost_usd,
+        tokens_exact=exact,
+        encoding=COUNT_ENCODING,
+        simulated=config.simulated,
+        batch=batch,
+        note=counted.note,
+        tokens_note=tokens_note,
+        unmatched=list(unmatched),
+    )
+
+
+def estimate(
+    data: str | Path | None = None,
+    *,
+    limit: int | None = None,
+    shuffle: bool = False,
+    batch: bool = False,
+    source: str | None = None,
+    **options: Any,
+) -> Estimate:
+    """A dry run: render every prompt of the run :func:`evaluate` would make with the same
+    arguments, count tokens and price them. Calls nothing, writes nothing, needs no API key.
+
+    Args:
+        data: Items to judge, or None to take it from ``config``.
+        limit: Count only the first ``limit`` items.
+        shuffle: With ``limit``: a sample of items drawn with ``seed`` instead.
+        batch: Price at the provider's batch prices (and check the run can go as a batch).
+        source: What the settings came from, named in error messages.
+        **options: The settings of ``judge run`` by name (see :func:`evaluate`).
+    """
+    batch = bool(_flag("batch", batch))
+    prepared = _new_run(
+        data,
+        options,
+        limit=limit,
+        shuffle=shuffle,
+        batch=batch,
+        credentials=False,
+        source=source,
+    )
+    return _estimate(prepared, batch)
+
+
+async def _resume(run_id: str, db: str, max_cost: float | None, judging: _Judging) -> RunResult:
+    with RunStore(db) as store:
+        full_id, prepared = load_stored_run(store, run_id)
+        if max_cost is not None:
+            # A budget given with the resume replaces the stored one for this call.
+            prepared.config = prepared.config.model_copy(update={"max_cost": max_cost})
+        poll = judging.batch_poll
+        if poll is None and is_batch_run(store, full_id):
+            poll = DEFAULT_POLL_SECONDS  # a run begun as a provider batch stays one
+        if poll is not None:
+            check_batch_config(prepared.config, prepared.rubric)
+        judging = dataclasses.replace(judging, batch_poll=poll)
+        return await _judge(store, full_id, prepared, judging, resumed=True)
 
 
 async def resume_async(
@@ -390,53 +874,47 @@ async def resume_async(
     db: str | Path | None = None,
     max_cost: float | None = None,
     progress: bool = False,
+    progress_every: float | None = None,
+    batch: bool = False,
+    poll_interval: float = DEFAULT_POLL_SECONDS,
+    on_start: OnStart | None = None,
 ) -> RunResult:
-    """Finish the missing work of a stored run: the async form of :func:`resume`."""
+    """Finish the missing work of a stored run: the async form of :func:`resume` (same
+    arguments)."""
     run_id = _text("run_id", run_id)
     max_cost = _amount("max_cost", max_cost)
-    _flag("progress", progress)
-    with RunStore(_existing_db(db)) as store:
-        full_id, prepared = load_stored_run(store, run_id)
-        if max_cost is not None:
-            prepared.config = prepared.config.model_copy(update={"max_cost": max_cost})
-        agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
-        finished = store.get_run(full_id)["status"] == "completed"
-        if not (finished and not missing_work(store, full_id, prepared)):
-            await execute_run_async(store, full_id, prepared, show_progress=progress)
-        return _result(store, full_id, agent)
+    judging = _judging(
+        progress=progress,
+        progress_every=progress_every,
+        batch=batch,
+        poll_interval=poll_interval,
+        on_start=on_start,
+    )
+    return await _resume(run_id, _existing_db(db), max_cost, judging)
 
 
-def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion, also from inside a running event loop."""
+def _own(judging: _Judging, owns_loop: bool) -> _Judging:
+    return dataclasses.replace(judging, owns_loop=owns_loop)
+
+
+def _run_sync(start: Callable[[bool], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion, also from inside a running event loop.
+
+    Args:
+        start: Makes the coroutine; its argument says whether it runs on a loop of its own (so
+            it may take SIGTERM as a stop, as the CLI needs).
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        try:
+            return asyncio.run(start(True))
+        except asyncio.CancelledError:
+            # SIGTERM cancelled the run (stored as interrupted): stop as Ctrl-C does.
+            raise KeyboardInterrupt from None
     # A notebook's loop is already running in this thread: use a thread with its own loop.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clinjudge") as pool:
-        return pool.submit(asyncio.run, coroutine).result()
-
-
-def evaluate(
-    data: str | Path | None = None, *, progress: bool = False, **options: Any
-) -> RunResult:
-    """Judge a dataset with a rubric and store every score, call and transcript.
-
-    Example::
-
-        result = clinjudge.evaluate("items.jsonl", rubric="pdsqi9", mode="panel",
-                                    model="openai/gpt-4o-mini", samples=3)
-        scores = result.load().judgments(final=True).to_pandas()
-
-    Args:
-        data: Items to judge (JSONL, CSV or Parquet), or None to take it from ``config``.
-        progress: Draw a progress bar on stderr.
-        **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
-            ``base_url``, ``samples``, ``shots``, ``shot_pool``, ``personas``, ``role_model``,
-            ``max_cost``, ``db``, ``config`` for a YAML file...). Without a model it uses
-            ``$CLINJUDGE_MODEL``, else the simulated ``mock/judge`` (its run is marked simulated).
-    """
-    return _run_sync(evaluate_async(data, progress=progress, **options))
+        return pool.submit(asyncio.run, start(False)).result()
 
 
 def resume(
@@ -445,16 +923,37 @@ def resume(
     db: str | Path | None = None,
     max_cost: float | None = None,
     progress: bool = False,
+    progress_every: float | None = None,
+    batch: bool = False,
+    poll_interval: float = DEFAULT_POLL_SECONDS,
+    on_start: OnStart | None = None,
 ) -> RunResult:
     """Finish exactly the missing work of a stored run (after a crash, stop or budget).
 
+    A run begun with ``batch`` stays a provider batch run: its waiting batch is polled, never
+    submitted twice.
+
     Args:
         run_id: Run id or a unique part of it.
-        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
-        max_cost: A budget for this invocation, replacing the stored one.
+        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb); it must exist.
+        max_cost: A budget for this call, replacing the stored one.
         progress: Draw a progress bar on stderr.
+        progress_every: Off a terminal, seconds between progress lines.
+        batch: Finish the run through the provider's batch API.
+        poll_interval: With a batch: seconds before the first poll.
+        on_start: Called with a :class:`RunStart` before any model call.
     """
-    return _run_sync(resume_async(run_id, db=db, max_cost=max_cost, progress=progress))
+    run_id = _text("run_id", run_id)
+    max_cost = _amount("max_cost", max_cost)
+    judging = _judging(
+        progress=progress,
+        progress_every=progress_every,
+        batch=batch,
+        poll_interval=poll_interval,
+        on_start=on_start,
+    )
+    path = _existing_db(db)
+    return _run_sync(lambda owns_loop: _resume(run_id, path, max_cost, _own(judging, owns_loop)))
 
 
 def compare(
@@ -482,72 +981,190 @@ def compare(
         return compare_runs(store, ids, sort=sort, n_boot=n_boot, seed=seed)
 
 
+def _audit_result(
+    db: str,
+    run_id: str,
+    rules: list[str] | None,
+    n_boot: int,
+    seed: int,
+    ratings: list[HumanRating] | None,
+    report_dir: str | None,
+    run: RunResult | None = None,
+) -> AuditResult:
+    """An audit run's statistics (and report, when asked for) from the store."""
+    with RunStore(db, read_only=True) as store:
+        stats = audit_for_run(store, run_id, rules=rules, n_boot=n_boot, seed=seed, ratings=ratings)
+    if report_dir is not None:
+        write_audit_report(stats, report_dir)
+    return AuditResult.model_validate({**stats, "run": run} if run is not None else stats)
+
+
+def _audit_settings(
+    vendors: object, options: dict[str, Any], source: str | None
+) -> tuple[RunConfig, list[str]]:
+    """An audit's settings and vendor files: ``vendors``, else ``data`` in the config file."""
+    paths = None if vendors is None else _paths("vendors", vendors)
+    data = ",".join(paths) if paths else None
+    config = run_config_from({**options, "data": data}, source=source)
+    if paths is None:
+        if not config.data:
+            raise ConfigError("no input data: pass one file per vendor", setting="vendors")
+        paths = [config.data]
+    return config, paths
+
+
+def _prepare_audit(
+    vendors: object,
+    rules: list[str] | None,
+    ratings: str | None,
+    source: str | None,
+    options: dict[str, Any],
+) -> tuple[PreparedRun, list[dict[str, Any]], list[HumanRating] | None]:
+    """An audit's run, its unmatched encounters and the physicians' ratings, all checked
+    before anything is written (a bad ratings file stops the audit first)."""
+    config, paths = _audit_settings(vendors, options, source)
+    prepared, audit_items = prepare_audit(config, paths, rules)
+    physicians = load_human_ratings(ratings, prepared.rubric) if ratings else None
+    return prepared, list(audit_items.unmatched), physicians
+
+
+async def _audit(
+    vendors: object,
+    judging: _Judging,
+    *,
+    rules: object,
+    report_dir: object,
+    n_boot: object,
+    ratings: object,
+    source: str | None,
+    options: dict[str, Any],
+) -> AuditResult:
+    checked_rules = _texts("rules", rules, optional=True)
+    report = _optional_path("report_dir", report_dir)
+    boot = _whole("n_boot", n_boot, 0)  # 0: no confidence intervals, as `judge audit --boot 0`
+    physicians_file = _optional_path("ratings", ratings)
+    prepared, unmatched, physicians = await asyncio.to_thread(
+        _prepare_audit, vendors, checked_rules, physicians_file, source, options
+    )
+    config = prepared.config
+    with RunStore(config.db) as store:
+        run_id = create_run(store, prepared)
+        run = await _judge(store, run_id, prepared, judging, unmatched=unmatched)
+    return _audit_result(
+        config.db, run_id, checked_rules, boot, config.seed, physicians, report, run
+    )
+
+
 async def audit_async(
-    vendors: Sequence[str | Path],
+    vendors: Sequence[str | Path] | str | Path | None = None,
     *,
     rules: Sequence[str] | None = None,
     report_dir: str | Path | None = None,
     n_boot: int = 2000,
     progress: bool = False,
+    progress_every: float | None = None,
     ratings: str | Path | None = None,
+    on_start: OnStart | None = None,
+    source: str | None = None,
     **options: Any,
 ) -> AuditResult:
-    """Judge several vendors' outputs on the same encounters; the async form of :func:`audit`.
-
-    Args:
-        vendors: One file per vendor (the vendor is the file stem unless records carry
-            ``vendor``), or one file (a plain path) whose records all carry ``vendor``.
-        rules: Flag rules such as ``accurate<=2`` (default: those that apply to the rubric).
-        report_dir: Write report.html and report.md here.
-        n_boot: Bootstrap resamples for the confidence intervals.
-        progress: Draw a progress bar on stderr.
-        ratings: Physicians' ratings of a random sample of the items (as for
-            :func:`import_ratings`, or with ``vendor`` + ``item_id``): adds the judge-corrected
-            (PPI++) estimates of the physicians' means (``ppi``, ``ppi_pairs``).
-        **options: The settings of ``judge run`` by name (see :func:`evaluate`).
-    """
-    paths = _paths("vendors", vendors)
-    ratings = _optional_path("ratings", ratings)
-    rules = _texts("rules", rules, optional=True)
-    report_dir = _optional_path("report_dir", report_dir)
-    n_boot = _whole("n_boot", n_boot, 0)  # 0: no confidence intervals, as `judge audit --boot 0`
-    _flag("progress", progress)
-    config = run_config_from({**options, "data": ",".join(paths)})
-    prepared, _ = await asyncio.to_thread(prepare_audit, config, paths, rules)
-    physicians = load_human_ratings(ratings, prepared.rubric) if ratings else None
-    with RunStore(config.db) as store:
-        run_id = create_run(store, prepared)
-        await execute_run_async(store, run_id, prepared, show_progress=progress)
-        run = _result(store, run_id, workflow_for(config.mode, prepared.rubric)[0])
-        stats = audit_for_run(
-            store, run_id, rules=rules, n_boot=n_boot, seed=config.seed, ratings=physicians
-        )
-    if report_dir is not None:
-        write_audit_report(stats, report_dir)
-    return AuditResult.model_validate({**stats, "run": run})
+    """Judge several vendors' outputs on the same encounters; the async form of :func:`audit`
+    (same arguments)."""
+    judging = _judging(
+        progress=progress,
+        progress_every=progress_every,
+        batch=False,
+        poll_interval=DEFAULT_POLL_SECONDS,
+        on_start=on_start,
+    )
+    return await _audit(
+        vendors,
+        judging,
+        rules=rules,
+        report_dir=report_dir,
+        n_boot=n_boot,
+        ratings=ratings,
+        source=source,
+        options=options,
+    )
 
 
 def audit(
-    vendors: Sequence[str | Path],
+    vendors: Sequence[str | Path] | str | Path | None = None,
     *,
     rules: Sequence[str] | None = None,
     report_dir: str | Path | None = None,
     n_boot: int = 2000,
     progress: bool = False,
+    progress_every: float | None = None,
     ratings: str | Path | None = None,
+    on_start: OnStart | None = None,
+    source: str | None = None,
     **options: Any,
 ) -> AuditResult:
     """Audit vendors: one judge configuration over every vendor's outputs, then statistics.
 
-    The synchronous form of :func:`audit_async` (same arguments); works inside a running loop.
+    Works inside a running loop, as :func:`evaluate` does.
+
+    Args:
+        vendors: One file per vendor (the vendor is the file stem unless records carry
+            ``vendor``), or one file (a plain path) whose records all carry ``vendor``; None
+            takes ``data`` from ``config``.
+        rules: Flag rules such as ``accurate<=2`` (default: those that apply to the rubric).
+        report_dir: Write report.html and report.md here.
+        n_boot: Bootstrap resamples for the confidence intervals (0: none).
+        progress: Draw a progress bar on stderr.
+        progress_every: Off a terminal, seconds between progress lines.
+        ratings: Physicians' ratings of a random sample of the items (as for
+            :func:`import_ratings`, or with ``vendor`` + ``item_id``): adds the judge-corrected
+            (PPI++) estimates of the physicians' means (``ppi``, ``ppi_pairs``).
+        on_start: Called with a :class:`RunStart` (its ``unmatched`` encounters too) once the
+            run is stored, before any model call.
+        source: What the settings came from, named in error messages.
+        **options: The settings of ``judge run`` by name (see :func:`evaluate`).
     """
-    coroutine = audit_async(
-        vendors,
-        rules=rules,
-        report_dir=report_dir,
-        n_boot=n_boot,
+    judging = _judging(
         progress=progress,
-        ratings=ratings,
-        **options,
+        progress_every=progress_every,
+        batch=False,
+        poll_interval=DEFAULT_POLL_SECONDS,
+        on_start=on_start,
     )
-    return _run_sync(coroutine)
+    return _run_sync(
+        lambda owns_loop: _audit(
+            vendors,
+            _own(judging, owns_loop),
+            rules=rules,
+            report_dir=report_dir,
+            n_boot=n_boot,
+            ratings=ratings,
+            source=source,
+            options=options,
+        )
+    )
+
+
+def estimate_audit(
+    vendors: Sequence[str | Path] | str | Path | None = None,
+    *,
+    rules: Sequence[str] | None = None,
+    ratings: str | Path | None = None,
+    source: str | None = None,
+    **options: Any,
+) -> Estimate:
+    """A dry run of :func:`audit` with the same arguments: counts tokens and cost, checks the
+    flag rules and the ratings file; calls nothing, writes nothing.
+
+    Args:
+        vendors: As for :func:`audit`.
+        rules: Flag rules (checked).
+        ratings: Physicians' ratings (checked against the rubric).
+        source: What the settings came from, named in error messages.
+        **options: The settings of ``judge run`` by name (see :func:`evaluate`).
+    """
+    checked_rules = _texts("rules", rules, optional=True)
+    physicians_file = _optional_path("ratings", ratings)
+    prepared, unmatched, _ = _prepare_audit(
+        vendors, checked_rules, physicians_file, source, options
+    )
+    return _estimate(prepared, False, unmatched)

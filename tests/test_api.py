@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,81 @@ def test_the_walk_through_in_docs_api_runs_as_written(
     audit = scope["audit"]
     assert set(audit.summaries) == {"vendor_a", "vendor_b"}  # type: ignore[attr-defined]
     assert (tmp_path / "audit-report").is_dir()
+
+
+# -- one front door: every option of `judge run` is an argument of the API (#24) ----------------
+
+
+def test_limit_and_shuffle_choose_the_items(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(10))
+    db = tmp_path / "limit.duckdb"
+    first = clinjudge.evaluate(data, model="mock/judge", db=db, limit=3)
+    drawn = clinjudge.evaluate(data, model="mock/judge", db=db, limit=4, shuffle=True, seed=7)
+    assert first.items == 3
+    assert first.load().items().column("item_id").to_pylist() == [
+        "item-0000",
+        "item-0001",
+        "item-0002",
+    ]
+    expected = [f"item-{k:04d}" for k in sorted(random.Random(7).sample(range(10), 4))]
+    assert drawn.load().items().column("item_id").to_pylist() == expected
+    with pytest.raises(ConfigError, match="shuffle goes with limit") as refused:
+        clinjudge.evaluate(data, model="mock/judge", db=db, shuffle=True)
+    assert refused.value.setting == "limit"
+
+
+def test_estimate_is_the_typed_dry_run_and_writes_nothing(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(4))
+    db = tmp_path / "none" / "dry.duckdb"
+    direct = clinjudge.estimate(data, model="openai/gpt-4o", db=db, samples=2, limit=3)
+    batch = clinjudge.estimate(data, model="openai/gpt-4o", db=db, samples=2, limit=3, batch=True)
+    assert isinstance(direct, clinjudge.Estimate)
+    assert (direct.items, direct.prompts, direct.model) == (3, 6, "openai/gpt-4o")
+    assert direct.tokens_exact and direct.tokens_note is None and not direct.simulated
+    assert direct.cost_usd is not None and batch.cost_usd == pytest.approx(direct.cost_usd / 2)
+    assert "batch prices" in batch.note
+    assert not db.parent.exists()
+    with pytest.raises(ConfigError, match=r"clinjudge\.estimate"):
+        clinjudge.evaluate(data, model="mock/judge", db=db, dry_run=True)
+
+
+def test_batch_and_cache_are_refused_together(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    with pytest.raises(ConfigError, match="batch and cache do not combine") as refused:
+        clinjudge.estimate(data, model="openai/gpt-4o-mini", batch=True, cache=True)
+    assert refused.value.setting == "batch,cache"
+
+
+def test_on_start_hears_the_stored_run_before_any_model_call(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(3))
+    started: list[tuple[clinjudge.RunStart, int]] = []
+    with FakeOpenAIServer() as srv:
+        result = clinjudge.evaluate(
+            data,
+            model="openai/fake",
+            base_url=srv.base_url,
+            db=tmp_path / "start.duckdb",
+            on_start=lambda start: started.append((start, len(srv.requests))),
+        )
+    [(start, requests_then)] = started
+    assert requests_then == 0
+    assert (start.run_id, start.db, start.resumed) == (result.run_id, result.db, False)
+    assert not start.simulated and start.config.judge is not None
+    assert result.samples_expected == 3 and result.spent_usd == result.cost_usd
+
+
+def test_progress_every_is_passed_on_not_read_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import clinjudge.orchestration._progress as progress
+
+    def no_fallback() -> float:
+        raise AssertionError("the interval was given: the environment is not read")
+
+    monkeypatch.setattr(progress, "progress_interval", no_fallback)
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(3))
+    clinjudge.evaluate(
+        data, model="mock/judge", db=tmp_path / "p.duckdb", progress=True, progress_every=0
+    )
+    lines = [line for line in capsys.readouterr().err.splitlines() if "progress:" in line]
+    assert len(lines) >= 4  # the first line, one per sample (every 0 s), the last

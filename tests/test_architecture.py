@@ -4,6 +4,7 @@ package's private modules (docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,83 @@ def test_the_library_never_imports_the_cli() -> None:
         m for m, t, _ in IMPORTS if t.startswith("clinjudge.cli") and _package_of(m) != "cli"
     ]
     assert library == []
+
+
+# -- SQL lives in runs (#24) -------------------------------------------------------------------
+
+# Statements that read or change tables; keywords in capitals, as our SQL writes them.
+_SQL = re.compile(
+    r"\bSELECT\b[\s\S]*?\bFROM\b|\bINSERT\s+(?:OR\s+\w+\s+)?INTO\b|\bUPDATE\s+\w+\s+SET\b"
+    r"|\bDELETE\s+FROM\b|\b(?:CREATE|ALTER|DROP)\s+TABLE\b"
+)
+# Modules outside runs allowed SQL, each with why. Keep it short: a module that no longer holds
+# SQL must leave the list (the test says so).
+SQL_EXEMPT = {
+    # Reads input files (JSONL, CSV, Parquet) through DuckDB, not the store.
+    "inputs/_records.py",
+    # Not moved into runs yet (#24 part 3, outside analysis and batch runs).
+    "_api.py",
+    "cli/_runs.py",
+    "orchestration/_retry.py",
+    "orchestration/_session.py",
+}
+
+
+def _literal_text(node: ast.AST) -> str | None:
+    """The text of a string literal, an f-string or a ``+`` of them (other parts as ``{}``)."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        return "".join(_literal_text(v) or "{}" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _literal_text(node.left), _literal_text(node.right)
+        return None if left is None and right is None else (left or "{}") + (right or "{}")
+    return None
+
+
+def sql_outside_runs(root: Path = ROOT) -> dict[str, list[int]]:
+    """Modules outside ``runs`` (relative path -> lines) whose string literals hold SQL;
+    docstrings and other bare strings are prose and are not read."""
+    found: dict[str, list[int]] = {}
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith("runs/"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        prose = {
+            id(node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        }
+        lines = {
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant | ast.JoinedStr | ast.BinOp)
+            and id(node) not in prose
+            and _SQL.search(_literal_text(node) or "")
+        }
+        if lines:
+            found[relative] = sorted(lines)
+    return found
+
+
+def test_sql_lives_only_in_runs(tmp_path: Path) -> None:
+    # runs owns the schema, so every query is a named function there (docs/architecture.md).
+    found = sql_outside_runs()
+    leaks = {module: lines for module, lines in found.items() if module not in SQL_EXEMPT}
+    assert leaks == {}, f"SQL outside clinjudge/runs (module: lines): {leaks}"
+    stale = sorted(SQL_EXEMPT - set(found))
+    assert stale == [], f"no SQL left in {stale}: remove them from SQL_EXEMPT"
+    # The scan sees literals, f-strings and concatenations, and leaves docstrings alone.
+    planted = {
+        "analysis/_planted.py": (
+            '"""SELECT x FROM y in prose."""\n'
+            'Q = "SELECT a " + "FROM t"\n'
+            'def f(t):\n    return f"DELETE FROM {t}"\n'
+            'U = """UPDATE runs SET name = ?"""\n'
+        ),
+        "reports/_planted.py": '"""Docstring: INSERT INTO t."""\nX = "insert into prose"\n',
+        "runs/_planted.py": 'Q = "SELECT 1 FROM t"\n',
+    }
+    root = _planted_tree(tmp_path, planted)
+    assert sql_outside_runs(root) == {"analysis/_planted.py": [2, 4, 5]}

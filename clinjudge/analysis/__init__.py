@@ -2,7 +2,7 @@
 configurations, vendor audits, DocLens scores and run summaries.
 """
 
-from clinjudge.analysis._agreement import RatingRecord, analyse_ratings, load_ratings_file
+from clinjudge.analysis._agreement import RatingRecord, analyse_ratings
 from clinjudge.analysis._agreement_run import (
     JUDGE_RATER,
     AgreementError,
@@ -22,7 +22,6 @@ from clinjudge.analysis._audit import (
     audit_plan,
     bootstrap_mean_ci,
     flag_items,
-    has_prm_steps,
     holm_adjust,
     paired_comparisons,
     run_flag_rules,
@@ -53,14 +52,14 @@ from clinjudge.analysis._stats import (
 from clinjudge.analysis._summary import (
     failure_reason,
     failures_by_reason,
-    final_score_counts,
-    flagged_items,
     identical_samples_note,
     item_scores,
-    list_runs,
     run_summary,
     score_distributions,
 )
+
+# Plain reads, kept under their old names here: the queries are runs' (#24).
+from clinjudge.runs import final_score_counts, flagged_items, has_prm_steps, list_runs
 
 __all__ = [
     "AgreementError",
@@ -102,7 +101,6 @@ __all__ = [
     "item_scores",
     "krippendorff_alpha",
     "list_runs",
-    "load_ratings_file",
     "macro_scores",
     "mean_abs_difference",
     "official_pooled",

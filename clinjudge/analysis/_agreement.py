@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from clinjudge.analysis import _stats
-from clinjudge.errors import UserError, validation_problems
-from clinjudge.inputs import InputError, read_records
-from clinjudge.runs import is_null_score
+from clinjudge.errors import UserError
+from clinjudge.inputs import HumanRating
 
 PRIMARY_FORM = "ICC3k"
 ALPHA_LEVELS = ("nominal", "ordinal", "interval")
 AC2_WEIGHTS = ("ordinal", "quadratic")
-_FIELDS = ("unit_id", "rater_id", "score", "attribute")
 
 
 class RatingRecord(BaseModel):
@@ -42,96 +39,6 @@ class RatingRecord(BaseModel):
     rater_id: str
     score: float | None
     attribute: str | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading ratings files
-
-
-def _text_field(value: Any) -> Any:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, str):
-        return value.strip()
-    return value
-
-
-def _score_field(value: Any) -> Any:
-    if is_null_score(value):
-        return None
-    return value.strip() if isinstance(value, str) else value
-
-
-def _coerce(where: str, raw: Any, problems: list[str]) -> RatingRecord | None:
-    if not isinstance(raw, dict):
-        problems.append(f"{where}: field (record): expected an object with {', '.join(_FIELDS)}")
-        return None
-    record: dict[str, Any] = {}
-    ok = True
-    for field in ("unit_id", "rater_id"):
-        value = _text_field(raw.get(field))
-        if value is None or value == "":
-            problems.append(f"{where}: field {field}: missing or empty")
-            ok = False
-        elif not isinstance(value, str):
-            problems.append(f"{where}: field {field}: expected a string, got {value!r}")
-            ok = False
-        else:
-            record[field] = value
-    if "score" not in raw:
-        problems.append(f"{where}: field score: missing (use null for a missing rating)")
-        ok = False
-    else:
-        score = _score_field(raw["score"])
-        if isinstance(score, bool):
-            problems.append(f"{where}: field score: expected a number, got {score!r}")
-            ok = False
-        elif isinstance(score, str):
-            try:
-                score = float(score)
-            except ValueError:
-                problems.append(f"{where}: field score: not a number ({raw['score']!r})")
-                ok = False
-        if ok and score is not None and not math.isfinite(float(score)):
-            problems.append(f"{where}: field score: not a finite number ({raw['score']!r})")
-            ok = False
-        record["score"] = score
-    attribute = _text_field(raw.get("attribute"))
-    if attribute not in (None, ""):
-        if isinstance(attribute, str):
-            record["attribute"] = attribute
-        else:
-            problems.append(f"{where}: field attribute: expected a string, got {attribute!r}")
-            ok = False
-    if not ok:
-        return None
-    try:
-        return RatingRecord(**record)
-    except ValidationError as exc:
-        problems.extend(f"{where}: {line}" for line in validation_problems(exc, top="(record)"))
-        return None
-
-
-def load_ratings_file(path: str | Path) -> list[RatingRecord]:
-    """Ratings from a JSONL, CSV or Parquet file (read through DuckDB).
-
-    Columns: ``unit_id``, ``rater_id``, ``score`` (null or empty for a missing rating) and an
-    optional ``attribute``; other columns are ignored.
-
-    Raises:
-        InputError: naming the file, the line (JSONL) or row (CSV, Parquet) and the field of
-            every bad record; nothing is returned unless all records are valid.
-    """
-    rows = read_records(path)
-    problems: list[str] = []
-    records = [_coerce(where, raw, problems) for where, raw in rows]
-    if problems:
-        raise InputError(problems)
-    if not records:
-        raise InputError([f"{path}: no ratings"])
-    return [r for r in records if r is not None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,9 +317,19 @@ def _cell_medians(keys: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, ...
     return cells, (scores[lo] + scores[hi]) / 2.0, counts
 
 
-def ratings_table(records: Sequence[RatingRecord] | pa.Table) -> pa.Table:
-    """Ratings as an Arrow table with ``unit_id``, ``rater_id``, ``attribute``, ``score``."""
+def ratings_table(records: Sequence[RatingRecord | HumanRating] | pa.Table) -> pa.Table:
+    """Ratings as an Arrow table with ``unit_id``, ``rater_id``, ``attribute``, ``score``.
+
+    Args:
+        records: ``RatingRecord`` objects, ratings read from a file (``HumanRating``, whose
+            ``item_id`` is the unit), or an Arrow table whose unit column is ``item_id`` (as in
+            ratings files and the store) or ``unit_id``.
+    """
     if isinstance(records, pa.Table):
+        if "unit_id" not in records.column_names and "item_id" in records.column_names:
+            # Files and the store name the unit item_id; a zero-copy rename.
+            names = records.column_names
+            records = records.rename_columns(["unit_id" if n == "item_id" else n for n in names])
         missing = {"unit_id", "rater_id", "score"} - set(records.column_names)
         if missing:
             raise UserError(f"ratings table lacks columns {sorted(missing)}")
@@ -434,7 +351,10 @@ def ratings_table(records: Sequence[RatingRecord] | pa.Table) -> pa.Table:
         )
     return pa.table(
         {
-            "unit_id": pa.array([r.unit_id for r in records], pa.string()),
+            "unit_id": pa.array(
+                [r.item_id if isinstance(r, HumanRating) else r.unit_id for r in records],
+                pa.string(),
+            ),
             "rater_id": pa.array([r.rater_id for r in records], pa.string()),
             "attribute": pa.array([r.attribute for r in records], pa.string()),
             "score": pa.array([r.score for r in records], pa.float64()),
@@ -559,7 +479,7 @@ def _analyse_block(
 
 
 def analyse_ratings(
-    records: Sequence[RatingRecord] | pa.Table,
+    records: Sequence[RatingRecord | HumanRating] | pa.Table,
     *,
     judge: str | None = None,
     categories: dict[str, list[float]] | None = None,
@@ -570,8 +490,9 @@ def analyse_ratings(
     """Agreement statistics per attribute and pooled over (unit, attribute) pairs.
 
     Args:
-        records: Long-format ratings: ``RatingRecord`` objects, or an Arrow table with columns
-            ``unit_id``, ``rater_id``, ``score`` (null for missing) and optionally
+        records: Long-format ratings: ``RatingRecord`` objects, ratings read by
+            :func:`clinjudge.inputs.load_ratings`, or an Arrow table with columns ``item_id``
+            (or ``unit_id``), ``rater_id``, ``score`` (null for missing) and optionally
             ``attribute`` (columnar input keeps memory low for large studies). Records without
             an attribute form one unnamed block (``per_attribute`` is then empty and only
             ``pooled`` is reported).

@@ -6,10 +6,11 @@ one more rater called ``judge``, analysed with :func:`clinjudge.analysis.analyse
 Attributes the rubric marks ``agreement: false`` (PDSQI-9 ``abstraction``, a gate) are left out;
 categories come from the rubric's scales and binary attributes get binary statistics.
 
-Rows are read from DuckDB as Arrow columns (no per-row Python objects), and each analysis is
-kept in the store's ``agreement_cache`` table keyed by run and settings, with a fingerprint of
-its exact input: ``compare`` and ``report --compare`` reuse it until the ratings, the run's
-judgments or the settings change.
+Rows are read from the store as Arrow columns (``runs.human_ratings_of_run`` and
+``runs.final_scores_of_rated``: no per-row Python objects), and each analysis is kept in the
+store's ``agreement_cache`` (``runs.load_agreement``, ``runs.save_agreement``) keyed by run and
+settings, with a fingerprint of its exact input: ``compare`` and ``report --compare`` reuse it
+until the ratings, the run's judgments or the settings change.
 """
 
 from __future__ import annotations
@@ -22,15 +23,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clinjudge.analysis._agreement import (
-    RatingRecord,
-    analyse_ratings,
-    load_ratings_file,
-)
+from clinjudge.analysis._agreement import RatingRecord, analyse_ratings, ratings_table
 from clinjudge.analysis._summary import identical_samples_note
 from clinjudge.errors import UserError
+from clinjudge.inputs import load_ratings
 from clinjudge.rubrics import Rubric, ScaleKind
-from clinjudge.runs import RunStore, StoreError, now
+from clinjudge.runs import (
+    RunStore,
+    StoreError,
+    final_scores_of_rated,
+    human_ratings_of_run,
+    load_agreement,
+    rated_item_count,
+    run_item_count,
+    save_agreement,
+)
 
 JUDGE_RATER = "judge"
 
@@ -73,21 +80,6 @@ def binary_attributes(rubric: Rubric) -> set[str]:
     return {a.key for a in rubric.attributes if a.agreement and a.scale is ScaleKind.binary}
 
 
-def _arrow(store: RunStore, sql: str, params: list[Any]) -> pa.Table:
-    """A query's result as an Arrow table, without a row-by-row copy.
-
-    It runs on its own cursor: the store's connection may hold a half-read result (a
-    ``fetchone``), which DuckDB 2 refuses to interleave with another query.
-    """
-    cursor = store.con.cursor()
-    try:
-        relation = cursor.sql(sql, params=params)
-        fetch = getattr(relation, "to_arrow_table", None) or relation.arrow  # DuckDB 2 / 1.x
-        return fetch()
-    finally:
-        cursor.close()
-
-
 def run_ratings_table(store: RunStore, run_id: str) -> tuple[dict[str, Any], pa.Table]:
     """The human and judge ratings of one run as an Arrow table, ready for ``analyse_ratings``.
 
@@ -112,23 +104,15 @@ def run_ratings_table(store: RunStore, run_id: str) -> tuple[dict[str, Any], pa.
     rid = run["run_id"]
     rubric = run_rubric(run)
     attributes = agreement_attributes(rubric)
-    n_items = store.query("SELECT count(*) AS n FROM items WHERE run_id = ?", [rid])[0]["n"]
-    if not store.has_table("human_ratings"):
+    n_items = run_item_count(store, rid)
+    stored = human_ratings_of_run(store, rid, attributes)
+    if stored is None:
         raise AgreementError(
             f"{store.path} holds no human ratings; import them with `judge ratings import FILE`"
         )
-    humans = _arrow(
-        store,
-        """
-        SELECT h.item_id AS unit_id, h.rater_id, h.attribute, h.score
-        FROM human_ratings h JOIN items i ON i.item_id = h.item_id AND i.run_id = ?
-        WHERE h.attribute IN (SELECT unnest(?))
-        ORDER BY list_position(?, h.attribute), i.position, h.rater_id
-        """,
-        [rid, attributes, attributes],
-    )
+    humans = ratings_table(stored)  # the store's item_id is the analysis' unit_id
     if humans.num_rows == 0:
-        n_rated = store.query("SELECT count(DISTINCT item_id) AS n FROM human_ratings")[0]["n"]
+        n_rated = rated_item_count(store)
         raise AgreementError(
             f"no human ratings overlap run {rid}: the run has {n_items} item(s), "
             f"{store.path} has ratings of {n_rated} item(s), and no item_id is in both "
@@ -139,19 +123,7 @@ def run_ratings_table(store: RunStore, run_id: str) -> tuple[dict[str, Any], pa.
             f"a human rater is named {JUDGE_RATER!r}, the name reserved for the judge; "
             "rename that rater and import the ratings again"
         )
-    finals = _arrow(
-        store,
-        """
-        SELECT j.item_id AS unit_id, ? AS rater_id, j.attribute,
-               CASE WHEN j.status = 'ok' THEN j.value END AS score
-        FROM judgments j
-        WHERE j.run_id = ? AND j.final AND j.attribute IN (SELECT unnest(?))
-          AND EXISTS (SELECT 1 FROM human_ratings h
-                      WHERE h.item_id = j.item_id AND h.attribute = j.attribute)
-        ORDER BY list_position(?, j.attribute), j.item_id
-        """,
-        [JUDGE_RATER, rid, attributes, attributes],
-    )
+    finals = ratings_table(final_scores_of_rated(store, rid, attributes, JUDGE_RATER))
     table = pa.concat_tables([humans, finals.cast(humans.schema)])
     run["rubric_parsed"] = rubric
     run["n_items_run"] = n_items
@@ -184,41 +156,6 @@ def input_fingerprint(table: pa.Table, *extra: Any) -> str:
 def _cache_settings(n_boot: int, seed: int) -> str:
     return json.dumps(
         {"n_boot": n_boot, "seed": seed, "version": AGREEMENT_CACHE_VERSION}, sort_keys=True
-    )
-
-
-def _cached_analysis(
-    store: RunStore, run_id: str, settings: str, fingerprint: str
-) -> dict[str, Any] | None:
-    if not store.has_table("agreement_cache"):  # an older file opened read-only
-        return None
-    rows = store.query(
-        "SELECT analysis FROM agreement_cache WHERE run_id = ? AND settings = ? "
-        "AND fingerprint = ?",
-        [run_id, settings, fingerprint],
-    )
-    if not rows:
-        return None
-    value = rows[0]["analysis"]
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _cache_analysis(
-    store: RunStore, run_id: str, settings: str, fingerprint: str, analysis: dict[str, Any]
-) -> None:
-    if store.read_only or not store.has_table("agreement_cache"):
-        return  # nothing to keep it in; the next writable open can
-    store.upsert_rows(
-        "agreement_cache",
-        [
-            {
-                "run_id": run_id,
-                "settings": settings,
-                "fingerprint": fingerprint,
-                "analysis": json.dumps(analysis),
-                "computed_at": now(),
-            }
-        ],
     )
 
 
@@ -287,7 +224,7 @@ def agreement_for_run(
     binary = binary_attributes(rubric)
     settings = _cache_settings(n_boot, seed)
     fingerprint = input_fingerprint(table, rubric.model_dump(mode="json"))
-    analysis = _cached_analysis(store, run["run_id"], settings, fingerprint) if cache else None
+    analysis = load_agreement(store, run["run_id"], settings, fingerprint) if cache else None
     cached = analysis is not None
     if analysis is None:
         analysis = analyse_ratings(
@@ -299,7 +236,7 @@ def agreement_for_run(
             seed=seed,
         )
         if cache:
-            _cache_analysis(store, run["run_id"], settings, fingerprint, analysis)
+            save_agreement(store, run["run_id"], settings, fingerprint, analysis)
     humans = table.filter(pc.not_equal(table.column("rater_id"), JUDGE_RATER))
     result = {
         "run_id": run["run_id"],
@@ -337,13 +274,14 @@ def agreement_for_file(
     """``analyse_ratings`` on a standalone ratings file (no database).
 
     Args:
-        path: JSONL, CSV or Parquet with ``unit_id``, ``rater_id``, ``score`` and optionally
-            ``attribute``.
+        path: JSONL, CSV or Parquet with ``item_id`` (or ``unit_id``, its older name),
+            ``rater_id``, ``score`` and optionally ``attribute``, read by
+            :func:`clinjudge.inputs.load_ratings` without a rubric.
         judge: The rater to treat as the judge (compared with the others' median), if any.
         n_boot: Bootstrap resamples.
         seed: Bootstrap seed.
     """
-    records = load_ratings_file(path)
+    records = load_ratings(path)
     if judge is not None and not any(r.rater_id == judge for r in records):
         raise AgreementError(f"{path}: no ratings by rater {judge!r} (the judge rater)")
     return _clean(analyse_ratings(records, judge=judge, n_boot=n_boot, seed=seed))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -28,7 +28,6 @@ from clinjudge.analysis._audit_ppi import (
     sampling_warnings,
 )
 from clinjudge.analysis._stats import wilcoxon_paired
-from clinjudge.analysis._summary import flagged_items
 from clinjudge.errors import UserError
 from clinjudge.inputs import (
     PRM_ATTRIBUTE,
@@ -40,25 +39,22 @@ from clinjudge.inputs import (
     unmatched_encounters,
 )
 from clinjudge.rubrics import Rubric, ScaleKind
-from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, HumanRating, RunStore
+from clinjudge.runs import (
+    AuditScoreRow,
+    HumanRating,
+    RunStore,
+    audit_score_rows,
+    flagged_items,
+    has_prm_steps,
+    lowest_prm_scores,
+    vendor_call_totals,
+)
 
 NO_PRM_NOTE = "No PRM step scores are stored for this run, so PRM rules (prm<...) flag nothing."
 
 
 class AuditError(UserError):
     """An audit cannot be computed (not an audit run, ...)."""
-
-
-def has_prm_steps(store: RunStore, run_id: str) -> bool:
-    """Whether a run stored PRM step scores (then ``prm<...`` flag rules apply).
-
-    Args:
-        store: The run store.
-        run_id: The run.
-    """
-    if not store.has_table("prm_steps"):
-        return False
-    return bool(store.query("SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1", [run_id]))
 
 
 def run_flag_rules(
@@ -251,36 +247,8 @@ def _finite(value: Any) -> float | None:
 # From the store
 
 
-def _audit_rows(store: RunStore, run_id: str) -> list[dict[str, Any]]:
-    return store.query(
-        """
-        SELECT i.item_id, i.vendor, json_extract_string(i.meta, '$.encounter_id') AS encounter,
-               j.attribute, j.value, j.status
-        FROM items i LEFT JOIN judgments j
-          ON j.run_id = i.run_id AND j.item_id = i.item_id AND j.final
-             AND j.sample = ? AND j.agent = ?
-        WHERE i.run_id = ? ORDER BY i.position, j.attribute
-        """,
-        [FINAL_SAMPLE, FINAL_AGENT, run_id],
-    )
-
-
 def _vendor_costs(store: RunStore, run_id: str, vendors: Sequence[str]) -> dict[str, Any]:
-    rows = store.query(
-        """
-        SELECT i.vendor, count(DISTINCT i.item_id) AS items, count(c.call_id) AS calls,
-               coalesce(sum(c.prompt_tokens), 0) AS tokens_in,
-               coalesce(sum(c.completion_tokens), 0) AS tokens_out,
-               sum(c.cost_usd) AS cost_usd,
-               count(c.call_id) FILTER (WHERE c.status = 'ok' AND c.cost_usd IS NULL)
-                   AS calls_unpriced,
-               coalesce(sum(c.latency_s), 0) AS latency_s
-        FROM items i LEFT JOIN calls c ON c.run_id = i.run_id AND c.item_id = i.item_id
-        WHERE i.run_id = ? GROUP BY i.vendor
-        """,
-        [run_id],
-    )
-    by_vendor = {r["vendor"]: r for r in rows}
+    by_vendor: dict[str | None, Any] = {r["vendor"]: r for r in vendor_call_totals(store, run_id)}
     out = {}
     for vendor in vendors:
         r = by_vendor.get(vendor, {})
@@ -330,7 +298,7 @@ def audit_for_run(
     rid = run["run_id"]
     rubric = run_rubric(run)
     parsed = run_flag_rules(store, rid, rubric, rules)
-    rows = _audit_rows(store, rid)
+    rows = audit_score_rows(store, rid)
     vendors, scores, failed, pending, presence = _final_scores(rid, rows)
     prm_lows = _lowest_prm_steps(store, rid, rows)
     for (vendor, encounter), low in prm_lows.items():
@@ -391,7 +359,7 @@ def audit_for_run(
 
 def _judge_corrected(
     rubric: Rubric,
-    rows: list[dict[str, Any]],
+    rows: Sequence[AuditScoreRow],
     scores: Scores,
     vendors: list[str],
     flagged: list[dict[str, Any]],
@@ -399,7 +367,7 @@ def _judge_corrected(
     notes: list[str],
 ) -> dict[str, Any]:
     """The PPI++ part of an audit: physicians' means per vendor and vendor pair."""
-    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
+    where = _locations(rows)
     matched = [r for r in ratings if r.item_id in where]
     if ratings and not matched:
         example = next(iter(where), "VENDOR::ENCOUNTER")
@@ -413,7 +381,9 @@ def _judge_corrected(
             f"{len(ratings) - len(matched)} rating(s) name items that are not in this run; "
             "left out."
         )
-    labels = physician_labels([(*where[r.item_id], r.attribute, r.score) for r in matched])
+    labels = physician_labels(
+        [(*where[r.item_id], r.attribute, r.score) for r in matched if r.attribute is not None]
+    )
     attributes = [a.key for a in rubric.attributes if a.agreement]
     flagged_keys = [(f["vendor"], f["encounter_id"]) for f in flagged]
     return {
@@ -425,7 +395,7 @@ def _judge_corrected(
 
 
 def _final_scores(
-    run_id: str, rows: list[dict[str, Any]]
+    run_id: str, rows: Sequence[AuditScoreRow]
 ) -> tuple[list[str], Scores, set[tuple[str, str]], set[tuple[str, str]], dict[str, set[str]]]:
     """Vendors, final scores, failed and pending (vendor, encounter) pairs, and which vendors
     have each encounter, from an audit run's item and final-judgment rows."""
@@ -440,7 +410,7 @@ def _final_scores(
     pending: set[tuple[str, str]] = set()
     presence: dict[str, set[str]] = {}
     for r in rows:
-        vendor, encounter = r["vendor"], r["encounter"]
+        vendor, encounter = cast(str, r["vendor"]), cast(str, r["encounter"])  # checked above
         if vendor not in vendors:
             vendors.append(vendor)
         presence.setdefault(encounter, set()).add(vendor)
@@ -452,6 +422,12 @@ def _final_scores(
             continue
         scores.setdefault(vendor, {}).setdefault(encounter, {})[r["attribute"]] = r["value"]
     return vendors, {v: scores.get(v, {}) for v in vendors}, failed, pending, presence
+
+
+def _locations(rows: Sequence[AuditScoreRow]) -> dict[str, tuple[str, str]]:
+    """Item id -> (vendor, encounter id) of an audit run's rows (once :func:`_final_scores`
+    has checked that every row has both)."""
+    return {r["item_id"]: (cast(str, r["vendor"]), cast(str, r["encounter"])) for r in rows}
 
 
 def audit_plan(
@@ -473,7 +449,7 @@ def audit_plan(
         raise AuditError("correlation must be between 0 and 1", setting="correlation")
     run = store.get_run(run_id)
     rubric = run_rubric(run)
-    vendors, scores, *_ = _final_scores(run["run_id"], _audit_rows(store, run["run_id"]))
+    vendors, scores, *_ = _final_scores(run["run_id"], audit_score_rows(store, run["run_id"]))
     attributes = [a.key for a in rubric.attributes if a.agreement]
     plan = plan_sample(scores, vendors, attributes, size=size, seed=seed, correlation=correlation)
     for row in plan["sample"]:
@@ -482,10 +458,10 @@ def audit_plan(
 
 
 def _addressed(
-    store: RunStore, run_id: str, rows: list[dict[str, Any]]
+    store: RunStore, run_id: str, rows: Sequence[AuditScoreRow]
 ) -> dict[tuple[str, str], list[str]]:
     """(vendor, encounter) -> flags of text that addresses the judge (``items.flags``)."""
-    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
+    where = _locations(rows)
     found: dict[tuple[str, str], list[str]] = {}
     for entry in flagged_items(store, run_id):
         if entry["item_id"] in where:
@@ -495,15 +471,9 @@ def _addressed(
 
 
 def _lowest_prm_steps(
-    store: RunStore, run_id: str, rows: list[dict[str, Any]]
+    store: RunStore, run_id: str, rows: Sequence[AuditScoreRow]
 ) -> dict[tuple[str, str], float]:
     """(vendor, encounter) -> lowest PRM step score of that item's output, where scored."""
-    if not store.has_table("prm_steps"):
-        return {}
-    where = {r["item_id"]: (r["vendor"], r["encounter"]) for r in rows}
-    lows = store.query(
-        "SELECT item_id, min(score) AS low FROM prm_steps WHERE run_id = ? AND score IS NOT NULL "
-        "GROUP BY item_id",
-        [run_id],
-    )
-    return {where[r["item_id"]]: r["low"] for r in lows if r["item_id"] in where}
+    where = _locations(rows)
+    lows = lowest_prm_scores(store, run_id)
+    return {where[item_id]: low for item_id, low in lows.items() if item_id in where}

@@ -13,7 +13,7 @@ from typing import Any
 
 from clinjudge.analysis._agreement_run import AgreementError, agreement_for_run
 from clinjudge.errors import UserError
-from clinjudge.runs import DECIDING_AGENT_SQL, RunStore
+from clinjudge.runs import RunStore, item_call_means, sample_counts
 
 # Sortable columns; True where larger is better (sorted descending).
 SORT_COLUMNS: dict[str, bool] = {
@@ -96,33 +96,16 @@ class Comparison:
 
 
 def _run_costs(store: RunStore, run_id: str) -> dict[str, Any]:
-    rows = store.query(
-        """
-        SELECT avg(t) AS latency_per_item_s, avg(c) AS cost_per_item_usd,
-               sum(unpriced) AS calls_unpriced, sum(n) AS calls
-        FROM (SELECT item_id, sum(latency_s) AS t, coalesce(sum(cost_usd), 0) AS c,
-                     count(*) FILTER (WHERE status = 'ok' AND cost_usd IS NULL) AS unpriced,
-                     count(*) AS n
-              FROM calls WHERE run_id = ? GROUP BY item_id)
-        """,
-        [run_id],
-    )
-    samples = store.query(
-        """
-        SELECT count(*) AS samples_total,
-               count(*) FILTER (WHERE status <> 'ok') AS failed_samples
-        FROM samples WHERE run_id = ? AND sample > 0 AND """
-        + DECIDING_AGENT_SQL,
-        [run_id],
-    )
-    costs = rows[0] if rows else {}
-    unpriced = int(costs.get("calls_unpriced") or 0)
+    costs = item_call_means(store, run_id)
+    samples = sample_counts(store, run_id)
+    unpriced = int(costs["calls_unpriced"] or 0)
     return {
-        "cost_per_item_usd": costs.get("cost_per_item_usd"),
+        "cost_per_item_usd": costs["cost_per_item_usd"],
         "cost_known": unpriced == 0,
-        "latency_per_item_s": costs.get("latency_per_item_s"),
-        "calls": int(costs.get("calls") or 0),
-        **(samples[0] if samples else {"samples_total": 0, "failed_samples": 0}),
+        "latency_per_item_s": costs["latency_per_item_s"],
+        "calls": int(costs["calls"] or 0),
+        "samples_total": samples["total"],
+        "failed_samples": samples["failed"],
     }
 
 

@@ -22,14 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clinjudge.judges.doclens import ENTAILED, FAILED
-from clinjudge.runs import RunStore
+from clinjudge.runs import RunStore, claim_rows
 
 COMPATS = ("clinjudge", "official")
-
-_ROWS_SQL = """
-SELECT section, item_id, kind, verdict, status, citations, supporting, {official} AS official
-FROM claims WHERE run_id = ? AND agent = ?
-"""
 
 
 @dataclass
@@ -121,8 +116,7 @@ def official_pooled(store: RunStore, run_id: str, agent: str, total: str) -> lis
         agent: Whose verdicts.
         total: Name of the overall row.
     """
-    official = "official" if store.has_column("claims", "official") else "NULL"
-    rows = store.query(_ROWS_SQL.format(official=official), [run_id, agent])
+    rows = claim_rows(store, run_id, agent)
     by_section: dict[str, _Counts] = defaultdict(_Counts)
     for row in rows:
         _count_row(by_section[row["section"]], row)

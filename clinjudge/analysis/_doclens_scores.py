@@ -16,49 +16,25 @@ from typing import Any
 
 from clinjudge.analysis._doclens_official import COMPATS, official_pooled, run_compat
 from clinjudge.judges.doclens import Tally
-from clinjudge.runs import RunStore, StoreError, is_claims_run, write_rows
+from clinjudge.runs import (
+    RunStore,
+    StoreError,
+    claim_extraction_agents,
+    final_means,
+    is_claims_run,
+    item_claim_counts,
+    pooled_claim_counts,
+    write_rows,
+)
 
 METRICS = ("claim_recall", "claim_precision", "citation_recall", "citation_precision")
 TOTAL = "total"
 
-_COUNTS = """
-    count(DISTINCT item_id) AS items,
-    count(*) FILTER (WHERE kind = 'recall') AS reference_claims,
-    count(*) FILTER (WHERE kind = 'recall' AND verdict = 'entailed') AS reference_entailed,
-    count(*) FILTER (WHERE kind = 'recall' AND verdict = 'failed') AS reference_failed,
-    count(*) FILTER (WHERE kind = 'precision') AS output_claims,
-    count(*) FILTER (WHERE kind = 'precision' AND verdict = 'entailed') AS output_entailed,
-    count(*) FILTER (WHERE kind = 'precision' AND verdict = 'failed') AS output_failed,
-    count(*) FILTER (WHERE kind = 'citation') AS statements,
-    count(*) FILTER (WHERE kind = 'citation' AND verdict = 'entailed') AS statements_entailed,
-    count(*) FILTER (WHERE kind = 'citation' AND verdict = 'failed') AS statements_failed,
-    coalesce(sum(json_array_length(citations)) FILTER (WHERE kind = 'citation'), 0)
-        AS citations,
-    coalesce(sum(json_array_length(supporting))
-        FILTER (WHERE kind = 'citation' AND verdict = 'entailed'), 0) AS citations_counted,
-    count(*) FILTER (WHERE kind = 'extraction' AND status = 'failed') AS extraction_failed
-"""
-
-_POOLED_SQL = f"""
-SELECT coalesce(section, '{{total}}') AS section, grouping(section) AS is_total, {_COUNTS}
-FROM claims WHERE run_id = ? AND agent = ?
-GROUP BY GROUPING SETS ((section), ())
-ORDER BY is_total, section
-"""
-
-_INSTANCE_SQL = f"""
-SELECT item_id, {_COUNTS}
-FROM claims WHERE run_id = ? AND agent = ? AND item_id IN (SELECT unnest(?::VARCHAR[]))
-GROUP BY item_id
-"""
-
 
 def deciding_agent(store: RunStore, run_id: str) -> str | None:
     """The agent whose claims rows hold a run's decisions (the one with extraction rows)."""
-    rows = store.query(
-        "SELECT DISTINCT agent FROM claims WHERE run_id = ? AND kind = 'extraction'", [run_id]
-    )
-    return rows[0]["agent"] if len(rows) == 1 else None
+    agents = claim_extraction_agents(store, run_id)
+    return agents[0] if len(agents) == 1 else None
 
 
 def _metrics(row: dict[str, Any]) -> dict[str, float | None]:
@@ -90,7 +66,7 @@ def pooled_scores(store: RunStore, run_id: str, agent: str | None = None) -> lis
     agent = agent or deciding_agent(store, rid)
     if agent is None:
         return []
-    rows = store.query(_POOLED_SQL.format(total=TOTAL), [rid, agent])
+    rows = pooled_claim_counts(store, rid, agent, TOTAL)
     result = []
     for row in rows:
         row.pop("is_total")
@@ -114,7 +90,7 @@ def instance_tallies(
     agent = agent or deciding_agent(store, run_id)
     if agent is None or not item_ids:
         return {}
-    rows = store.query(_INSTANCE_SQL, [run_id, agent, item_ids])
+    rows = item_claim_counts(store, run_id, agent, item_ids)
     out = {}
     for row in rows:
         row["citations"] = int(row["citations"])
@@ -125,13 +101,7 @@ def instance_tallies(
 
 def macro_scores(store: RunStore, run_id: str) -> dict[str, float | None]:
     """Mean over items of the final per-instance scores (not what DocLens reports)."""
-    rid = store.get_run(run_id)["run_id"]
-    rows = store.query(
-        "SELECT attribute, avg(value) AS mean FROM judgments "
-        "WHERE run_id = ? AND final AND value IS NOT NULL GROUP BY attribute",
-        [rid],
-    )
-    means = {r["attribute"]: r["mean"] for r in rows}
+    means = final_means(store, store.get_run(run_id)["run_id"])
     return {key: means.get(key) for key in METRICS}
 
 

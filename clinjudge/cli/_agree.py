@@ -140,8 +140,8 @@ def agree_command(
     ratings: Annotated[
         Path | None,
         typer.Option(
-            help="Analyse a standalone ratings file (unit_id, rater_id, score[, attribute]) "
-            "instead of runs; no database is used."
+            help="Analyse a standalone ratings file (item_id, rater_id, score[, attribute]; "
+            "unit_id is read as item_id) instead of runs; no database is used."
         ),
     ] = None,
     judge: Annotated[

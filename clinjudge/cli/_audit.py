@@ -13,7 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from clinjudge.analysis import audit_for_run, audit_plan, run_rubric
+import clinjudge
+from clinjudge.analysis import audit_plan
 from clinjudge.cli._common import (
     EXIT_USAGE,
     console,
@@ -23,43 +24,12 @@ from clinjudge.cli._common import (
     user_error_text,
 )
 from clinjudge.cli._help import PANELS
-from clinjudge.cli._options import (
-    BaseUrlOption,
-    ConcurrencyOption,
-    ConfigOption,
-    DbOption,
-    MaxCostOption,
-    ModelOption,
-    ModeOption,
-    NameOption,
-    PersonasOption,
-    PRMOption,
-    ProgressOption,
-    RubricOption,
-    SamplesOption,
-    ShardOption,
-)
-from clinjudge.cli._outcome import AllowFailuresOption, exit_on_failures, parse_allow_failures
-from clinjudge.cli._run import _finish, _print_estimate
+from clinjudge.cli._judging import RunPrinter, print_estimate
+from clinjudge.cli._options import AUDIT_LAYOUT, SETTINGS, DbOption, with_settings
+from clinjudge.cli._outcome import exit_on_failures, parse_allow_failures
 from clinjudge.errors import UserError
-from clinjudge.judges.workflows import workflow_for
-from clinjudge.orchestration import (
-    ConfigError,
-    create_run,
-    estimate_run,
-    load_config_file,
-    prepare_audit,
-    run_config_from,
-)
-from clinjudge.reports import write_audit_report
-from clinjudge.runs import (
-    HumanRating,
-    RunStore,
-    StoreError,
-    check_output_file,
-    load_human_ratings,
-    run_counts,
-)
+from clinjudge.orchestration import ConfigError
+from clinjudge.runs import StoreError, check_output_file
 
 _STATS = "Audit statistics"
 
@@ -152,32 +122,12 @@ def _interval(value: float | None, low: float | None, high: float | None) -> str
     return f"{value:.2f} \\[{_fmt(low)}, {_fmt(high)}]"
 
 
-def _analyse(
-    db: str,
-    run_id: str,
-    rules: Sequence[str] | None,
-    n_boot: int,
-    seed: int,
-    out: Path | None,
-    as_json: bool,
-    ratings: Path | list[HumanRating] | None = None,
-) -> None:
-    with open_store(db, read_only=True) as store:
-        physicians = _ratings_for(store, run_id, ratings) if isinstance(ratings, Path) else ratings
-        audit = audit_for_run(
-            store, run_id, rules=rules, n_boot=n_boot, seed=seed, ratings=physicians
-        )
-    if out is not None:
-        write_audit_report(audit, out)
+def _show(audit: dict[str, Any], out: Path | None, as_json: bool) -> None:
+    """An audit's statistics: JSON on stdout when asked for, then the tables on stderr."""
     if as_json:
         sys.stdout.write(json.dumps(audit, indent=2, default=str) + "\n")
     _print_audit(audit, out)
     _print_ppi(audit)
-
-
-def _ratings_for(store: RunStore, run_id: str, path: Path) -> list[HumanRating]:
-    """Physicians' ratings from ``path``, validated against the run's rubric."""
-    return load_human_ratings(path, run_rubric(store.get_run(run_id)))
 
 
 audit_app = typer.Typer(
@@ -198,6 +148,7 @@ RatingsOption = Annotated[
 
 
 @audit_app.callback(invoke_without_command=True)
+@with_settings(AUDIT_LAYOUT)
 def audit_command(
     ctx: typer.Context,
     data: Annotated[
@@ -215,18 +166,6 @@ def audit_command(
             help="Recompute statistics and report of an existing audit run (no judging).",
         ),
     ] = None,
-    rubric: RubricOption = None,
-    mode: ModeOption = None,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    config: ConfigOption = None,
-    samples: SamplesOption = None,
-    concurrency: ConcurrencyOption = None,
-    personas: PersonasOption = None,
-    max_cost: MaxCostOption = None,
-    name: NameOption = None,
-    shard: ShardOption = None,
-    prm: PRMOption = None,
     flag: Annotated[
         list[str] | None,
         typer.Option(
@@ -252,93 +191,64 @@ def audit_command(
     boot: Annotated[
         int, typer.Option(rich_help_panel=_STATS, help="Bootstrap resamples for the CIs.")
     ] = 2000,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            rich_help_panel=PANELS.sampling, show_default="0", help="Seed (examples and bootstrap)."
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            rich_help_panel=PANELS.output,
-            help="Estimate tokens and cost; call nothing.",
-        ),
-    ] = False,
-    db: DbOption = None,
-    progress: ProgressOption = True,
-    allow_failures: AllowFailuresOption = "0",
     ratings: RatingsOption = None,
+    **values: Any,
 ) -> None:
     """Audit several vendors on the same encounters: one run, then per-vendor statistics,
     paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id."""
     if ctx.invoked_subcommand is not None:
         return
     rules = list(flag) if flag else None
+    allow_failures: str = values["allow_failures"]
     parse_allow_failures(allow_failures)
+    # Run settings go to the API by name, as `judge run`'s do.
+    settings = {k: v for k, v in values.items() if SETTINGS[k].scope == "config"}
+    source = str(values["config"] or "flags")
+    printer = RunPrinter(sys.stderr if as_json else sys.stdout)
     try:
         if run:
             if data:
                 raise ConfigError("pass either --run (recompute) or --data (new audit), not both")
-            _analyse(db or default_db(), run, rules, boot, seed or 0, out, as_json, ratings)
+            stored = clinjudge.load_run(run, db=values["db"] or default_db())
+            again = stored.audit(
+                rules=rules, n_boot=boot, seed=values["seed"] or 0, ratings=ratings, report_dir=out
+            )
+            _show(again.statistics(), out, as_json)
             return
-        file_settings = load_config_file(config) if config else {}
-        paths = [str(p) for p in data or []]
-        if not paths and file_settings.get("data"):
-            paths = [str(file_settings["data"])]
-        if not paths:
-            raise ConfigError("no input data: pass --data FILE once per vendor")
-        options = {
-            "config": config,
-            "rubric": rubric,
-            "mode": mode,
-            "data": ",".join(paths),
-            "samples": samples,
-            "seed": seed,
-            "concurrency": concurrency,
-            "db": db,
-            "name": name,
-            "personas": personas,
-            "max_cost": max_cost,
-            "shard": shard,
-            "model": model,
-            "base_url": base_url,
-            "prm": prm,
-        }
-        run_config = run_config_from(options, source=str(config or "flags"))
-        prepared, audit_items = prepare_audit(run_config, paths, rules)
-        for u in audit_items.unmatched:
-            console.print(
-                f"[yellow]unmatched encounter {escape(str(u['encounter_id']))}:[/] missing for "
-                f"{escape(', '.join(u['missing']))} (still judged; left out of those pairs)"
+        vendors = [str(p) for p in data] if data else None
+        if values["dry_run"]:
+            print_estimate(
+                clinjudge.estimate_audit(
+                    vendors, rules=rules, ratings=ratings, source=source, **settings
+                )
             )
-        # Read before judging: a bad ratings file stops the audit before anything is written.
-        physicians = load_human_ratings(ratings, prepared.rubric) if ratings else None
-        if dry_run:
-            _print_estimate(estimate_run(prepared), prepared)
             return
-        # One open (locked) store from creating the run to judging it.
-        with open_store(run_config.db) as store:
-            run_id = create_run(store, prepared)
-            (sys.stderr if as_json else sys.stdout).write(run_id + "\n")
-            sys.stdout.flush()
-            # The exit code rule applies after the analysis (failed items still get reported).
-            _finish(
-                run_config.db, run_id, prepared, progress, allow_failures=None, open_run_store=store
+        with printer.judging():
+            result = clinjudge.audit(
+                vendors,
+                rules=rules,
+                report_dir=out,
+                n_boot=boot,
+                progress=values["progress"],
+                ratings=ratings,
+                on_start=printer.start,
+                source=source,
+                **settings,
             )
-        if run_config.shard:
-            console.print(
-                f"[yellow]shard {run_config.shard}: the statistics below cover this shard only.[/] "
-                f"Merge the shards with `judge db merge ... --into ALL.duckdb`, then run "
-                f"`judge audit --run {run_id} --db ALL.duckdb` for the whole audit."
-            )
-        _analyse(run_config.db, run_id, rules, boot, run_config.seed, out, as_json, physicians)
-        with open_store(run_config.db, read_only=True) as store:
-            agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
-            exit_on_failures(run_counts(store, run_id, agent), allow_failures)
     except UserError as exc:
         fail(user_error_text(exc), EXIT_USAGE)
+    assert result.run is not None and printer.started is not None
+    # The exit code rule applies after the statistics (failed items still get reported).
+    printer.finish(result.run, allow_failures=None)
+    shard = printer.started.config.shard
+    if shard:
+        console.print(
+            f"[yellow]shard {shard}: the statistics below cover this shard only.[/] "
+            f"Merge the shards with `judge db merge ... --into ALL.duckdb`, then run "
+            f"`judge audit --run {result.run_id} --db ALL.duckdb` for the whole audit."
+        )
+    _show(result.statistics(), out, as_json)
+    exit_on_failures(result.run, allow_failures)
 
 
 @audit_app.command("plan")

@@ -10,6 +10,7 @@ from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from clinjudge._util.secrets import redact_secrets
+from clinjudge.cli._options import RUN_SETTINGS
 from clinjudge.errors import UserError
 from clinjudge.runs import DB_ENV, RunStore, StoreError, default_db
 
@@ -74,23 +75,28 @@ DocLensCompatOption = Annotated[
 
 
 FLAGS = {
-    "data": "--data",
+    **{setting.name: setting.flag for setting in RUN_SETTINGS},
     "judge.model": "--model",
-    "shard": "--shard",
+    "vendors": "--data",
     "table": "--table",
-    "db": "--db",
 }
-"""The flag that sets each setting library errors name (``UserError.setting``)."""
+"""The flag that sets each setting library errors name (``UserError.setting``): every run
+setting's from the registry, and the few the library names otherwise."""
 
 
 def user_error_text(error: UserError) -> str:
-    """A library error's message, with the flag that fixes it when the CLI has one.
+    """A library error's message, with the flags that fix it when the CLI has them.
 
     Args:
-        error: The error; its ``setting`` is ``name`` or ``name=value``.
+        error: The error; its ``setting`` is ``name`` or ``name=value``, or several names
+            joined by commas (``batch,cache``) when the settings conflict.
     """
-    name, _, value = (error.setting or "").partition("=")
-    flag = FLAGS.get(name)
-    if flag is None:
+    flags = []
+    for setting in (error.setting or "").split(","):
+        name, _, value = setting.strip().partition("=")
+        flag = FLAGS.get(name)
+        if flag is not None:
+            flags.append(" ".join(part for part in (flag, value) if part))
+    if not flags:
         return str(error)
-    return f"{error} ({' '.join(part for part in (flag, value) if part)})"
+    return f"{error} ({', '.join(flags)})"

@@ -8,21 +8,15 @@ the run's items (rounded down).
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
 from clinjudge.cli._common import EXIT_USAGE, console, fail
-from clinjudge.runs import RunCounts
 
-ALLOW_FAILURES_HELP = (
-    "Items allowed to end without a valid final judgment before the exit code is 1: N items "
-    "or P% of the items (e.g. 5 or 10%)."
-)
-AllowFailuresOption = Annotated[
-    str, typer.Option(help=ALLOW_FAILURES_HELP, rich_help_panel="Budget and limits")
-]
+if TYPE_CHECKING:  # the API loads with the run, never for `judge runs list`
+    from clinjudge import RunResult
 
 _DETAIL_CHARS = 200
 
@@ -77,11 +71,11 @@ def _one_line(text: str) -> str:
     return flat if len(flat) <= _DETAIL_CHARS else flat[: _DETAIL_CHARS - 1] + "…"
 
 
-def print_outcome(counts: RunCounts, cost: str) -> None:
+def print_outcome(counts: RunResult, cost: str) -> None:
     """The end-of-run summary on stderr: samples, items, calls, cost, first reason per class.
 
     Args:
-        counts: The run's counts.
+        counts: The run's result.
         cost: Cost text of the run.
     """
     console.print(
@@ -99,11 +93,11 @@ def print_outcome(counts: RunCounts, cost: str) -> None:
         )
 
 
-def exit_on_failures(counts: RunCounts, spec: str) -> None:
+def exit_on_failures(counts: RunResult, spec: str) -> None:
     """Exit 1 when more items failed than ``--allow-failures`` allows.
 
     Args:
-        counts: The run's counts.
+        counts: The run's result.
         spec: The ``--allow-failures`` text.
     """
     failing = counts.items_without_valid_final

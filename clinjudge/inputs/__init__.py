@@ -1,5 +1,6 @@
-"""Input files: items to judge and vendors' outputs for audits, read from JSONL, CSV or Parquet
-and validated, with every problem reported by file, line and field; and flag rules as written.
+"""Input files: items to judge, vendors' outputs for audits and physicians' ratings, read from
+JSONL, CSV or Parquet and validated, with every problem reported by file, line and field; and
+flag rules as written.
 """
 
 from clinjudge.inputs._flag_rules import (
@@ -10,6 +11,12 @@ from clinjudge.inputs._flag_rules import (
     default_flag_rules,
     number_text,
     parse_flag_rule,
+)
+from clinjudge.inputs._ratings import (
+    ITEM_ID_ALIAS,
+    HumanRating,
+    is_null_score,
+    load_ratings,
 )
 from clinjudge.inputs._records import (
     MAX_REPORTED_ERRORS,
@@ -32,6 +39,8 @@ __all__ = [
     "DEFAULT_FLAG_RULES",
     "FlagRule",
     "FlagRuleError",
+    "HumanRating",
+    "ITEM_ID_ALIAS",
     "PRM_ATTRIBUTE",
     "default_flag_rules",
     "number_text",
@@ -41,8 +50,10 @@ __all__ = [
     "MAX_REPORTED_ERRORS",
     "audit_item_id",
     "check_rubric_inputs",
+    "is_null_score",
     "load_audit_items",
     "load_items",
+    "load_ratings",
     "read_records",
     "unmatched_encounters",
     "validate_records",

@@ -31,6 +31,7 @@ from clinjudge.judges.clients import (
     BatchClient,
     BatchLine,
     BatchState,
+    ReplySchema,
     batch_call_cost,
     batch_price_per_token,
     batch_supported,
@@ -56,12 +57,23 @@ from clinjudge.rubrics import (
     Rubric,
     parse_judgment,
     render_repair,
+    rubric_json_schema,
 )
 from clinjudge.runs import (
     RunStore,
     SampleKey,
+    batch_requests,
     call_row,
+    calls_of_agent,
     ensure_batch_tables,
+    last_batch_attempt,
+    last_request_seqs,
+    open_batch,
+    open_request_samples,
+    queue_requests,
+    record_ingested_batch,
+    record_submitted_batch,
+    update_batch,
     verdict_rows,
 )
 
@@ -237,30 +249,11 @@ class BatchRun:
 
     # -- the queue ---------------------------------------------------------------------------
 
-    def _next_seqs(self) -> dict[tuple[str, int], int]:
-        rows = self.store.query(
-            """
-            SELECT item_id, sample, max(seq) AS seq FROM (
-                SELECT item_id, sample, seq FROM calls WHERE run_id = ? AND agent = ?
-                UNION ALL
-                SELECT item_id, sample, seq FROM provider_batch_requests WHERE run_id = ?)
-            GROUP BY ALL""",
-            [self.run_id, JUDGE_AGENT, self.run_id],
-        )
-        return {(r["item_id"], r["sample"]): r["seq"] + 1 for r in rows}
-
     def seed_queue(self) -> int:
         """Queue a first request for every missing sample that has no request open; returns
         how many were queued."""
-        open_samples = {
-            (r["item_id"], r["sample"])
-            for r in self.store.query(
-                "SELECT item_id, sample FROM provider_batch_requests "
-                "WHERE run_id = ? AND state <> 'done'",
-                [self.run_id],
-            )
-        }
-        next_seq = self._next_seqs()
+        open_samples = open_request_samples(self.store, self.run_id)
+        last_seq = last_request_seqs(self.store, self.run_id, JUDGE_AGENT)
         config = self.prepared.config
         new = []
         for unit in missing_work(self.store, self.run_id, self.prepared):
@@ -271,60 +264,32 @@ class BatchRun:
             turns = first_turns(
                 unit.item, self.prepared.rubric, shots, explanations=config.explanations
             )
-            seq = next_seq.get(where, 0)
+            seq = last_seq.get(where, -1) + 1
             new.append(
                 _Request(custom_id(unit.item.id, unit.sample, seq), *where, seq, 1, 0, turns)
             )
-        self.store.write_batch({"provider_batch_requests": [r.row(self.run_id) for r in new]})
+        queue_requests(self.store, [r.row(self.run_id) for r in new])
         return len(new)
 
-    def _requests(self, where: str, params: list[Any]) -> list[_Request]:
-        rows = self.store.query(
-            f"SELECT * FROM provider_batch_requests WHERE run_id = ? AND {where} "
-            "ORDER BY sample, item_id, seq",
-            [self.run_id, *params],
-        )
+    def _requests(self, state: str, attempt: int | None = None) -> list[_Request]:
+        rows = batch_requests(self.store, self.run_id, state, attempt)
         return [_Request.from_row(r) for r in rows]
 
-    def _open_batch(self) -> dict[str, Any] | None:
-        rows = self.store.query(
-            "SELECT * FROM provider_batches WHERE run_id = ? AND NOT ingested "
-            "ORDER BY attempt LIMIT 1",
-            [self.run_id],
-        )
-        return rows[0] if rows else None
-
     def _update_batch(self, attempt: int, state: BatchState) -> None:
-        self.store.con.execute(
-            """
-            UPDATE provider_batches SET batch_id = ?, status = ?, updated_at = ?, completed = ?,
-                failed = ?, output_file_id = ?, error_file_id = ?, errors = ?
-            WHERE run_id = ? AND attempt = ?""",
-            [
-                state.id,
-                state.status,
-                datetime.now(UTC),
-                state.completed,
-                state.failed,
-                state.output_file_id,
-                state.error_file_id,
-                json.dumps(state.errors),
-                self.run_id,
-                attempt,
-            ],
-        )
+        update_batch(self.store, self.run_id, attempt, state)
 
     # -- one round ---------------------------------------------------------------------------
 
     async def submit(self, queued: list[_Request]) -> dict[str, Any]:
         """Upload queued requests and record the input file, then create the batch and record
         its id; returns the stored batch row."""
-        rows = self.store.query(
-            "SELECT coalesce(max(attempt), 0) AS n FROM provider_batches WHERE run_id = ?",
-            [self.run_id],
+        attempt = last_batch_attempt(self.store, self.run_id) + 1
+        rubric, explanations = self.prepared.rubric, self.prepared.config.explanations
+        # The same reply schema a single judge's call carries (rubric_json_schema).
+        schema = ReplySchema(
+            name=rubric.name, schema=rubric_json_schema(rubric, explanations=explanations)
         )
-        attempt = rows[0]["n"] + 1
-        lines = [request_line(self.settings, r.custom_id, r.turns) for r in queued]
+        lines = [request_line(self.settings, r.custom_id, r.turns, schema=schema) for r in queued]
         file_id = await self.client.upload(lines)
         stamp = datetime.now(UTC)
         batch_row = {
@@ -342,20 +307,11 @@ class BatchRun:
             "input_file_id": file_id,
             "ingested": False,
         }
-        self._transaction(
-            {"provider_batches": [batch_row]},
-            [
-                (
-                    "UPDATE provider_batch_requests SET state = 'submitted', attempt = ? "
-                    "WHERE run_id = ? AND state = 'queued' AND custom_id = ANY(?::VARCHAR[])",
-                    [attempt, self.run_id, [r.custom_id for r in queued]],
-                )
-            ],
-        )
+        record_submitted_batch(self.store, batch_row, [r.custom_id for r in queued])
         await self._create(attempt, file_id)
-        open_batch = self._open_batch()
-        assert open_batch is not None
-        return open_batch
+        submitted = open_batch(self.store, self.run_id)
+        assert submitted is not None
+        return submitted
 
     async def _create(self, attempt: int, file_id: str) -> BatchState:
         state = await self.client.create(
@@ -434,10 +390,7 @@ class BatchRun:
     def _prior_calls(self, requests: list[_Request]) -> dict[tuple[str, int], list[dict]]:
         wanted = {(r.item_id, r.sample) for r in requests}
         calls: dict[tuple[str, int], list[dict]] = defaultdict(list)
-        for row in self.store.query(
-            "SELECT * FROM calls WHERE run_id = ? AND agent = ? ORDER BY seq",
-            [self.run_id, JUDGE_AGENT],
-        ):
+        for row in calls_of_agent(self.store, self.run_id, JUDGE_AGENT):
             where = (row["item_id"], row["sample"])
             if where in wanted:
                 calls[where].append(row)
@@ -528,7 +481,7 @@ class BatchRun:
         """Store every result of a finished batch and queue the follow-ups, in one
         transaction."""
         attempt = batch["attempt"]
-        requests = self._requests("attempt = ? AND state = 'submitted'", [attempt])
+        requests = self._requests("submitted", attempt)
         results = await self.client.results(state)
         if state.status == "failed" and not results:
             reason = "; ".join(state.errors) or "no details"
@@ -556,21 +509,7 @@ class BatchRun:
                 out.rows[table].extend(decided[table])
             self._count(verdict)
         out.rows["provider_batch_requests"] = [r.row(self.run_id) for r in out.queued]
-        self._transaction(
-            out.rows,
-            [
-                (
-                    "UPDATE provider_batch_requests SET state = 'done' "
-                    "WHERE run_id = ? AND attempt = ?",
-                    [self.run_id, attempt],
-                ),
-                (
-                    "UPDATE provider_batches SET ingested = true, updated_at = ? "
-                    "WHERE run_id = ? AND attempt = ?",
-                    [datetime.now(UTC), self.run_id, attempt],
-                ),
-            ],
-        )
+        record_ingested_batch(self.store, self.run_id, attempt, out.rows)
         if out.queued:
             self.console.print(
                 f"batch {attempt}: {len(out.queued)} requests queued again (errors or repairs)"
@@ -584,21 +523,6 @@ class BatchRun:
         reason = (verdict.error or "unknown").split(":")[0]
         self.tally.errors[reason] = self.tally.errors.get(reason, 0) + 1
 
-    def _transaction(
-        self, rows: dict[str, list[dict[str, Any]]], statements: list[tuple[str, list[Any]]]
-    ) -> None:
-        con = self.store.con
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for table, table_rows in rows.items():
-                self.store.insert_rows(table, table_rows)
-            for sql, params in statements:
-                con.execute(sql, params)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-
     # -- the whole run -----------------------------------------------------------------------
 
     async def run(self) -> RunTally:
@@ -611,11 +535,11 @@ class BatchRun:
             )
         try:
             while True:
-                batch = self._open_batch()
+                batch = open_batch(self.store, self.run_id)
                 if batch is None:
-                    queued = self._requests("state = 'queued'", [])
+                    queued = self._requests("queued")
                     if not queued and self.seed_queue():
-                        queued = self._requests("state = 'queued'", [])
+                        queued = self._requests("queued")
                     if not queued:
                         return self.tally
                     batch = await self.submit(queued[:MAX_REQUESTS_PER_BATCH])

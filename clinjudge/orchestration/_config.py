@@ -133,6 +133,14 @@ class RunConfig(BaseModel):
             raise ValueError("shots > 0 needs a shot_pool file")
         return self
 
+    @property
+    def simulated(self) -> bool:
+        """True when any configured model (the judge's or a role's) is the simulated ``mock/``
+        provider: the one definition the store's ``runs.simulated``, the CLI's notice and the
+        API's results use."""
+        configured = [self.judge, *self.roles.values()]
+        return any(s is not None and s.is_mock for s in configured)
+
     def shots_for(self, pool: Sequence[Shot], item_id: str, sample: int) -> list[Shot]:
         """The examples one sample of an item is shown: ``shots`` of them, drawn with ``seed``.
 

@@ -31,7 +31,7 @@ from clinjudge.judges import (
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import retry_send
-from clinjudge.personas import Persona, PersonaError, PersonaSet, resolve_personas
+from clinjudge.personas import Persona, PersonaSet, resolve_personas
 from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
 from clinjudge.runs import SampleKey, call_row
 
@@ -58,8 +58,8 @@ class ModelPool:
         rubric: The rubric (the simulated provider needs it).
         default: A prepared model for the default settings (tests inject one).
         clock: Time source of the rate limiters (tests inject a fake one).
-        personas: The run's personas as resolved when it was prepared (``PreparedRun``); a pool
-            built without them resolves ``config.personas`` once, when first asked.
+        personas: The run's personas as resolved once when it was prepared
+            (``PreparedRun.personas``); None seats none (single mode).
     """
 
     def __init__(
@@ -78,8 +78,11 @@ class ModelPool:
         self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._persona_set = personas
-        self._personas_known = personas is not None
-        self._stances: dict[str, str] | None = None
+        # The simulated provider scores by stance: read once from the resolved personas.
+        self._stances = {
+            p.name: str(getattr(p.stance, "value", p.stance))
+            for p in (personas.personas if personas is not None else [])
+        }
         self.shared_state: dict[str, Any] = {}
         """Run-wide state of workflows, e.g. each item's PRM evidence (scored once per item)."""
         self.response_cache: ResponseCache | None = None
@@ -109,9 +112,6 @@ class ModelPool:
     @property
     def persona_set(self) -> PersonaSet | None:
         """The run's persona set (None in single mode)."""
-        if not self._personas_known:
-            self._persona_set = resolve_run_personas(self._config)
-            self._personas_known = True
         return self._persona_set
 
     @property
@@ -179,19 +179,12 @@ class ModelPool:
         orchestrator, None for a plain judge. The simulated provider scores by it."""
         if role == "orchestrator":
             return "chair"
-        if self._stances is None:
-            try:
-                personas = self.personas
-            except (PersonaError, OSError, ValueError):
-                personas = []
-            self._stances = {p.name: str(getattr(p.stance, "value", p.stance)) for p in personas}
         return self._stances.get(agent)
 
     @property
     def simulated(self) -> bool:
-        """True when any configured model is the mock provider."""
-        configured = [self._config.judge, *self._config.roles.values()]
-        return any(s is not None and s.is_mock for s in configured)
+        """True when any configured model is the mock provider (``RunConfig.simulated``)."""
+        return self._config.simulated
 
     async def close(self) -> None:
         """Close every model's connections."""

@@ -2,9 +2,9 @@
 
 On a terminal: a bar with done/total, ok/failed, samples per minute, elapsed time, ETA, tokens,
 cost and the model calls in flight. Elsewhere (nohup, CI logs, notebooks): the same numbers as
-one plain line every ``CLINJUDGE_PROGRESS_SECONDS`` seconds (default 30), on a timer, so a run
-whose calls take minutes still says what it is waiting for (calls in flight and the oldest
-call's age), and once more at the end.
+one plain line every ``interval`` seconds (the caller's ``progress_every``; when none is given,
+``$CLINJUDGE_PROGRESS_SECONDS``, else 30), on a timer, so a run whose calls take minutes still
+says what it is waiting for (calls in flight and the oldest call's age), and once more at the end.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ CallsInFlight = Callable[[], tuple[int, float | None]]
 
 
 def progress_interval() -> float:
-    """Seconds between progress lines off a terminal: ``$CLINJUDGE_PROGRESS_SECONDS`` or 30."""
+    """Seconds between progress lines off a terminal when the caller gives none:
+    ``$CLINJUDGE_PROGRESS_SECONDS`` (a user's fallback, documented in the README) or 30."""
     raw = os.environ.get(PROGRESS_SECONDS_ENV, "").strip()
     try:
         return max(float(raw), 0.0) if raw else DEFAULT_PROGRESS_SECONDS

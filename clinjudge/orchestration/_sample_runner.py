@@ -120,6 +120,8 @@ class SampleRunner:
         model: The run's model pool, or one judge model used for every agent.
         shot_pool: Examples for few-shot prompting.
         show_progress: Draw a progress bar on the console.
+        progress_every: Seconds between progress lines off a terminal (default
+            :func:`progress_interval`: ``$CLINJUDGE_PROGRESS_SECONDS``, else 30).
         console: Console for the progress bar.
         flush_every: Samples buffered before a write.
         flush_seconds: Longest time a finished sample waits in the buffer.
@@ -135,6 +137,7 @@ class SampleRunner:
         shot_pool: list[Shot] | None = None,
         *,
         show_progress: bool = True,
+        progress_every: float | None = None,
         console: Console | None = None,
         flush_every: int = 256,
         flush_seconds: float = 1.0,
@@ -147,6 +150,7 @@ class SampleRunner:
         self.agent, self.workflow = workflow_for(config.mode, rubric)
         self.shot_pool = shot_pool or []
         self.show_progress = show_progress
+        self.progress_every = progress_every
         self.console = console or Console(stderr=True)
         self.flush_every = flush_every
         self.flush_seconds = flush_seconds
@@ -449,7 +453,12 @@ class SampleRunner:
         self._work_items, self._work_units = {unit.item.id for unit in units}, len(units)
         progress = None
         if self.show_progress:
-            progress = RunProgress(self.console, len(units), calls=self.models.calls_in_flight)
+            progress = RunProgress(
+                self.console,
+                len(units),
+                interval=self.progress_every,
+                calls=self.models.calls_in_flight,
+            )
         if progress is not None:
 
             def on_sample(verdict: SampleVerdict, cost: float | None, tokens: int = 0) -> None:

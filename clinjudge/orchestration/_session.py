@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import platform
+import random
 import secrets
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -203,12 +204,23 @@ class PreparedRun:
     prepared and stored with it; None in single mode."""
 
 
-def prepare_run(config: RunConfig) -> PreparedRun:
+def prepare_run(
+    config: RunConfig, *, limit: int | None = None, shuffle: bool = False
+) -> PreparedRun:
     """Load and validate the rubric, data and shot pool of a new run (writes nothing).
 
     Args:
         config: The run configuration.
+        limit: Keep only this many items (of the shard, when ``config.shard`` is set): the
+            first ones, so a paid model can be tried on a few items first.
+        shuffle: With ``limit``: a sample drawn with ``config.seed`` instead (kept in dataset
+            order).
     """
+    if shuffle and limit is None:
+        raise ConfigError(
+            "shuffle goes with limit: it draws limit items at random, with the seed",
+            setting="limit",
+        )
     if config.judge is None:
         raise ConfigError("no judge model: set judge.model", setting="judge.model")
     if not config.data:
@@ -229,7 +241,23 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     if config.shots:
         for item in items:
             config.shots_for(shots, item.id, 1)
-    return apply_shard(PreparedRun(config, rubric, items, shots, personas=personas))
+    prepared = apply_shard(PreparedRun(config, rubric, items, shots, personas=personas))
+    return _limit_items(prepared, limit, shuffle)
+
+
+def _limit_items(prepared: PreparedRun, limit: int | None, shuffle: bool) -> PreparedRun:
+    """Keep the first ``limit`` items, or with ``shuffle`` a sample drawn with the run's seed
+    (in dataset order)."""
+    if limit is None or limit >= len(prepared.items):
+        return prepared
+    if shuffle:
+        keep = sorted(random.Random(prepared.config.seed).sample(range(len(prepared.items)), limit))
+    else:
+        keep = list(range(limit))
+    positions = prepared.positions or list(range(len(prepared.items)))
+    prepared.items = [prepared.items[k] for k in keep]
+    prepared.positions = [positions[k] for k in keep]
+    return prepared
 
 
 def apply_shard(
@@ -295,7 +323,7 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         "config": json.dumps(stored_config),
         "versions": versions.model_dump_json(),
         "data_source": config.data,
-        "simulated": ModelPool(config, prepared.rubric, personas=prepared.personas).simulated,
+        "simulated": config.simulated,
         "n_items": len(prepared.items),
         "n_samples": config.samples,
     }
@@ -471,6 +499,8 @@ async def execute_run_async(
     prepared: PreparedRun,
     *,
     show_progress: bool = False,
+    progress_every: float | None = None,
+    batch_poll_interval: float | None = None,
     model: JudgeModel | None = None,
     handle_sigterm: bool = False,
 ) -> RunTally:
@@ -485,16 +515,43 @@ async def execute_run_async(
         run_id: The run.
         prepared: The run's config, rubric, items and shots.
         show_progress: Draw a progress bar.
+        progress_every: Seconds between progress lines off a terminal (default
+            ``$CLINJUDGE_PROGRESS_SECONDS``, else 30).
+        batch_poll_interval: Send the work through the provider's batch API
+            (``check_batch_config`` passed), first polling after this many seconds; None
+            calls the models directly.
         model: A prepared judge model (tests inject one); built from the config otherwise.
         handle_sigterm: Treat SIGTERM as a cancellation (only for a loop this process owns).
     """
     config = prepared.config
     assert config.judge is not None
+    agent = workflow_for(config.mode, prepared.rubric)[0]
+    if batch_poll_interval is not None:
+        # Imported here: the batch run builds on this module.
+        from clinjudge.orchestration._batch_run import BatchRun
+
+        batch = BatchRun(
+            store,
+            run_id,
+            prepared,
+            poll_interval=batch_poll_interval,
+            show_progress=show_progress,
+        )
+        return await drive_run(
+            store, run_id, prepared, batch.run, agent=agent, handle_sigterm=handle_sigterm
+        )
     judge = ModelPool(config, prepared.rubric, model, personas=prepared.personas)
     if config.cache:
         judge.response_cache = load_response_cache(store, run_id)
     runner = SampleRunner(
-        store, run_id, prepared.rubric, config, judge, prepared.shots, show_progress=show_progress
+        store,
+        run_id,
+        prepared.rubric,
+        config,
+        judge,
+        prepared.shots,
+        show_progress=show_progress,
+        progress_every=progress_every,
     )
     units = missing_work(store, run_id, prepared)
 
@@ -509,7 +566,6 @@ async def execute_run_async(
             if runner.write_failure is None:
                 save_response_cache(store, judge.response_cache)
 
-    agent = workflow_for(config.mode, prepared.rubric)[0]
     return await drive_run(
         store, run_id, prepared, work, agent=agent, handle_sigterm=handle_sigterm
     )
@@ -521,6 +577,7 @@ def execute_run(
     prepared: PreparedRun,
     *,
     show_progress: bool = True,
+    progress_every: float | None = None,
     model: JudgeModel | None = None,
 ) -> RunTally:
     """Produce every missing sample of a run, then write the final per-item scores.
@@ -530,7 +587,13 @@ def execute_run(
     the run is marked ``interrupted`` and ``KeyboardInterrupt`` propagates.
     """
     coroutine = execute_run_async(
-        store, run_id, prepared, show_progress=show_progress, model=model, handle_sigterm=True
+        store,
+        run_id,
+        prepared,
+        show_progress=show_progress,
+        progress_every=progress_every,
+        model=model,
+        handle_sigterm=True,
     )
     return run_in_new_loop(store, run_id, coroutine)
 

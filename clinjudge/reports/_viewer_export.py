@@ -23,7 +23,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +33,6 @@ from clinjudge.errors import ClinJudgeError, UserError
 from clinjudge.reports._viewer_app import static_dir
 from clinjudge.reports._viewer_compare import compare_items
 from clinjudge.reports._viewer_item import (
-    ITEM_TABLES,
     assemble_item_page,
     calls_from_rows,
     claims_from_rows,
@@ -53,8 +52,18 @@ from clinjudge.reports._viewer_links import (
 from clinjudge.reports._viewer_pages import Viewer
 from clinjudge.reports._viewer_paging import clamp_page
 from clinjudge.reports._viewer_render import render
-from clinjudge.reports._viewer_run import is_audit_run, run_and_rubric
-from clinjudge.runs import RunStore
+from clinjudge.reports._viewer_run import run_and_rubric
+from clinjudge.runs import (
+    ItemTable,
+    RunStore,
+    is_audit_run,
+    item_order,
+    item_ratings_by_item,
+    item_table_rows_by_item,
+    run_ids_by_creation,
+    scored_item_ids,
+    stored_items_by_id,
+)
 
 MARKER = ".clinjudge-view-export"
 """File in an export's folder: says it is one and lists what it wrote (JSON)."""
@@ -288,7 +297,7 @@ class _Plan:
         return 1 + runs + sum(self.compare_pages.values())
 
 
-def _neighbours(rows: list[dict[str, Any]]) -> dict[str, tuple[str | None, str | None]]:
+def _neighbours(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str | None, str | None]]:
     """Previous and next item of each, as the live item page finds them: the nearest position
     below and above (an item without a position has neither).
 
@@ -322,10 +331,7 @@ def _plan(viewer: Viewer, wanted: Sequence[str] | None, compares: Sequence[Seque
         compares: Groups of run ids or prefixes to compare.
     """
     with viewer.reading() as store:
-        if wanted:
-            ids = [store.get_run(r)["run_id"] for r in wanted]
-        else:
-            ids = [r["run_id"] for r in store.query("SELECT run_id FROM runs ORDER BY created_at")]
+        ids = [store.get_run(r)["run_id"] for r in wanted] if wanted else run_ids_by_creation(store)
         groups: list[tuple[str, ...]] = []
         for group in compares:
             full = tuple(dict.fromkeys(store.get_run(r)["run_id"] for r in group))
@@ -339,18 +345,12 @@ def _plan(viewer: Viewer, wanted: Sequence[str] | None, compares: Sequence[Seque
         steps_only: set[str] = set()
         has_steps = store.has_table("prm_steps")
         for rid in ids:
-            rows = store.query(
-                "SELECT item_id, position FROM items WHERE run_id = ? ORDER BY position, item_id",
-                [rid],
-            )
+            rows = item_order(store, rid)
             if not rows and has_steps:
-                scored = store.query(
-                    "SELECT DISTINCT item_id FROM prm_steps WHERE run_id = ? ORDER BY item_id",
-                    [rid],
-                )
+                scored = scored_item_ids(store, rid)
                 if scored:
                     steps_only.add(rid)
-                    items[rid] = [r["item_id"] for r in scored]
+                    items[rid] = scored
                     continue
             items[rid] = [r["item_id"] for r in rows]
             neighbours[rid] = _neighbours(rows)
@@ -360,23 +360,6 @@ def _plan(viewer: Viewer, wanted: Sequence[str] | None, compares: Sequence[Seque
             paging = compare_items(store, list(group)).get("paging")
             compare_pages[group] = paging.pages if paging else 1
     return _Plan(ids, groups, audits, items, neighbours, steps_only, compare_pages)
-
-
-def _grouped(
-    store: RunStore, table: str, run_id: str, ids: list[str]
-) -> dict[str, list[dict[str, Any]]]:
-    """Rows of ``table`` for many items, by item, each item's in the live page's order."""
-    columns, order = ITEM_TABLES[table]
-    out: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
-    for row in store.query(
-        f"SELECT item_id, {columns} FROM {table} WHERE run_id = ? "
-        # The range is redundant but lets DuckDB skip row groups by their min/max.
-        f"AND item_id IN (SELECT unnest(?)) AND item_id BETWEEN ? AND ? "
-        f"ORDER BY item_id, {order}",
-        [run_id, ids, min(ids), max(ids)],
-    ):
-        out[row.pop("item_id")].append(row)
-    return out
 
 
 def item_pages_data(
@@ -400,23 +383,13 @@ def item_pages_data(
         return
     rid = run["run_id"]
     claims_run = bool(rubric is not None and getattr(rubric, "method", "scores") == "claims")
-    rows = {
-        r["item_id"]: r
-        for r in store.query(
-            "SELECT * FROM items WHERE run_id = ? AND item_id IN (SELECT unnest(?))", [rid, ids]
-        )
-    }
+    rows = stored_items_by_id(store, rid, ids)
     # Databases from older versions may lack the newer tables.
-    tables = ["judgments", "samples", "messages", "calls"]
-    tables += [t for t in ("claims", "prm_steps") if store.has_table(t)]
-    got = {t: _grouped(store, t, rid, ids) for t in tables}
-    humans: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
-    for row in store.query(
-        "SELECT item_id, rater_id, attribute, score FROM human_ratings "
-        "WHERE item_id IN (SELECT unnest(?)) ORDER BY rater_id",
-        [ids],
-    ):
-        humans[row.pop("item_id")].append(row)
+    newer: tuple[ItemTable, ...] = ("claims", "prm_steps")
+    tables: list[ItemTable] = ["judgments", "samples", "messages", "calls"]
+    tables += [t for t in newer if store.has_table(t)]
+    got = {t: item_table_rows_by_item(store, t, rid, ids) for t in tables}
+    humans = item_ratings_by_item(store, ids)
     for item_id in ids:
         if item_id not in rows:
             continue

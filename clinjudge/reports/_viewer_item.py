@@ -1,63 +1,36 @@
 """Data of an item's page: inputs, every sample's scores, discussion, claims, PRM steps, calls.
 
-Every query selects one item of one run, so the page costs the same in a run of ten items or
-of a hundred thousand. Each query's rows are turned into the page's data by a function of the
-rows alone (``*_from_rows``), so the static export can read the same columns
-(:data:`ITEM_TABLES`) for many items at once and build identical pages.
+Every read selects one item of one run, so the page costs the same in a run of ten items or
+of a hundred thousand. Each read's rows are turned into the page's data by a function of the
+rows alone (``*_from_rows``), so the static export can read the same rows for many items at
+once (:func:`clinjudge.runs.item_table_rows_by_item`) and build identical pages.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from clinjudge.judges import DocLensSettings, source_units
 from clinjudge.prm_bridge import aggregate
 from clinjudge.rubrics import Rubric, SourceNote
-from clinjudge.runs import FINAL_AGENT, RunStore
+from clinjudge.runs import (
+    FINAL_AGENT,
+    RunStore,
+    item_neighbours,
+    item_ratings,
+    item_table_rows,
+    scored_item_neighbours,
+    stored_item,
+)
 
 _NOTE_CITATION = re.compile(r"\[Note\s+([A-Za-z0-9_.-]+)\]")
 _DOCLENS_CITATION = re.compile(r"\[(\d+)\]")
 _LABEL = re.compile(r"^\[(?:attempt (\d+), )?([a-z]+(?: \d+)?)\]\s?")
 PRM_AGGREGATES = ("min", "mean", "geomean", "last")
-
-ITEM_TABLES: dict[str, tuple[str, str]] = {
-    "judgments": (
-        "sample, agent, attribute, value, status, error, rationale",
-        "sample, agent, rowid",
-    ),
-    "samples": (
-        "sample, agent, status, error, raw_text, rationale, n_calls, latency_s",
-        "sample, agent, rowid",
-    ),
-    "messages": ("sample, agent, seq, role, content", "sample, seq, rowid"),
-    "calls": (
-        "sample, seq, role, agent, model, prompt_tokens, completion_tokens, tokens_estimated, "
-        "cost_usd, latency_s, status, error, finish_reason, started_at",
-        "sample, agent, role, seq, rowid",
-    ),
-    "claims": (
-        "sample, agent, kind, idx, section, text, verdict, score, explanation, citations, "
-        "supporting, status, error",
-        "sample, agent, kind, idx, rowid",
-    ),
-    "prm_steps": (
-        "candidate, step, kind, text, score, flagged, label, model",
-        "candidate, step, rowid",
-    ),
-}
-"""Per table: the columns an item page reads and their order. ``rowid`` breaks ties, so the
-live page and the export (which reads many items in one query) list rows in the same order."""
-
-
-def _item_rows(store: RunStore, table: str, run_id: str, item_id: str) -> list[dict[str, Any]]:
-    columns, order = ITEM_TABLES[table]
-    return store.query(
-        f"SELECT {columns} FROM {table} WHERE run_id = ? AND item_id = ? ORDER BY {order}",
-        [run_id, item_id],
-    )
 
 
 @dataclass
@@ -158,21 +131,11 @@ def _doclens_units(run: dict[str, Any], notes: list[dict[str, str]]) -> dict[int
 
 def item_inputs(store: RunStore, run: dict[str, Any], item_id: str, claims_run: bool) -> dict:
     """The item's notes, summary (with linked citations), reference, flags and neighbours."""
-    rows = store.query(
-        "SELECT * FROM items WHERE run_id = ? AND item_id = ?", [run["run_id"], item_id]
-    )
-    if not rows:
+    row = stored_item(store, run["run_id"], item_id)
+    if row is None:
         return _scored_only(store, run["run_id"], item_id) if store.has_table("prm_steps") else {}
-    row = rows[0]
-    neighbours = store.query(
-        """
-        SELECT (SELECT item_id FROM items WHERE run_id = ? AND position < ?
-                ORDER BY position DESC LIMIT 1) AS previous,
-               (SELECT item_id FROM items WHERE run_id = ? AND position > ?
-                ORDER BY position LIMIT 1) AS next""",
-        [run["run_id"], row["position"], run["run_id"], row["position"]],
-    )[0]
-    return inputs_from_row(run, row, neighbours["previous"], neighbours["next"], claims_run)
+    previous, next_ = item_neighbours(store, run["run_id"], row["position"])
+    return inputs_from_row(run, row, previous, next_, claims_run)
 
 
 def inputs_from_row(
@@ -203,19 +166,13 @@ def inputs_from_row(
 
 def _scored_only(store: RunStore, run_id: str, item_id: str) -> dict:
     """Inputs of an item that only has PRM step scores (a `judge prm score` run stores no items)."""
-    found = store.query(
-        """
-        SELECT (SELECT count(*) FROM prm_steps WHERE run_id = ? AND item_id = ?) AS n,
-               (SELECT max(item_id) FROM prm_steps WHERE run_id = ? AND item_id < ?) AS previous,
-               (SELECT min(item_id) FROM prm_steps WHERE run_id = ? AND item_id > ?) AS next""",
-        [run_id, item_id, run_id, item_id, run_id, item_id],
-    )[0]
-    if not found["n"]:
+    found = scored_item_neighbours(store, run_id, item_id)
+    if found is None:
         return {}
     return {
         "item_id": item_id, "position": None, "vendor": None, "specialty": None, "meta": {},
         "flags": [], "notes": [], "units": [], "summary": [], "reference": [],
-        "previous": found["previous"], "next": found["next"],
+        "previous": found[0], "next": found[1],
     }  # fmt: skip
 
 
@@ -224,9 +181,9 @@ def sample_views(store: RunStore, run: dict[str, Any], item_id: str) -> dict[str
     rid = run["run_id"]
     return views_from_rows(
         run,
-        _item_rows(store, "judgments", rid, item_id),
-        _item_rows(store, "samples", rid, item_id),
-        _item_rows(store, "messages", rid, item_id),
+        item_table_rows(store, "judgments", rid, item_id),
+        item_table_rows(store, "samples", rid, item_id),
+        item_table_rows(store, "messages", rid, item_id),
     )
 
 
@@ -266,16 +223,10 @@ def _deciding_agent(run: dict[str, Any]) -> str:
 
 def human_ratings(store: RunStore, item_id: str) -> dict[str, dict[str, float | None]]:
     """Physicians' ratings of the item: rater to attribute to score."""
-    return ratings_from_rows(
-        store.query(
-            "SELECT rater_id, attribute, score FROM human_ratings WHERE item_id = ? "
-            "ORDER BY rater_id",
-            [item_id],
-        )
-    )
+    return ratings_from_rows(item_ratings(store, item_id))
 
 
-def ratings_from_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+def ratings_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
     """:func:`human_ratings` from the item's ``human_ratings`` rows, ordered by rater."""
     out: dict[str, dict[str, float | None]] = {}
     for row in rows:
@@ -289,7 +240,7 @@ def item_calls(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any
     The store has one row per attempt; a call that follows a failed call of the same agent and
     role is a retry of it, so ``attempt`` is one more than the failures just before it.
     """
-    return calls_from_rows(_item_rows(store, "calls", run_id, item_id))
+    return calls_from_rows(item_table_rows(store, "calls", run_id, item_id))
 
 
 def calls_from_rows(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -329,7 +280,7 @@ def attach_replies(calls: list[dict[str, Any]], samples: list[SampleView]) -> No
 
 def item_claims(store: RunStore, run_id: str, item_id: str) -> list[dict[str, Any]]:
     """DocLens claims and cited sentences by sample and agent, each kind in its own list."""
-    return claims_from_rows(_item_rows(store, "claims", run_id, item_id))
+    return claims_from_rows(item_table_rows(store, "claims", run_id, item_id))
 
 
 def claims_from_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -348,7 +299,7 @@ def claims_from_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def item_prm_steps(store: RunStore, run: dict[str, Any], item_id: str) -> list[dict[str, Any]]:
     """PRM steps per candidate with their scores and aggregates."""
-    return prm_from_rows(_item_rows(store, "prm_steps", run["run_id"], item_id))
+    return prm_from_rows(item_table_rows(store, "prm_steps", run["run_id"], item_id))
 
 
 def prm_from_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

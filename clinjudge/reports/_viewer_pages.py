@@ -1,4 +1,4 @@
-"""Each page of the viewer as HTML: opens the store read-only, queries one page, renders.
+"""Each page of the viewer as HTML: opens the store read-only, reads one page, renders.
 
 The same :class:`Viewer` serves the live app and the static export; only the :class:`Links`
 object differs.
@@ -29,7 +29,6 @@ from clinjudge.analysis import (
     score_distributions,
 )
 from clinjudge.errors import ClinJudgeError
-from clinjudge.personas import PersonaSet, load_personas
 from clinjudge.reports._ppi_section import ppi_forest
 from clinjudge.reports._viewer_compare import compare_items
 from clinjudge.reports._viewer_item import item_page
@@ -39,15 +38,12 @@ from clinjudge.reports._viewer_render import render
 from clinjudge.reports._viewer_run import (
     ITEM_FILTERS,
     distribution_charts,
-    failure_groups,
-    flag_counts,
-    has_vendors,
-    is_audit_run,
     item_rows,
     run_and_rubric,
+    run_personas,
     run_totals,
 )
-from clinjudge.reports._viewer_runs import RUN_SORTS, runs_page
+from clinjudge.reports._viewer_runs import runs_page
 from clinjudge.reports._viewer_store import (
     ResultCache,
     SnapshotReader,
@@ -56,7 +52,18 @@ from clinjudge.reports._viewer_store import (
     read_store,
 )
 from clinjudge.reports._viewer_svg import forest, histogram
-from clinjudge.runs import RunStore, StoreError, status_label, stored_ratings_for_run
+from clinjudge.runs import (
+    RUN_SORTS,
+    RunStore,
+    StoreError,
+    is_audit_run,
+    item_flag_counts,
+    run_failure_reasons,
+    run_has_ratings,
+    run_has_vendors,
+    status_label,
+    stored_ratings_for_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -241,12 +248,7 @@ class Viewer:
         if rubric is None:
             return {}
         rid = run["run_id"]
-        has_ratings = store.query(
-            "SELECT count(*) AS n FROM human_ratings WHERE item_id IN "
-            "(SELECT item_id FROM items WHERE run_id = ?)",
-            [rid],
-        )[0]["n"]
-        if not has_ratings:
+        if not run_has_ratings(store, rid):
             return {}
         try:
             agreement = self._cached(
@@ -300,17 +302,20 @@ class Viewer:
 
     @staticmethod
     def _personas(run: dict[str, Any]) -> dict[str, Any]:
-        config = run.get("config") or {}
-        if run.get("mode") not in ("panel", "magentic") or not config.get("personas"):
-            return {}
-        stored = config.get("personas_data")  # the wording the run used, stored with it
+        """The personas the run seated, as stored with it, for the settings section."""
+        name = (run.get("config") or {}).get("personas")
         try:
-            if stored is not None:
-                personas = PersonaSet.model_validate(stored).personas
-            else:  # a run from a version that stored only the set's name
-                personas = load_personas(config["personas"])
-        except Exception as exc:  # a persona file that moved since the run
-            return {"personas_note": f"personas {config['personas']!r}: {exc}"}
+            personas = run_personas(run)
+        except Exception as exc:  # data altered since it was stored: the page still shows
+            return {"personas_note": f"personas {name!r}: the stored wording cannot be read: {exc}"}
+        if personas is None:
+            if run.get("mode") in ("panel", "magentic") and name:
+                # Never the set as its file reads now: that may not be the wording the run used.
+                return {
+                    "personas_note": f"Persona set {name!r}: this run recorded only the set's "
+                    "name, not its wording (a run from an older clinjudge)."
+                }
+            return {}
         rows = [
             {
                 "name": p.name,
@@ -319,14 +324,9 @@ class Viewer:
                 "fingerprint": p.fingerprint(),
                 "system_message": p.system_message,
             }
-            for p in personas
+            for p in personas.personas
         ]
-        note = f"Persona set {config['personas']!r} as the run used it (stored with the run)."
-        if stored is None:
-            note = (
-                f"Persona set {config['personas']!r} as it reads now; this run recorded only the "
-                "set's name, so compare fingerprints if the wording may have changed since."
-            )
+        note = f"Persona set {name!r} as the run used it (stored with the run)."
         return {"personas": rows, "personas_note": note}
 
     # -- item ---------------------------------------------------------------------------------
@@ -463,9 +463,9 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
         )
         if rubric
         else [],
-        "failures": failure_groups(store, rid),
-        "flags": flag_counts(store, rid),
-        "has_vendor": has_vendors(store, rid),
+        "failures": run_failure_reasons(store, rid),
+        "flags": item_flag_counts(store, rid),
+        "has_vendor": run_has_vendors(store, rid),
         "is_audit": is_audit_run(store, rid),
         "doclens": (doclens_report(store, rid) or {}).get("pooled"),
     }

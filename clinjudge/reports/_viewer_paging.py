@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -45,3 +46,13 @@ def clamp_page(page: int, total: int, per_page: int) -> Paging:
     """A :class:`Paging` with ``page`` brought inside the list."""
     pages = max(1, math.ceil(total / per_page))
     return Paging(min(max(1, page), pages), per_page, total)
+
+
+def page_window(page: int, per_page: int) -> Callable[[int], Paging]:
+    """Page ``page`` of a list once its length is known: the ``window`` the store's listings
+    (:func:`clinjudge.runs.run_items` and the like) ask for."""
+
+    def window(total: int) -> Paging:
+        return clamp_page(page, total, per_page)
+
+    return window

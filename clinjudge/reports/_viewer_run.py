@@ -1,21 +1,35 @@
 """Data of a run's page: totals, score distributions, failures, flags and the item list.
 
-Each function reads only the rows a page shows (``LIMIT``/``OFFSET`` over an ordered key) or
-aggregates inside DuckDB, so a run of 100,000 items opens as fast as a small one.
+The rows come from the store's named reads (:mod:`clinjudge.runs`), each of which reads only the
+rows a page shows or lets DuckDB aggregate, so a run of 100,000 items opens as fast as a small
+one.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
-from clinjudge.analysis import final_score_counts, run_rubric
-from clinjudge.judges.workflows import DECIDING_AGENTS
-from clinjudge.reports._viewer_paging import clamp_page
+from clinjudge.analysis import run_rubric
+from clinjudge.personas import PersonaSet
+from clinjudge.reports._viewer_paging import page_window
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import RunStore, StoreError
+from clinjudge.runs import (
+    ItemShow,
+    RunStore,
+    StoreError,
+    calls_by_agent,
+    final_score_counts,
+    final_scores,
+    is_prm_scoring_run,
+    item_call_totals,
+    run_items,
+    sample_counts,
+    scored_items,
+)
 
-ITEM_FILTERS = ("all", "failed", "flagged")
+ITEM_FILTERS: tuple[str, ...] = get_args(ItemShow)
+"""The item list's filters: all items, those with a failed sample, those flagged."""
 
 
 def _histogram(values: list[tuple[float, int]], lo: float, hi: float, integer: bool) -> list:
@@ -83,101 +97,17 @@ def run_totals(store: RunStore, run_id: str, rubric: Rubric | None) -> dict[str,
         "items_failed": sum(r["n"] for r in first if r["status"] == "failed"),
         "final_counts": counts,
     }
-    totals.update(
-        store.query(
-            # Counted as `judge runs show` counts them: the deciding agent's samples.
-            "SELECT count(*) FILTER (WHERE status = 'ok') AS samples_ok, "
-            "count(*) FILTER (WHERE status <> 'ok') AS samples_failed "
-            "FROM samples WHERE run_id = ? AND sample > 0 AND agent IN (SELECT unnest(?))",
-            [run_id, list(DECIDING_AGENTS)],
-        )[0]
-    )
-    totals.update(
-        store.query(
-            """
-            SELECT coalesce(sum(n), 0) AS calls, coalesce(sum(failed), 0) AS calls_failed,
-                   coalesce(sum(tin), 0) AS tokens_in, coalesce(sum(tout), 0) AS tokens_out,
-                   bool_or(estimated) AS tokens_estimated, sum(c) AS cost_usd,
-                   coalesce(sum(unpriced), 0) AS calls_unpriced,
-                   quantile_cont(t, 0.5) AS item_latency_p50_s,
-                   quantile_cont(t, 0.95) AS item_latency_p95_s,
-                   quantile_cont(c, 0.5) AS item_cost_p50_usd
-            FROM (SELECT item_id, count(*) AS n, count(*) FILTER (WHERE status <> 'ok') AS failed,
-                         sum(prompt_tokens) AS tin, sum(completion_tokens) AS tout,
-                         bool_or(tokens_estimated) AS estimated, sum(latency_s) AS t,
-                         sum(cost_usd) AS c,
-                         count(*) FILTER (WHERE status = 'ok' AND cost_usd IS NULL) AS unpriced
-                  FROM calls WHERE run_id = ? GROUP BY item_id)""",
-            [run_id],
-        )[0]
-    )
-    totals["by_agent"] = store.query(
-        """
-        SELECT role, agent, model, count(*) AS calls,
-               coalesce(sum(prompt_tokens), 0) AS tokens_in,
-               coalesce(sum(completion_tokens), 0) AS tokens_out,
-               sum(cost_usd) AS cost_usd, coalesce(sum(latency_s), 0) AS latency_s_sum
-        FROM calls WHERE run_id = ?
-        GROUP BY role, agent, model ORDER BY role, agent, model""",
-        [run_id],
-    )
+    samples = sample_counts(store, run_id)  # the deciding agent's, as `judge runs show` counts
+    totals.update(samples_ok=samples["ok"], samples_failed=samples["failed"])
+    totals.update(item_call_totals(store, run_id))
+    totals["by_agent"] = calls_by_agent(store, run_id)
     return totals
-
-
-def failure_groups(store: RunStore, run_id: str, examples: int = 5) -> list[dict[str, Any]]:
-    """Failed samples grouped by reason, with the first few failing items of each."""
-    return store.query(
-        """
-        SELECT coalesce(s.error, '(no reason recorded)') AS reason, count(*) AS samples,
-               count(DISTINCT s.item_id) AS n_items,
-               list(DISTINCT s.item_id ORDER BY s.item_id)[1:?] AS examples
-        FROM samples s WHERE s.run_id = ? AND s.status <> 'ok'
-        GROUP BY reason ORDER BY samples DESC, reason LIMIT 50""",
-        [examples, run_id],
-    )
-
-
-def _item_filter(run_id: str, show: str, reason: str | None) -> tuple[str, list[Any]]:
-    """SQL narrowing a run's items to those with a failed sample (of a reason) or flags."""
-    if show == "failed":
-        sql = "AND i.item_id IN (SELECT item_id FROM samples WHERE run_id = ? AND status <> 'ok'"
-        params: list[Any] = [run_id]
-        if reason:
-            sql += " AND coalesce(error, '(no reason recorded)') = ?"
-            params.append(reason)
-        return sql + ")", params
-    if show == "flagged":
-        return "AND json_array_length(i.flags) > 0", []
-    return "", []
-
-
-def _steps_only(store: RunStore, run_id: str) -> bool:
-    """A `judge prm score` run: step scores in ``prm_steps`` and no ``items`` rows."""
-    if not store.has_table("prm_steps"):
-        return False
-    row = store.query(
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM items WHERE run_id = ? LIMIT 1)) AS items, "
-        "(SELECT count(*) FROM (SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1)) AS steps",
-        [run_id, run_id],
-    )[0]
-    return not row["items"] and bool(row["steps"])
 
 
 def _scored_items(store: RunStore, run_id: str, page: int, per_page: int) -> dict[str, Any]:
     """One page of the items of a PRM scoring run, with their lowest step score."""
-    total = store.query(
-        "SELECT count(DISTINCT item_id) AS n FROM prm_steps WHERE run_id = ?", [run_id]
-    )[0]["n"]
-    paging = clamp_page(page, total, per_page)
-    items = store.query(
-        """
-        SELECT item_id, row_number() OVER (ORDER BY item_id) - 1 AS position,
-               count(DISTINCT candidate) AS candidates, min(score) AS lowest
-        FROM prm_steps WHERE run_id = ? GROUP BY item_id ORDER BY item_id LIMIT ? OFFSET ?""",
-        [run_id, paging.per_page, paging.offset],
-    )
-    for item in items:
-        item.update(vendor=None, flags=[], scores=[], status="scored")
+    paging, scored = scored_items(store, run_id, page_window(page, per_page))
+    items = [{**r, "vendor": None, "flags": [], "scores": [], "status": "scored"} for r in scored]
     return {"items": items, "paging": paging, "show": "all", "reason": None, "steps": True}
 
 
@@ -202,78 +132,27 @@ def item_rows(
         page: Page number.
         per_page: Items per page.
     """
-    if _steps_only(store, run_id):
+    if is_prm_scoring_run(store, run_id):
         return _scored_items(store, run_id, page, per_page)
-    extra, params = _item_filter(run_id, show if show in ITEM_FILTERS else "all", reason)
-    has_flags = store.has_column("items", "flags")
-    if not has_flags and show == "flagged":
-        extra = "AND false"
-    total = store.query(
-        f"SELECT count(*) AS n FROM items i WHERE i.run_id = ? {extra}", [run_id, *params]
-    )[0]["n"]
-    paging = clamp_page(page, total, per_page)
-    flags = "i.flags" if has_flags else "NULL"
-    items = store.query(
-        f"""
-        SELECT i.item_id, i.position, i.vendor, i.specialty, {flags} AS flags
-        FROM items i WHERE i.run_id = ? {extra}
-        ORDER BY i.position, i.item_id LIMIT ? OFFSET ?""",
-        [run_id, *params, paging.per_page, paging.offset],
-    )
-    ids = [r["item_id"] for r in items]
+    listed = show if show in ITEM_FILTERS else "all"
+    window = page_window(page, per_page)
+    paging, rows = run_items(store, run_id, window, show=listed, reason=reason)
+    ids = [r["item_id"] for r in rows]
     finals: dict[str, dict[str, Any]] = {i: {} for i in ids}
     status: dict[str, str] = {}
-    if ids:
-        for row in store.query(
-            """
-            SELECT item_id, attribute, value, status FROM judgments
-            WHERE run_id = ? AND final AND item_id IN (SELECT unnest(?))
-              AND item_id BETWEEN ? AND ?""",
-            # The range is redundant but lets DuckDB skip row groups by their min/max.
-            [run_id, ids, min(ids), max(ids)],
-        ):
-            finals[row["item_id"]][row["attribute"]] = row["value"]
-            status[row["item_id"]] = row["status"]
-    for item in items:
-        item["flags"] = _loads(item["flags"]) or []
-        item["scores"] = [finals[item["item_id"]].get(k) for k in keys]
-        item["status"] = status.get(item["item_id"], "pending")
+    for row in final_scores(store, run_id, ids):
+        finals[row["item_id"]][row["attribute"]] = row["value"]
+        status[row["item_id"]] = row["status"]
+    items = [
+        {
+            **row,
+            "flags": _loads(row["flags"]) or [],
+            "scores": [finals[row["item_id"]].get(k) for k in keys],
+            "status": status.get(row["item_id"], "pending"),
+        }
+        for row in rows
+    ]
     return {"items": items, "paging": paging, "show": show, "reason": reason}
-
-
-def flag_counts(store: RunStore, run_id: str) -> list[dict[str, Any]]:
-    """How many items carry each kind of flag (text addressing the judge)."""
-    if not store.has_column("items", "flags"):
-        return []
-    return store.query(
-        """
-        SELECT f.name AS name, f.field AS field, count(DISTINCT item_id) AS n_items
-        FROM (SELECT item_id, unnest(from_json(flags, '[{"name":"VARCHAR","field":"VARCHAR"}]'))
-                     AS f
-              FROM items WHERE run_id = ? AND json_array_length(flags) > 0)
-        GROUP BY ALL ORDER BY n_items DESC, name""",
-        [run_id],
-    )
-
-
-def is_audit_run(store: RunStore, run_id: str) -> bool:
-    """Whether a run is a vendor audit: its items carry a vendor and an encounter id."""
-    rows = store.query(
-        "SELECT vendor, json_extract_string(meta, '$.encounter_id') AS encounter "
-        "FROM items WHERE run_id = ? LIMIT 1",
-        [run_id],
-    )
-    return bool(rows and rows[0]["vendor"] is not None and rows[0]["encounter"] is not None)
-
-
-def has_vendors(store: RunStore, run_id: str) -> bool:
-    """Whether a run's items name their vendor (a column worth showing)."""
-    rows = store.query(
-        "SELECT count(*) AS n FROM (SELECT 1 FROM items WHERE run_id = ? AND vendor IS NOT NULL "
-        "LIMIT 1)",
-        [run_id],
-    )
-    return bool(rows[0]["n"])
 
 
 def run_and_rubric(store: RunStore, run_id: str) -> tuple[dict[str, Any], Rubric | None]:
@@ -284,6 +163,26 @@ def run_and_rubric(store: RunStore, run_id: str) -> tuple[dict[str, Any], Rubric
     except StoreError:
         rubric = None
     return run, rubric
+
+
+def run_personas(run: dict[str, Any]) -> PersonaSet | None:
+    """The personas a run seated, as stored with it when it was prepared.
+
+    The run resolved its persona set once and stored it (``config.personas_data``), so the
+    viewer shows the wording the judges read; it never reads the set's file again.
+
+    Args:
+        run: The run's row (``RunStore.get_run``).
+
+    Returns:
+        The stored set; None for a run that seated none (single judge) or one from a version
+        that stored only the set's name.
+
+    Raises:
+        ValueError: The stored data is not a persona set (``pydantic.ValidationError``).
+    """
+    data = (run.get("config") or {}).get("personas_data")
+    return None if data is None else PersonaSet.model_validate(data)
 
 
 def _loads(value: Any) -> Any:

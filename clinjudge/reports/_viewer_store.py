@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from clinjudge._util.offline import connect_duckdb
 from clinjudge.errors import ClinJudgeError
-from clinjudge.runs import RunStore, StoreError
+from clinjudge.runs import RunStore, StoreError, checkpoint_copy
 
 if TYPE_CHECKING:
     import duckdb
@@ -322,9 +322,7 @@ class SnapshotReader:
         try:
             os.chmod(target, 0o600)
             if has_wal:  # fold the log into the copy once, not on every page
-                con = connect_duckdb(str(target))
-                con.execute("CHECKPOINT")
-                con.close()
+                checkpoint_copy(target)
             keeper = connect_duckdb(str(target), read_only=True)
         except (OSError, duckdb.Error) as exc:
             _unlink(target)

@@ -1,12 +1,22 @@
 """The tables of runs sent through a provider's batch API: what was submitted, and its state.
 
 A run sent as a batch keeps its batches and request lines here, so a resume polls the batch
-that is out instead of submitting it again.
+that is out instead of submitting it again. ``orchestration.BatchRun`` drives the rounds; every
+read and write of these tables is a named function below, and each step that changes several
+rows (recording a submitted batch, ingesting its results) is one transaction.
 """
 
 from __future__ import annotations
 
-from clinjudge.runs._store import RunStore
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from clinjudge.runs._store import RunStore, _owner_only_files, rollback
+
+if TYPE_CHECKING:  # the type only: the store never loads the clients
+    from clinjudge.judges.clients import BatchState
 
 BATCH_DDL = """
 CREATE TABLE IF NOT EXISTS provider_batches (
@@ -57,3 +67,210 @@ def is_batch_run(store: RunStore, run_id: str) -> bool:
         return False
     rows = store.query("SELECT 1 FROM provider_batch_requests WHERE run_id = ? LIMIT 1", [run_id])
     return bool(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# The request queue
+
+
+def queue_requests(store: RunStore, rows: Sequence[dict[str, Any]]) -> None:
+    """Add request lines to the queue (``provider_batch_requests`` rows, state ``queued``);
+    a line whose ``custom_id`` is already there is kept as it was.
+
+    Args:
+        store: The run store.
+        rows: The request rows.
+    """
+    store.write_batch({"provider_batch_requests": rows})
+
+
+def open_request_samples(store: RunStore, run_id: str) -> set[tuple[str, int]]:
+    """(item_id, sample) of every request of a run that is queued or submitted (not done).
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    rows = store.query(
+        "SELECT item_id, sample FROM provider_batch_requests WHERE run_id = ? AND state <> 'done'",
+        [run_id],
+    )
+    return {(r["item_id"], r["sample"]) for r in rows}
+
+
+def last_request_seqs(store: RunStore, run_id: str, agent: str) -> dict[tuple[str, int], int]:
+    """(item_id, sample) -> the highest call number used so far, by a stored call of ``agent``
+    or a request line (a follow-up request takes the next one).
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        agent: The agent whose calls count (the judge's).
+    """
+    rows = store.query(
+        """
+        SELECT item_id, sample, max(seq) AS seq FROM (
+            SELECT item_id, sample, seq FROM calls WHERE run_id = ? AND agent = ?
+            UNION ALL
+            SELECT item_id, sample, seq FROM provider_batch_requests WHERE run_id = ?)
+        GROUP BY ALL""",
+        [run_id, agent, run_id],
+    )
+    return {(r["item_id"], r["sample"]): r["seq"] for r in rows}
+
+
+def batch_requests(
+    store: RunStore, run_id: str, state: str, attempt: int | None = None
+) -> list[dict[str, Any]]:
+    """A run's request rows in one state (of one batch, when ``attempt`` is given), by sample,
+    item and call number.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        state: ``queued``, ``submitted`` or ``done``.
+        attempt: The batch the requests went out in.
+    """
+    where = "state = ?"
+    params: list[Any] = [run_id, state]
+    if attempt is not None:
+        where, params = "attempt = ? AND state = ?", [run_id, attempt, state]
+    return store.query(
+        f"SELECT * FROM provider_batch_requests WHERE run_id = ? AND {where} "
+        "ORDER BY sample, item_id, seq",
+        params,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+
+
+def open_batch(store: RunStore, run_id: str) -> dict[str, Any] | None:
+    """The run's first batch whose results are not stored yet (``provider_batches`` row).
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    rows = store.query(
+        "SELECT * FROM provider_batches WHERE run_id = ? AND NOT ingested ORDER BY attempt LIMIT 1",
+        [run_id],
+    )
+    return rows[0] if rows else None
+
+
+def last_batch_attempt(store: RunStore, run_id: str) -> int:
+    """The number of the run's latest batch (0 before the first).
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    rows = store.query(
+        "SELECT coalesce(max(attempt), 0) AS n FROM provider_batches WHERE run_id = ?", [run_id]
+    )
+    return int(rows[0]["n"])
+
+
+def update_batch(store: RunStore, run_id: str, attempt: int, state: BatchState) -> None:
+    """Record what the provider says about a batch (its id, status, counts, files, errors).
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        attempt: The batch.
+        state: The provider's answer.
+    """
+    with _owner_only_files():
+        store.con.execute(
+            """
+            UPDATE provider_batches SET batch_id = ?, status = ?, updated_at = ?, completed = ?,
+                failed = ?, output_file_id = ?, error_file_id = ?, errors = ?
+            WHERE run_id = ? AND attempt = ?""",
+            [
+                state.id,
+                state.status,
+                datetime.now(UTC),
+                state.completed,
+                state.failed,
+                state.output_file_id,
+                state.error_file_id,
+                json.dumps(state.errors),
+                run_id,
+                attempt,
+            ],
+        )
+
+
+def _transaction(
+    store: RunStore,
+    rows: Mapping[str, Sequence[dict[str, Any]]],
+    statements: Sequence[tuple[str, list[Any]]],
+) -> None:
+    """Insert rows and run statements in one transaction: a crash keeps all or none."""
+    with _owner_only_files():
+        store.con.execute("BEGIN TRANSACTION")
+        try:
+            for table, table_rows in rows.items():
+                store.insert_rows(table, table_rows)
+            for sql, params in statements:
+                store.con.execute(sql, params)
+            store.con.execute("COMMIT")
+        except BaseException:
+            rollback(store.con)
+            raise
+
+
+def record_submitted_batch(
+    store: RunStore, batch: dict[str, Any], custom_ids: Sequence[str]
+) -> None:
+    """Record an uploaded batch and mark its queued requests ``submitted``, in one transaction
+    (before the batch is created, so a crash never creates it twice).
+
+    Args:
+        store: The run store.
+        batch: The ``provider_batches`` row (``run_id``, ``attempt``, ``input_file_id``, ...).
+        custom_ids: The requests it holds.
+    """
+    _transaction(
+        store,
+        {"provider_batches": [batch]},
+        [
+            (
+                "UPDATE provider_batch_requests SET state = 'submitted', attempt = ? "
+                "WHERE run_id = ? AND state = 'queued' AND custom_id = ANY(?::VARCHAR[])",
+                [batch["attempt"], batch["run_id"], list(custom_ids)],
+            )
+        ],
+    )
+
+
+def record_ingested_batch(
+    store: RunStore, run_id: str, attempt: int, rows: Mapping[str, Sequence[dict[str, Any]]]
+) -> None:
+    """Store a finished batch's results and close it, in one transaction: the rows (calls,
+    decided samples, follow-up requests), its requests marked ``done``, the batch ingested.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        attempt: The batch.
+        rows: Table name to rows to insert.
+    """
+    _transaction(
+        store,
+        rows,
+        [
+            (
+                "UPDATE provider_batch_requests SET state = 'done' "
+                "WHERE run_id = ? AND attempt = ?",
+                [run_id, attempt],
+            ),
+            (
+                "UPDATE provider_batches SET ingested = true, updated_at = ? "
+                "WHERE run_id = ? AND attempt = ?",
+                [datetime.now(UTC), run_id, attempt],
+            ),
+        ],
+    )

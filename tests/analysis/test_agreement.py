@@ -1,18 +1,16 @@
-"""analyse_ratings (per attribute and pooled) and load_ratings_file."""
+"""analyse_ratings (per attribute and pooled); ratings files are read by clinjudge.inputs
+(tests/inputs/test_ratings.py)."""
 
 from __future__ import annotations
 
-import csv
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from scipy import stats as sps
 
-from clinjudge.analysis._agreement import RatingRecord, analyse_ratings, load_ratings_file
+from clinjudge.analysis._agreement import RatingRecord, analyse_ratings
 from clinjudge.analysis._stats import (
     fleiss_kappa,
     gwet_ac2,
@@ -20,7 +18,7 @@ from clinjudge.analysis._stats import (
     krippendorff_alpha,
     percent_agreement,
 )
-from clinjudge.inputs._records import InputError
+from clinjudge.inputs import HumanRating
 
 HUMANS = [f"h{i}" for i in range(5)]
 ATTRIBUTES = ["accurate", "thorough", "useful"]
@@ -263,96 +261,6 @@ def test_degenerate_blocks_give_nulls_not_errors() -> None:
     assert block["substitution"] == [] and block["added_rater"] is None
 
 
-# ---------------------------------------------------------------------------------------------
-# load_ratings_file
-
-
-ROWS = [
-    {"unit_id": "s1", "rater_id": "h1", "score": 4, "attribute": "accurate"},
-    {"unit_id": "s1", "rater_id": "h2", "score": None, "attribute": "accurate"},
-    {"unit_id": "s2", "rater_id": "h1", "score": 2.5, "attribute": "accurate"},
-]
-
-
-def _expected() -> list[RatingRecord]:
-    return [RatingRecord(**row) for row in ROWS]
-
-
-def test_load_jsonl(tmp_path: Path) -> None:
-    path = tmp_path / "r.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS) + "\n")
-    assert load_ratings_file(path) == _expected()
-
-
-def test_load_csv(tmp_path: Path) -> None:
-    path = tmp_path / "r.csv"
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["unit_id", "rater_id", "score", "attribute"])
-        writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in ROWS)
-    assert load_ratings_file(path) == _expected()
-
-
-def test_load_parquet(tmp_path: Path) -> None:
-    path = tmp_path / "r.parquet"
-    table = pa.table(
-        {
-            "unit_id": [1, 1, 2],
-            "rater_id": ["h1", "h2", "h1"],
-            "score": [4.0, None, 2.5],
-        }
-    )
-    pq.write_table(table, path)
-    records = load_ratings_file(path)
-    assert [r.unit_id for r in records] == ["1", "1", "2"]
-    assert [r.score for r in records] == [4.0, None, 2.5]
-    assert all(r.attribute is None for r in records)
-
-
-def test_load_errors_name_file_line_and_field(tmp_path: Path) -> None:
-    path = tmp_path / "bad.jsonl"
-    path.write_text(
-        "\n".join(
-            [
-                json.dumps({"unit_id": "s1", "rater_id": "h1", "score": 3}),
-                json.dumps({"unit_id": "s1", "rater_id": "h2", "score": "high"}),
-                json.dumps({"unit_id": "", "rater_id": "h3", "score": 3}),
-                json.dumps({"unit_id": "s2", "rater_id": "h3"}),
-                "[1, 2]",
-                "{not json",
-            ]
-        )
-        + "\n"
-    )
-    with pytest.raises(InputError) as info:
-        load_ratings_file(path)
-    message = str(info.value)
-    assert f"{path}:line 6: not valid JSON" in message
-
-    path.write_text("\n".join(path.read_text().splitlines()[:5]) + "\n")
-    with pytest.raises(InputError) as info:
-        load_ratings_file(path)
-    problems = info.value.problems
-    assert f"{path}:line 2: field score: not a number ('high')" in problems
-    assert f"{path}:line 3: field unit_id: missing or empty" in problems
-    assert any(p.startswith(f"{path}:line 4: field score: missing") for p in problems)
-    assert any(p.startswith(f"{path}:line 5: field (record)") for p in problems)
-    assert len(problems) == 4
-
-
-def test_load_csv_errors_name_row(tmp_path: Path) -> None:
-    path = tmp_path / "bad.csv"
-    path.write_text("unit_id,rater_id,score\ns1,h1,3\ns2,,x\n")
-    with pytest.raises(InputError) as info:
-        load_ratings_file(path)
-    assert info.value.problems == [
-        f"{path}:row 2: field rater_id: missing or empty",
-        f"{path}:row 2: field score: not a number ('x')",
-    ]
-    with pytest.raises(InputError, match="no such file"):
-        load_ratings_file(tmp_path / "absent.jsonl")
-
-
 def test_only_binary_attributes_pool_as_binary() -> None:
     records = [
         RatingRecord(
@@ -399,3 +307,20 @@ def test_arrow_table_input_gives_the_same_report() -> None:
     assert analyse_ratings(table, judge="judge", n_boot=60, seed=2) == from_records
     assert list(from_records["per_attribute"]) == ["b", "a"]  # order of first appearance
     assert from_records["per_attribute"]["a"]["raters"] == ["r2", "r1", "r3"]
+
+
+def test_item_id_tables_and_file_ratings_give_the_same_report() -> None:
+    # Files and the store name the unit item_id: analyse_ratings takes that vocabulary too.
+    records = [r for r in _study(n_items=12) if r.attribute == "accurate"]
+    table = pa.table(
+        {
+            "item_id": [r.unit_id for r in records],
+            "rater_id": [r.rater_id for r in records],
+            "attribute": [r.attribute for r in records],
+            "score": [r.score for r in records],
+        }
+    )
+    from_file = [HumanRating(r.unit_id, r.rater_id, r.attribute, r.score) for r in records]
+    expected = analyse_ratings(records, judge="judge", n_boot=40, seed=1)
+    assert analyse_ratings(table, judge="judge", n_boot=40, seed=1) == expected
+    assert analyse_ratings(from_file, judge="judge", n_boot=40, seed=1) == expected

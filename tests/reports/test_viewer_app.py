@@ -4,6 +4,7 @@ paging and filters, the static export's folder rules, and the command line."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -416,3 +418,42 @@ def test_run_page_histograms_hold_every_final_score(viewer_store: ViewerStore) -
             ]
             for label, n in chart["bins"]:
                 assert n == sum(1 for v in numbers if int(v) == int(label))
+
+
+def test_run_page_shows_the_personas_stored_with_the_run(
+    viewer_store: ViewerStore, tmp_path: Path
+) -> None:
+    """The personas come from the run (config.personas_data), never from the set's file as it
+    reads now: a run that stored only the set's name says so and shows no wording."""
+    import duckdb
+
+    s = viewer_store
+    db, client = _client_on_copy(viewer_store, tmp_path)
+    page = f"/runs/{s.magentic}/"
+    html = client.get(page).text
+    assert "as the run used it (stored with the run)" in html
+    assert "high_scorer" in html and "low_scorer" in html
+
+    def rewrite(change: Any) -> str:
+        con = duckdb.connect(str(db))
+        (raw,) = con.execute("SELECT config FROM runs WHERE run_id = ?", [s.magentic]).fetchone()
+        config = json.loads(raw)
+        change(config)
+        con.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(config), s.magentic])
+        con.close()
+        return client.get(page).text
+
+    reworded: list[str] = []
+
+    def reword(config: dict[str, Any]) -> None:
+        for persona in config["personas_data"]["personas"]:
+            persona["system_message"] = "Stored wording. End with the rubric JSON."
+            reworded.append(persona["name"])
+
+    html = rewrite(reword)
+    stored = '<pre class="text">Stored wording. End with the rubric JSON.</pre>'
+    assert html.count(stored) == len(reworded) >= 2  # every persona, as stored
+
+    html = rewrite(lambda config: config.pop("personas_data"))  # as an older clinjudge stored it
+    assert "this run recorded only the set&#39;s name, not its wording" in html
+    assert "wording fingerprint" not in html  # no table re-derived from the built-in set

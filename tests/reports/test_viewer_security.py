@@ -170,16 +170,28 @@ def test_writers_open_the_database_while_pages_load(
                 [JUDGE, "runs", "rename", s.single, "renamed 2", "--db", str(db)],
                 [sys.executable, "-c", _OPEN_FOR_WRITING, str(db)],
             ]
-            failures = []
+            failures, refused = [], 0
             for command in writers:
-                done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
-                if done.returncode != 0:
+                # A writer that opens the file in the fraction of a second while the viewer
+                # copies it is refused (docs/reliability.md 12.5): it may try again, as a user
+                # would; before the snapshot, a writer was refused nearly every time it tried.
+                for _ in range(3):
+                    done = subprocess.run(
+                        command, capture_output=True, text=True, env=env, timeout=120
+                    )
+                    if done.returncode == 0:
+                        break
+                    assert "in use by another process" in done.stderr, done.stderr
+                    refused += 1
+                    time.sleep(0.5)
+                else:
                     failures.append(done.stderr)
         finally:
             stop.set()
             for thread in browsers:
                 thread.join(timeout=60)
         assert failures == [], failures[:1]
+        assert refused <= len(writers), refused  # a rare collision, not the rule
         assert statuses[200] > 0 and set(statuses) == {200}, statuses  # never busy, never 500
         status, body = _get(srv, f"/runs/{s.single}/")
         assert status == 200 and "renamed 2" in body  # pages follow the writes

@@ -1,4 +1,5 @@
-"""Human ratings: validation against the rubric, errors with file:line and field, upserts."""
+"""Human ratings: validation against the rubric (clinjudge.inputs.load_ratings), errors with
+file:line and field, upserts into the store."""
 
 from __future__ import annotations
 
@@ -9,16 +10,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from clinjudge.analysis import load_ratings_file
 from clinjudge.inputs import InputError
+from clinjudge.inputs import load_ratings as load_human_ratings
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import (
-    RunStore,
-    import_ratings,
-    is_null_score,
-    load_human_ratings,
-    ratings_overview,
-)
+from clinjudge.runs import RunStore, import_ratings, ratings_overview
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -212,18 +207,3 @@ def test_empty_and_unknown_files(tmp_path: Path, pdsqi9: Rubric) -> None:
     broken.write_text('{"item_id": "i1"\n')
     with pytest.raises(InputError, match=r"broken.jsonl:line 1: not valid JSON"):
         load_human_ratings(broken, pdsqi9)
-
-
-@pytest.mark.parametrize("spelling", ["N/A", "n/a", " NA ", "none", "null", "", None])
-def test_both_ratings_readers_read_null_spellings_alike(tmp_path: Path, spelling: Any) -> None:
-    # `judge agree --ratings` once rejected "N/A" that `judge ratings import` stores as null.
-    path = tmp_path / "ratings.jsonl"
-    rows = [
-        {"unit_id": "u1", "rater_id": "a", "score": 3},
-        {"unit_id": "u1", "rater_id": "b", "score": spelling},
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    records = load_ratings_file(path)
-    scores = {r.rater_id: r.score for r in records}
-    assert scores == {"a": 3, "b": None}
-    assert is_null_score(spelling) and not is_null_score("3") and not is_null_score(0)

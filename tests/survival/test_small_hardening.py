@@ -214,25 +214,26 @@ def test_report_files_are_never_written_through_a_link_or_into_a_fifo(
 def test_run_keeps_the_store_open_from_creation_to_judging(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import clinjudge.cli._run as run_cli
+    # `judge run` calls the API (clinjudge.evaluate), which creates and judges the run.
+    import clinjudge._api as api
 
     events: list[tuple[str, int]] = []
-    real_create, real_execute, real_close = run_cli.create_run, run_cli._execute, RunStore.close
+    real_create, real_execute, real_close = api.create_run, api.execute_run_async, RunStore.close
 
     def create(store: RunStore, prepared: object) -> str:
         events.append(("create", id(store)))
         return real_create(store, prepared)  # type: ignore[arg-type]
 
-    def execute(store: RunStore, *args: object) -> object:
+    async def execute(store: RunStore, *args: object, **kwargs: object) -> object:
         events.append(("execute", id(store)))
-        return real_execute(store, *args)  # type: ignore[arg-type]
+        return await real_execute(store, *args, **kwargs)  # type: ignore[arg-type]
 
     def close(store: RunStore) -> None:
         events.append(("close", id(store)))
         real_close(store)
 
-    monkeypatch.setattr(run_cli, "create_run", create)
-    monkeypatch.setattr(run_cli, "_execute", execute)
+    monkeypatch.setattr(api, "create_run", create)
+    monkeypatch.setattr(api, "execute_run_async", execute)
     monkeypatch.setattr(RunStore, "close", close)
     _mock_run(tmp_path)
     start = next(i for i, e in enumerate(events) if e[0] == "create")

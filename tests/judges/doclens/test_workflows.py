@@ -18,6 +18,7 @@ from clinjudge.judges.doclens._judges import UnitVerdict
 from clinjudge.judges.doclens._workflows import doclens_estimate_prompts, majority
 from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
+from clinjudge.personas import resolve_personas
 from clinjudge.rubrics import load_rubric
 from clinjudge.runs import RunStore
 from tests.doclens_fake import (
@@ -319,7 +320,8 @@ def test_estimate_prompts_match_the_calls_made() -> None:
     # Item a in single mode: 2 extractions, 2 batch entailments, 3 cited statements.
     single = doclens_estimate_prompts(ITEMS[0], RunConfig(rubric="doclens"))
     assert len(single) == 7
-    panel = doclens_estimate_prompts(ITEMS[0], RunConfig(rubric="doclens", mode="panel"))
+    panel_config = RunConfig(rubric="doclens", mode="panel")
+    panel = doclens_estimate_prompts(ITEMS[0], panel_config, resolve_personas("scoring"))
     assert len(panel) == 2 + 3 * 5
     nli = RunConfig(rubric="doclens", doclens=DocLensSettings(nli_model="x"))
     assert len(doclens_estimate_prompts(ITEMS[0], nli)) == 2
