@@ -23,6 +23,13 @@ forms) run each uploaded request line through the same chat logic; see :class:`F
 With ``rpm_limit`` the server enforces a requests-per-minute limit like a provider: a request
 arriving when ``rpm_limit`` requests were accepted in the last 60 s is answered 429 at once with
 Retry-After (until the oldest leaves the window) and counted in ``rate_limited``.
+
+Structured output: with ``reject_json_schema`` a request whose ``response_format`` is
+``json_schema`` is answered 400 like a server without schema support (counted in
+``schema_rejections``); with ``check_schemas`` such a request's schema must follow OpenAI's strict
+rules (else 400 "Invalid schema for response_format", like OpenAI) and every reply sent for it is
+validated against it, problems collected in ``schema_errors`` (needs ``jsonschema``, imported
+only then).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ from typing import Any, Literal, get_args
 
 __all__ = [
     "PDSQI9_KEYS",
+    "reply_schema_errors",
+    "requested_json_schema",
+    "strict_schema_problems",
     "LIKERT_KEYS",
     "Fault",
     "FaultKind",
@@ -209,9 +219,68 @@ def _as_content(reply: str | dict[str, Any]) -> str:
     raise TypeError(f"responder must return str or dict, got {type(reply).__name__}")
 
 
-def _error_body(message: str, err_type: str, code: str | int | None) -> bytes:
-    payload = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+def _error_body(
+    message: str, err_type: str, code: str | int | None, param: str | None = None
+) -> bytes:
+    payload = {"error": {"message": message, "type": err_type, "param": param, "code": code}}
     return json.dumps(payload).encode()
+
+
+def requested_json_schema(body: Body) -> dict[str, Any] | None:
+    """The ``json_schema`` block of a request's ``response_format``, or None."""
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        block = fmt.get("json_schema")
+        return block if isinstance(block, dict) else {}
+    return None
+
+
+_STRICT_UNSUPPORTED = ("oneOf", "allOf", "not", "if", "then", "else", "patternProperties")
+
+
+def strict_schema_problems(schema: Any, where: str = "root") -> list[str]:
+    """Where a schema breaks OpenAI's strict structured-output rules (empty: none).
+
+    Every object lists all its properties in ``required`` and sets ``additionalProperties:
+    false``; the root is an object; a few composition keywords are not supported.
+    """
+    if not isinstance(schema, dict):
+        return [f"{where}: schema is not an object"]
+    problems = [f"{where}: '{k}' is not permitted" for k in _STRICT_UNSUPPORTED if k in schema]
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if where == "root" and kinds != ["object"]:
+        problems.append("root: schema must be a JSON object")
+    if "object" in kinds:
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            problems.append(f"{where}: an object needs 'properties'")
+            properties = {}
+        if schema.get("additionalProperties") is not False:
+            problems.append(f"{where}: 'additionalProperties' is required to be false")
+        if sorted(schema.get("required") or []) != sorted(properties):
+            problems.append(f"{where}: 'required' must list every key in 'properties'")
+        for key, sub in properties.items():
+            problems += strict_schema_problems(sub, f"{where}.{key}")
+    if "array" in kinds:
+        problems += strict_schema_problems(schema.get("items"), f"{where}[]")
+    for key in ("anyOf",):
+        for index, sub in enumerate(schema.get(key) or []):
+            problems += strict_schema_problems(sub, f"{where}.{key}[{index}]")
+    return problems
+
+
+def reply_schema_errors(content: str, schema: dict[str, Any]) -> list[str]:
+    """Why a reply's text does not validate against a JSON Schema (empty: it does)."""
+    import jsonschema  # only the schema checks need it
+
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return ["the reply is not JSON"]
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'/'.join(map(str, e.absolute_path)) or 'root'}: {e.message}" for e in
+            validator.iter_errors(value)]  # fmt: skip
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -361,9 +430,17 @@ class FakeOpenAIServer:
         host: str = "127.0.0.1",
         port: int = 0,
         rpm_limit: int | None = None,
+        reject_json_schema: bool = False,
+        check_schemas: bool = False,
     ) -> None:
         self.responder = responder
         self.rpm_limit = rpm_limit
+        self.reject_json_schema = reject_json_schema
+        """Answer 400 to ``response_format: json_schema`` (a server without schema support)."""
+        self.check_schemas = check_schemas
+        """Hold schema requests to OpenAI's strict rules and validate replies against them."""
+        self.schema_rejections = 0
+        self.schema_errors: list[str] = []
         self.rate_limited = 0
         self.accepted_times: list[float] = []
         self._window: deque[float] = deque()
@@ -553,6 +630,8 @@ class FakeOpenAIServer:
                 429, _error_body(message, "rate_limit_error", "rate_limit_exceeded"), headers
             )
             return
+        if self._refuse_schema(handler, body):
+            return
         with self._lock:
             index = self._next_index
             self._next_index += 1
@@ -587,6 +666,7 @@ class FakeOpenAIServer:
             return
 
         if fault is None:
+            self._check_reply(body, content)
             handler._send_json(200, self._completion(index, body, content))
             return
         kind = fault.kind
@@ -613,6 +693,47 @@ class FakeOpenAIServer:
             handler._send_json(200, payload)
         else:  # pragma: no cover - guarded by Fault.__post_init__
             handler._send_error(500, f"unhandled fault {kind}", "server_error")
+
+    def _refuse_schema(self, handler: _Handler, body: Body) -> bool:
+        """Answer 400 to a schema request this server will not take; True when it did."""
+        block = requested_json_schema(body)
+        if block is None:
+            return False
+        if self.reject_json_schema:
+            with self._lock:
+                self.schema_rejections += 1
+            message = (
+                "response_format type 'json_schema' is not supported by this server "
+                "(fake server); use 'json_object' or 'text'."
+            )
+            handler._send(
+                400, _error_body(message, "invalid_request_error", None, "response_format")
+            )
+            return True
+        if self.check_schemas:
+            problems = strict_schema_problems(block.get("schema"))
+            if block.get("strict") is not True:
+                problems.append("strict must be true")
+            if problems:
+                name = block.get("name")
+                message = f"Invalid schema for response_format '{name}': " + "; ".join(problems)
+                with self._lock:
+                    self.schema_errors.append(message)
+                handler._send(
+                    400, _error_body(message, "invalid_request_error", None, "response_format")
+                )
+                return True
+        return False
+
+    def _check_reply(self, body: Body, content: str) -> None:
+        """Validate a reply against the schema its request asked for (``check_schemas``)."""
+        block = requested_json_schema(body)
+        if not self.check_schemas or block is None:
+            return
+        errors = reply_schema_errors(content, block.get("schema") or {})
+        if errors:
+            with self._lock:
+                self.schema_errors.append(f"reply for {block.get('name')!r}: " + "; ".join(errors))
 
     def _apply_transport_fault(self, handler: _Handler, fault: Fault) -> bool:
         """Handle faults that need no reply content; return True when handled."""

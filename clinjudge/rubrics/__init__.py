@@ -3,6 +3,17 @@
 from clinjudge.rubrics._combine import median_scores
 from clinjudge.rubrics._injection import InjectionFlag, detect_injection, scan_item
 from clinjudge.rubrics._item import Item, SourceNote
+from clinjudge.rubrics._json_schema import (
+    RATIONALE_MAX_LENGTH,
+    STRUCTURED_OUTPUT_KEY,
+    bounded_text,
+    closed_object,
+    json_schema_args,
+    rubric_json_schema,
+    schema_name,
+    schema_shape,
+    with_leading_text,
+)
 from clinjudge.rubrics._parse import (
     JudgmentParseError,
     ParsedJudgment,
@@ -44,6 +55,15 @@ from clinjudge.rubrics._schema import (
 
 __all__ = [
     "median_scores",
+    "RATIONALE_MAX_LENGTH",
+    "STRUCTURED_OUTPUT_KEY",
+    "bounded_text",
+    "closed_object",
+    "json_schema_args",
+    "rubric_json_schema",
+    "schema_name",
+    "schema_shape",
+    "with_leading_text",
     "PROMPT_VERSION",
     "Attribute",
     "ChatTurn",

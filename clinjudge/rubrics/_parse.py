@@ -1,8 +1,12 @@
 """Read a judge's reply: forgiving extraction, then strict validation against the rubric.
 
 Models wrap JSON in code fences, think aloud in ``<think>`` blocks, rename keys, quote numbers
-and nest scores in ``{"score", "explanation"}`` objects. All of that is accepted. What is not
-accepted is a missing key, a value off the scale or a broken gate: those raise
+and nest scores in ``{"score", "explanation"}`` objects. All of that is accepted: endpoints
+without structured output still send it. What is not accepted is what the rubric's JSON Schema
+(``rubric_json_schema``, the contract the request carries) rules out, read from that schema: a
+missing key, a value outside the enum, null where the schema allows none; and a broken gate,
+which the schema cannot state. A missing or long ``rationale`` is tolerated (it holds no score,
+and re-asking for it would cost a call). Those raise
 :class:`JudgmentParseError` with a reason, never a silent default. One gate break is read, not
 rejected, unless the rubric says ``gate: strict``: a score for an attribute whose gate says null
 (``synthesized`` with ``abstraction`` 0) becomes null, and the score given is kept in
@@ -14,9 +18,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from clinjudge.errors import ClinJudgeError
+from clinjudge.rubrics._json_schema import allowed_values, scale_schema
 from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind, alias_forms, normalise_key
 
 _THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
@@ -267,12 +273,20 @@ def _split_entry(raw: Any) -> tuple[Any, str | None]:
     return raw, None
 
 
+@lru_cache(maxsize=1024)
+def _allowed(scale: ScaleKind, low: int, high: int, nullable: bool) -> frozenset[int | None]:
+    enum = allowed_values(scale_schema(scale, low, high, nullable))
+    # A proportion (computed, never asked) has no enum; it is never parsed from a reply.
+    return frozenset(range(low, high + 1)) if enum is None else frozenset(enum)
+
+
 def _validate_range(value: int | None, attribute: Attribute) -> str | None:
+    """Check one value against the attribute's JSON Schema (the request's contract too)."""
+    if value in _allowed(attribute.scale, attribute.min, attribute.max, attribute.nullable):
+        return None
     if value is None:
-        return None if attribute.nullable else f"{attribute.key} is null but must be a score"
-    if value not in attribute.values:
-        return f"{attribute.key}={value} is outside {attribute.min}..{attribute.max}"
-    return None
+        return f"{attribute.key} is null but must be a score"
+    return f"{attribute.key}={value} is outside {attribute.min}..{attribute.max}"
 
 
 def _gate_aliases(values: dict[str, int | None], rubric: Rubric) -> None:

@@ -12,10 +12,12 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from clinjudge.rubrics._confusables import skeleton, spelled
 from clinjudge.rubrics._item import Item
-from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind
+from clinjudge.rubrics._json_schema import RATIONALE_KEY, rubric_json_schema, score_schemas
+from clinjudge.rubrics._schema import Attribute, Rubric
 
 FENCE_TAGS = (
     "CLINICAL_NOTES",
@@ -29,7 +31,7 @@ FENCE_TAGS = (
     "PRM_EVIDENCE",
 )
 
-PROMPT_VERSION = "1"
+PROMPT_VERSION = "2"  # 2: the OUTPUT FORMAT is written from the rubric's JSON Schema
 
 
 @dataclass(frozen=True)
@@ -126,39 +128,51 @@ def _attribute_block(attribute: Attribute) -> str:
     return "\n".join(lines)
 
 
-def _value_rule(attribute: Attribute) -> str:
-    if attribute.scale is ScaleKind.binary:
-        allowed = "0 or 1"
-    else:
-        allowed = f"an integer from {attribute.min} to {attribute.max}"
-    if attribute.gate is not None:
-        gate = attribute.gate
-        allowed += f'; null exactly when "{gate.attribute}" is {gate.null_when}'
-    elif attribute.nullable:
-        allowed += "; or null"
-    return f'- "{attribute.key}": {allowed}'
+def _value_rule(key: str, value: dict[str, Any], rubric: Rubric) -> str:
+    """One line of the contract: the values the schema allows for a key, in words."""
+    allowed = [v for v in value.get("enum", []) if v is not None]
+    if allowed:
+        low, high = min(allowed), max(allowed)
+        text = "0 or 1" if allowed == [0, 1] else f"an integer from {low} to {high}"
+    else:  # a proportion (DocLens): a number in a range, not a scale of points
+        text = f"a number from {value.get('minimum', 0)} to {value.get('maximum', 1)}"
+    nullable = None in value.get("enum", []) or "null" in (value.get("type") or [])
+    if nullable:
+        gate = rubric.attribute(key).gate
+        if gate is not None:
+            text += f'; null exactly when "{gate.attribute}" is {gate.null_when}'
+        else:
+            text += "; or null"
+    return f'- "{key}": {text}'
 
 
 def _output_contract(rubric: Rubric, explanations: bool) -> str:
-    keys = ", ".join(f'"{k}"' for k in rubric.keys)
+    """The OUTPUT FORMAT section, written from the rubric's JSON Schema (the same schema the
+    request carries as structured output and the parser validates against)."""
+    schema = rubric_json_schema(rubric, explanations=explanations)
+    scores = score_schemas(schema)
+    keys = ", ".join(f'"{k}"' for k in schema["required"])
     if explanations:
+        limit = schema["properties"][rubric.keys[0]]["properties"]["explanation"]["maxLength"]
         shape = (
-            'Each value is an object {"explanation": "<one or two sentences citing the evidence>", '
-            '"score": <value>}, explanation first.'
+            'Each rubric key holds an object {"explanation": "<one or two sentences citing the '
+            f'evidence, at most {limit} characters>", "score": <value>}}, explanation first.'
         )
         example_value = '{"explanation": "...", "score": 4}'
     else:
+        limit = schema["properties"][RATIONALE_KEY]["maxLength"]
         shape = (
-            'Each value is the score itself. Add one more key, "rationale", holding at most three '
-            "sentences on the main reasons for your lowest scores."
+            f'Each rubric key holds the score itself. The last key, "{RATIONALE_KEY}", holds at '
+            "most three sentences on the main reasons for your lowest scores (at most "
+            f"{limit} characters)."
         )
         example_value = "4"
     example_key = rubric.keys[0]
-    rules = "\n".join(_value_rule(a) for a in rubric.attributes)
+    rules = "\n".join(_value_rule(k, v, rubric) for k, v in scores.items())
     return (
         "OUTPUT FORMAT\n"
         f"Reply with exactly one JSON object and nothing else. It must contain every one of these "
-        f"keys: {keys}.\n{shape}\nAllowed values:\n{rules}\n"
+        f"keys and no other: {keys}.\n{shape}\nAllowed values:\n{rules}\n"
         f'For example, the entry for "{example_key}" looks like "{example_key}": {example_value}.\n'
         "Before you answer, check your reply: one JSON object, every key present, every value "
         "allowed, no other text."

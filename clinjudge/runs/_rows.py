@@ -56,6 +56,8 @@ def call_row(
         # A failed attempt costs time too (a hang costs the whole timeout).
         "latency_s": max((now() - started).total_seconds(), 0.0),
     }
+    if fault is not None:
+        row["output_mode"] = fault.output_mode
     if fault is not None and fault.usage is not None:
         # A billed reply that failed (e.g. 200 without choices) still counts its tokens and cost.
         row.update(
@@ -73,6 +75,7 @@ def call_row(
             latency_s=outcome.latency_s,
             finish_reason=outcome.finish_reason,
             cached=outcome.cached,
+            output_mode=outcome.output_mode,
         )
     return row
 

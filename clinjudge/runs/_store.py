@@ -38,12 +38,13 @@ def default_db() -> str:
     return os.environ.get(DB_ENV) or str(DEFAULT_DB)
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the tables below. 1: stores from before the version was checked (columns added
 since: items.flags, runs.status_reason, calls.cached; newer tables). 2: the first recorded
 version. 3: response_cache.run_id (the run that wrote each reply; earlier rows keep NULL) and
 cache keys of format 2, which hold the endpoint (an older clinjudge would write rows no run
-owns, under keys that ignore the endpoint).
+owns, under keys that ignore the endpoint). 4: calls.output_mode (how each call constrained its
+reply: json_schema, json_object or off; earlier rows and local model calls keep NULL).
 Opening an older store for writing migrates it and records this version; a newer one is
 refused."""
 
@@ -176,6 +177,9 @@ ALTER TABLE items ADD COLUMN IF NOT EXISTS flags JSON;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS status_reason VARCHAR;
 -- calls.cached: answered from response_cache (judge run --cache), no provider call, cost 0.
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS cached BOOLEAN;
+-- calls.output_mode: the structured output the request asked for (json_schema, json_object or
+-- off; a json_schema call an endpoint refused and resent in JSON mode records json_object).
+ALTER TABLE calls ADD COLUMN IF NOT EXISTS output_mode VARCHAR;
 -- response_cache.run_id: the run that wrote the reply (`judge runs delete` removes it with the
 -- run); NULL for rows written before the column existed.
 CREATE TABLE IF NOT EXISTS response_cache (

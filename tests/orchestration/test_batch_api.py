@@ -111,6 +111,12 @@ def test_happy_path_stores_what_the_server_answered_at_batch_prices(tmp_path: Pa
             assert rendered in [line["body"]["messages"] for line in lines]
             assert {line["body"]["model"] for line in lines} == {"gpt-4o-mini"}
             assert lines[0]["body"]["temperature"] == 0.01
+            # The reply schema a single judge's call carries, as strict structured output.
+            formats = [line["body"]["response_format"] for line in lines]
+            assert {f["type"] for f in formats} == {"json_schema"}
+            assert all(f["json_schema"]["strict"] for f in formats)
+            required = set(formats[0]["json_schema"]["schema"]["required"])
+            assert set(prepared.rubric.keys) <= required
 
             assert (tally.ok, tally.failed) == (N_ITEMS * 2, 0)
             answered = Counter(

@@ -76,8 +76,8 @@ def test_uppercase_sections_in_order() -> None:
 
 def test_output_format_lists_every_key() -> None:
     contract = SYSTEM.split("OUTPUT FORMAT\n", 1)[1]
-    listed = re.search(r"every one of these keys: (.*?)\.\n", contract).group(1)
-    assert listed == ", ".join(f'"{k}"' for k in RUBRIC.keys)
+    listed = re.search(r"every one of these keys and no other: (.*?)\.\n", contract).group(1)
+    assert listed == ", ".join(f'"{k}"' for k in [*RUBRIC.keys, "rationale"])
     assert len(re.findall(r'^- "(\w+)": ', contract, re.MULTILINE)) == 11
     assert "check your reply" in contract
 

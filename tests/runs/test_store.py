@@ -65,7 +65,7 @@ def test_tables_exist(db_path: Path) -> None:
         }
         version = store.query("SELECT value FROM meta WHERE key = 'schema_version'")
     assert names >= TABLES
-    assert version == [{"value": "3"}]
+    assert version == [{"value": "4"}]
 
 
 def test_reopening_keeps_data(db_path: Path) -> None:

@@ -96,6 +96,7 @@ _OTHER_VALUES: dict[str, Any] = {
     "seed": 3,
     "reasoning_effort": "high",
     "json_mode": True,
+    "structured_output": "off",
     "client": "direct",
     "price_as": "gpt-4o",
 }

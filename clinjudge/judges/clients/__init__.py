@@ -40,7 +40,20 @@ from clinjudge.judges.clients._model import (
     build_client,
     to_autogen_messages,
 )
-from clinjudge.judges.clients._settings import ModelSettings, Price, ReasoningEffort
+from clinjudge.judges.clients._settings import (
+    ModelSettings,
+    Price,
+    ReasoningEffort,
+    StructuredOutput,
+)
+from clinjudge.judges.clients._structured import (
+    OutputMode,
+    ReplySchema,
+    openai_response_format,
+    requested_schema,
+    split_schema,
+    structured_reply,
+)
 
 __all__ = [
     "BatchClient",
@@ -54,13 +67,16 @@ __all__ = [
     "MockChatCompletionClient",
     "ModelConfigError",
     "ModelSettings",
+    "OutputMode",
     "Price",
     "ProviderFault",
     "ReasoningEffort",
+    "ReplySchema",
     "ResponseCache",
     "SIMULATED_NOTICE",
     "SimpleChatCompletionClient",
     "SimulatedReplies",
+    "StructuredOutput",
     "TIMED_OUT",
     "batch_call_cost",
     "batch_price_per_token",
@@ -75,9 +91,13 @@ __all__ = [
     "count_tokens",
     "counts_exactly",
     "model_map_names",
+    "openai_response_format",
     "price_per_token",
     "register_simulated_replies",
     "request_line",
+    "requested_schema",
     "simulated_scores",
+    "split_schema",
+    "structured_reply",
     "to_autogen_messages",
 ]

@@ -45,7 +45,7 @@ def price_per_token(settings: ModelSettings) -> tuple[float, float] | None:
     """
     if settings.price is not None:
         return settings.price.input_per_mtok / 1e6, settings.price.output_per_mtok / 1e6
-    if settings.is_mock:
+    if settings.is_mock or settings.provider == "hf":  # simulated, or run in this process
         return 0.0, 0.0
     prices = bundled_model_map()
     for name in model_map_names(settings):

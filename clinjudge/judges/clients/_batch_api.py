@@ -25,6 +25,7 @@ from clinjudge.judges.clients._accounting import (
 from clinjudge.judges.clients._faults import ProviderFault, classify_fault, status_fault
 from clinjudge.judges.clients._model import ModelConfigError, _api_key, _sampling_args
 from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
+from clinjudge.judges.clients._structured import ReplySchema, openai_response_format
 from clinjudge.rubrics import ChatTurn
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -78,20 +79,32 @@ def batch_call_cost(
     return cost_at(batch_price_per_token(settings), prompt_tokens, completion_tokens)
 
 
-def request_line(settings: ModelSettings, custom_id: str, turns: Sequence[ChatTurn]) -> dict:
+def request_line(
+    settings: ModelSettings,
+    custom_id: str,
+    turns: Sequence[ChatTurn],
+    *,
+    schema: ReplySchema | None = None,
+) -> dict:
     """One line of a batch input file: the chat request a single judge would send.
 
     Args:
         settings: Model and sampling settings (the model name, or the Azure deployment).
         custom_id: Identifies the request in the results.
         turns: The conversation.
+        schema: The reply schema (``rubric_json_schema``), sent as strict structured output
+            unless ``structured_output`` says otherwise (a batch cannot fall back per call:
+            OpenAI's and Azure's batch APIs take schemas, so ``auto`` sends it).
     """
     body: dict[str, Any] = {
         "model": settings.name,
         "messages": [{"role": t.role, "content": t.content} for t in turns],
         **_sampling_args(settings),
     }
-    if settings.json_mode:
+    mode = settings.structured_output
+    if schema is not None and mode in ("auto", "json_schema"):
+        body["response_format"] = openai_response_format(schema)
+    elif mode != "off" and (settings.json_mode or (schema is not None and mode == "json_object")):
         body["response_format"] = {"type": "json_object"}
     url = "/chat/completions" if settings.provider in AZURE_PROVIDERS else "/v1/chat/completions"
     return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}

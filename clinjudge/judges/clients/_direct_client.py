@@ -32,6 +32,7 @@ from clinjudge.judges.clients._faults import (
     timeout_fault,
 )
 from clinjudge.judges.clients._http_guard import DEFAULT_MAX_REPLY_BYTES, read_capped
+from clinjudge.judges.clients._structured import openai_response_format, split_schema
 
 
 class DirectChatCompletionClient(SimpleChatCompletionClient):
@@ -85,13 +86,17 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         extra: Mapping[str, Any],
         tools: Sequence[Tool | ToolSchema],
     ) -> dict[str, Any]:
+        schema, extra = split_schema(extra)
         body: dict[str, Any] = {
             "model": self._model,
             "messages": to_openai_messages(messages),
             **self._sampling,
             **extra,
         }
-        if json_output is True:
+        if schema is not None:
+            # vLLM, SGLang, llama.cpp and `transformers serve` take OpenAI's strict form.
+            body["response_format"] = openai_response_format(schema)
+        elif json_output is True:
             body["response_format"] = {"type": "json_object"}
         if tools:
             body["tools"] = [tool_schema(t) for t in tools]

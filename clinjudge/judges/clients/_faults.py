@@ -69,6 +69,9 @@ class ProviderFault(ClinJudgeError):
         self.timed_out = timed_out
         self.cost_usd: float | None = None
         """Dollar cost of ``usage``, set by the model that made the call."""
+        self.output_mode: str | None = None
+        """How the failed request constrained its reply (``json_schema``, ``json_object`` or
+        ``off``), set by the model that made the call."""
 
 
 def _parse_retry_after(headers: Any) -> float | None:

@@ -24,6 +24,11 @@ from clinjudge.judges.clients._http_guard import (
     guarded_httpx_args,
     httpx_response_guard,
 )
+from clinjudge.judges.clients._structured import (
+    ReplySchema,
+    openai_response_format,
+    split_schema,
+)
 
 # Providers litellm serves through its own httpx handler, which takes our client (no redirects,
 # capped bodies); each is checked against a redirecting server in tests/survival/test_hostile.py.
@@ -135,8 +140,11 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         import litellm
 
         litellm.telemetry = False
-        kwargs = {**self._kwargs, **extra}
-        if json_output is True:
+        schema, rest = split_schema(extra)
+        kwargs = {**self._kwargs, **rest}
+        if schema is not None:
+            kwargs.update(self._schema_args(schema))
+        elif json_output is True:
             kwargs["response_format"] = {"type": "json_object"}
         if tools:
             kwargs["tools"] = [tool_schema(t) for t in tools]
@@ -148,6 +156,16 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         )
         # Zero usage in the result tells the caller to estimate tokens and mark them estimated.
         return openai_result(response.model_dump())
+
+    def _schema_args(self, schema: ReplySchema) -> dict[str, Any]:
+        """The request fields that ask this provider for replies following ``schema``.
+
+        OpenAI's strict ``response_format`` is the one form litellm maps onto every provider's
+        own structured output: Ollama's native API (``ollama/``, ``ollama_chat/``) gets the
+        schema as ``format``, Anthropic a forced tool, Gemini its response schema, and
+        OpenAI-compatible routes the field as it is.
+        """
+        return {"response_format": openai_response_format(schema)}
 
     async def close(self) -> None:
         client, self._client, self._client_loop = self._client, None, None

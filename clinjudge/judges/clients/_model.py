@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
@@ -32,6 +33,7 @@ from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
 from clinjudge.judges.clients._faults import (
     ProviderFault,
     classify_fault,
+    redact_url,
     remember_secret,
     remember_url_secrets,
 )
@@ -39,7 +41,16 @@ from clinjudge.judges.clients._http_guard import guarded_httpx_args
 from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges.clients._mock_client import MockChatCompletionClient
 from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
-from clinjudge.rubrics import ChatTurn, Rubric
+from clinjudge.judges.clients._structured import (
+    OutputMode,
+    ReplySchema,
+    is_schema_rejection,
+    openai_response_format,
+    requested_schema,
+)
+from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, ChatTurn, Rubric
+
+log = logging.getLogger(__name__)
 
 _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
 
@@ -76,6 +87,9 @@ class CallOutcome:
     """Answered from the response cache: no provider call, no cost."""
     max_tokens: int | None = None
     """The cap on generated tokens the call was sent with (None: none or unknown)."""
+    output_mode: OutputMode | None = None
+    """How the reply was constrained: ``json_schema``, ``json_object`` or ``off`` (None: no
+    request was sent, e.g. a cache hit)."""
 
 
 def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
@@ -205,8 +219,8 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
 
     ``openai/...`` uses autogen-ext's OpenAI client, or with ``base_url`` (any OpenAI-compatible
     server) our lean direct client unless ``client: autogen`` is set; ``azure/<deployment>``
-    uses autogen-ext's Azure client, ``mock/...`` the simulated judge, and every
-    other provider goes through litellm.
+    uses autogen-ext's Azure client, ``mock/...`` the simulated judge, ``hf/<path>`` a model
+    run in this process, and every other provider goes through litellm.
 
     Args:
         settings: Model and sampling settings.
@@ -215,6 +229,10 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
     provider = settings.provider
     if settings.is_mock:
         return MockChatCompletionClient(rubric, settings.name)
+    if provider == "hf":  # in-process transformers model; torch is imported on first use
+        from clinjudge.judges.clients._hf_client import hf_client
+
+        return hf_client(settings)
     if settings.carries_redacted_credentials:
         raise ModelConfigError(
             f"model {settings.model}: its base_url held credentials, which are never stored "
@@ -230,6 +248,11 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
     if provider in AZURE_PROVIDERS:
         return _azure_client(settings)
     return _litellm_client(settings)
+
+
+def _foreign_openai(client: ChatCompletionClient) -> bool:
+    """autogen-ext's OpenAI or Azure client (not ours: it does not know our schema key)."""
+    return type(client).__module__.startswith("autogen_ext.models.openai")
 
 
 def _cache_entry(outcome: CallOutcome) -> dict[str, Any]:
@@ -292,9 +315,19 @@ class JudgeModel:
         self.client = client or build_client(settings, rubric)
         self.cache: ResponseCache | None = None
         """Replies to reuse (``--cache``); None sends every request."""
+        self.schema_refused = False
+        """The endpoint refused a ``json_schema`` request (``structured_output: auto`` then
+        asks for JSON mode for the rest of the run); shared by every agent on this model."""
+        self._schema_accepted = False
+        self._probe: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     async def complete(
-        self, turns: list[ChatTurn], *, variation: str = "", max_tokens: int | None = None
+        self,
+        turns: list[ChatTurn],
+        *,
+        variation: str = "",
+        max_tokens: int | None = None,
+        extra_create_args: Mapping[str, Any] | None = None,
     ) -> CallOutcome:
         """Send one chat request built from rendered turns; the reply must be text.
 
@@ -302,13 +335,40 @@ class JudgeModel:
             turns: The conversation so far.
             variation: Distinguishes repeated samples for the simulated provider.
             max_tokens: Cap on generated tokens for this call instead of the settings' one.
+            extra_create_args: AutoGen's extra arguments; ``json_schema`` asks for a reply
+                schema (see :mod:`clinjudge.judges.clients._structured`).
         """
         outcome = await self.create(
-            to_autogen_messages(turns), variation=variation, max_tokens=max_tokens
+            to_autogen_messages(turns),
+            variation=variation,
+            max_tokens=max_tokens,
+            extra_create_args=extra_create_args,
         )
         if outcome.result is not None and not isinstance(outcome.result.content, str):
             raise ProviderFault("reply held tool calls, not text", retryable=False)
         return outcome
+
+    def output_mode(self, schema: ReplySchema | None, json_output: Any) -> OutputMode:
+        """The mode a call is sent in, from the settings and what the endpoint said so far.
+
+        Args:
+            schema: The reply schema the call asks for, if any.
+            json_output: AutoGen's JSON-mode flag of the call.
+        """
+        setting = self.settings.structured_output
+        if setting == "off":
+            return "off"
+        if schema is not None:
+            if setting == "json_object" or (setting == "auto" and self.schema_refused):
+                return "json_object"
+            return "json_schema"
+        return "json_object" if json_output is True or self.settings.json_mode else "off"
+
+    def _probe_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._probe is None or self._probe[0] is not loop:
+            self._probe = (loop, asyncio.Lock())
+        return self._probe[1]
 
     async def create(
         self,
@@ -318,6 +378,7 @@ class JudgeModel:
         json_output: Any = None,
         variation: str = "",
         max_tokens: int | None = None,
+        extra_create_args: Mapping[str, Any] | None = None,
     ) -> CallOutcome:
         """Send one request of AutoGen messages (used by agents inside group chats).
 
@@ -327,8 +388,44 @@ class JudgeModel:
             json_output: AutoGen's JSON-mode flag; the settings' ``json_mode`` applies otherwise.
             variation: Distinguishes repeated samples for the simulated provider.
             max_tokens: Cap on generated tokens for this call instead of the settings' one.
+            extra_create_args: AutoGen's extra arguments; ``json_schema`` asks for a reply
+                schema (else the one set by ``structured_reply`` applies).
         """
+        schema = requested_schema(extra_create_args)
+        extra = {k: v for k, v in (extra_create_args or {}).items() if k != STRUCTURED_OUTPUT_KEY}
+        mode = self.output_mode(schema, json_output)
+        if (
+            mode == "json_schema"
+            and self.settings.structured_output == "auto"
+            and not self._schema_accepted
+            and not self.settings.is_mock
+            and self.settings.provider != "hf"  # decodes under the schema itself: no probe
+        ):
+            # Until the endpoint has answered one schema request, one call at a time finds out
+            # whether it takes schemas: at most one rejected call per run and endpoint.
+            async with self._probe_lock():
+                mode = self.output_mode(schema, json_output)  # the probe may have settled it
+                if mode == "json_schema" and not self._schema_accepted:
+                    return await self._send(
+                        messages, tools, json_output, variation, max_tokens, extra, schema, mode
+                    )
+        return await self._send(
+            messages, tools, json_output, variation, max_tokens, extra, schema, mode
+        )
+
+    async def _send(
+        self,
+        messages: Sequence[LLMMessage],
+        tools: Sequence[Any],
+        json_output: Any,
+        variation: str,
+        max_tokens: int | None,
+        extra_args: dict[str, Any],
+        schema: ReplySchema | None,
+        mode: OutputMode,
+    ) -> CallOutcome:
         extra: dict[str, Any] = {"seed": variation} if self.settings.is_mock else {}
+        extra.update(extra_args)
         settings = self.settings
         if max_tokens is not None and max_tokens != settings.max_tokens:
             # The request carries the new cap, and the cache keys it as a setting.
@@ -336,17 +433,78 @@ class JudgeModel:
             extra["max_completion_tokens" if settings.is_reasoning_model else "max_tokens"] = (
                 max_tokens
             )
-        if json_output is None and self.settings.json_mode:
-            json_output = True
         key = None
         if self.cache is not None:
-            key = cache_key(settings, messages, tools, json_output, variation)
+            keyed = dict(extra_args)
+            if schema is not None:
+                keyed[STRUCTURED_OUTPUT_KEY] = schema.as_arg()
+            key = cache_key(settings, messages, tools, json_output, variation, keyed or None)
             hit = self.cache.get(key)
             if hit is not None:
                 return replace(_cached_outcome(hit), max_tokens=settings.max_tokens)
         started = time.perf_counter()
         try:
-            result = await asyncio.wait_for(
+            result = await self._attempt(messages, tools, json_output, extra, schema, mode)
+        except ProviderFault as fault:
+            if not (mode == "json_schema" and self._falls_back(fault)):
+                fault.output_mode = mode
+                raise
+            mode = "json_object"
+            try:
+                result = await self._attempt(messages, tools, json_output, extra, schema, mode)
+            except ProviderFault as retry_fault:
+                retry_fault.output_mode = mode
+                raise
+        if mode == "json_schema":
+            self._schema_accepted = True
+        outcome = self._outcome(messages, result, time.perf_counter() - started)
+        outcome.max_tokens = settings.max_tokens
+        outcome.output_mode = mode
+        if key is not None and self.cache is not None and isinstance(result.content, str):
+            self.cache.put(key, self.settings.model, _cache_entry(outcome))
+        return outcome
+
+    def _falls_back(self, fault: ProviderFault) -> bool:
+        """Whether a failed schema call is the endpoint refusing schemas, under ``auto``; the
+        first refusal is remembered for the run and logged once."""
+        if self.settings.structured_output != "auto" or not is_schema_rejection(fault.reason):
+            return False
+        if not self.schema_refused:
+            self.schema_refused = True
+            log.warning(
+                "model %s%s refused a json_schema response_format (%s); asking for JSON mode "
+                "(json_object) instead for the rest of this run",
+                self.settings.model,
+                f" at {redact_url(self.settings.base_url)}" if self.settings.base_url else "",
+                fault.reason[:200],
+            )
+        return True
+
+    async def _attempt(
+        self,
+        messages: Sequence[LLMMessage],
+        tools: Sequence[Any],
+        json_output: Any,
+        extra: dict[str, Any],
+        schema: ReplySchema | None,
+        mode: OutputMode,
+    ) -> CreateResult:
+        """One request to the client in one output mode; faults come back classified."""
+        extra = dict(extra)
+        if mode == "json_schema" and schema is not None:
+            json_output = None
+            if _foreign_openai(self.client):
+                # autogen-ext's OpenAI/Azure clients send extra arguments to the SDK as they
+                # are: they get the request field itself.
+                extra["response_format"] = openai_response_format(schema)
+            else:
+                extra[STRUCTURED_OUTPUT_KEY] = schema.as_arg()  # our clients translate it
+        elif mode == "json_object":
+            json_output = True
+        elif mode == "off" and isinstance(json_output, bool):
+            json_output = None
+        try:
+            return await asyncio.wait_for(
                 self.client.create(
                     messages, tools=tools, json_output=json_output, extra_create_args=extra
                 ),
@@ -361,11 +519,6 @@ class JudgeModel:
             if fault.usage is not None:
                 fault.cost_usd = call_cost(self.settings, *fault.usage)
             raise fault from exc
-        outcome = self._outcome(messages, result, time.perf_counter() - started)
-        outcome.max_tokens = settings.max_tokens
-        if key is not None and self.cache is not None and isinstance(result.content, str):
-            self.cache.put(key, self.settings.model, _cache_entry(outcome))
-        return outcome
 
     def _outcome(
         self, messages: Sequence[LLMMessage], result: CreateResult, latency: float

@@ -15,6 +15,8 @@ from clinjudge._util.secrets import (
 )
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+StructuredOutput = Literal["auto", "json_schema", "json_object", "off"]
+"""How replies with a JSON Schema are constrained (``ModelSettings.structured_output``)."""
 
 OPENAI_PROVIDERS = {"openai"}
 AZURE_PROVIDERS = {"azure", "azure_openai"}
@@ -53,7 +55,14 @@ class ModelSettings(BaseModel):
         timeout: Seconds before one call is abandoned and retried (finite, above zero).
         max_reply_bytes: Most bytes of reply body read; a longer reply fails the call (the
             body is read in chunks and dropped at the limit, never buffered whole).
-        json_mode: Ask the provider for a JSON object response.
+        json_mode: Ask the provider for a JSON object response on calls that ask for no reply
+            schema (calls that do follow ``structured_output``).
+        structured_output: How replies that have a JSON Schema (rubric scores, DocLens stages,
+            the chair's decision) are constrained: ``json_schema`` sends the schema as
+            structured output (strict), ``json_object`` asks for JSON mode only, ``off`` sends
+            no ``response_format`` at all, and ``auto`` (default) sends the schema and falls
+            back to JSON mode for the rest of the run when the endpoint refuses it. The parser
+            validates every reply whatever the mode.
         client: For ``openai/`` models: ``autogen`` uses autogen-ext's OpenAI client, ``direct``
             our lean HTTP client; ``auto`` picks ``direct`` when ``base_url`` is set
             (self-hosted servers, where throughput matters) and ``autogen`` otherwise.
@@ -77,6 +86,7 @@ class ModelSettings(BaseModel):
     timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
     max_reply_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     json_mode: bool = False
+    structured_output: StructuredOutput = "auto"
     client: Literal["auto", "autogen", "direct"] = "auto"
     rpm: int | None = Field(default=None, gt=0)
     tpm: int | None = Field(default=None, gt=0)

@@ -8,10 +8,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from clinjudge._util.timestamps import now
-from clinjudge.judges.clients import ProviderFault
+from clinjudge.judges.clients import ProviderFault, structured_reply
 from clinjudge.judges.doclens._context import DocLensContext
 from clinjudge.judges.doclens._metrics import (
     ENTAILED,
@@ -28,9 +28,13 @@ from clinjudge.judges.doclens._parse import (
 )
 from clinjudge.judges.doclens._prompts import (
     citation_messages,
+    citation_schema,
     claim_messages,
+    claim_schema,
     entailment_messages,
+    entailment_schema,
     extraction_messages,
+    extraction_schema,
     repair_message,
 )
 from clinjudge.judges.doclens._settings import DocLensSettings
@@ -171,7 +175,11 @@ class LLMJudge:
         self.transcript.extend((self.agent, turn) for turn in turns)
 
     async def ask(
-        self, turns: list[ChatTurn], parse: Callable[[str], T], shape: str
+        self,
+        turns: list[ChatTurn],
+        parse: Callable[[str], T],
+        shape: str,
+        schema: tuple[str, dict[str, Any]] | None = None,
     ) -> tuple[T | None, str | None]:
         """One conversation with bounded repair; (value, None) or (None, reason).
 
@@ -179,7 +187,17 @@ class LLMJudge:
             turns: The rendered messages.
             parse: Reads a reply; raises DocLensParseError when it cannot.
             shape: The expected answer shape, in words, for the repair message.
+            schema: (name, JSON Schema) of the reply, sent as structured output on every call
+                of the conversation (the endpoint and ``structured_output`` decide the form).
         """
+        if schema is None:
+            return await self._ask(turns, parse, shape)
+        with structured_reply(*schema):
+            return await self._ask(turns, parse, shape)
+
+    async def _ask(
+        self, turns: list[ChatTurn], parse: Callable[[str], T], shape: str
+    ) -> tuple[T | None, str | None]:
         problem = ""
         first_cap: int | None = None
         cap: int | None = None  # None: the model's own max_tokens
@@ -225,12 +243,18 @@ class LLMJudge:
         turns = extraction_messages(
             text, min_claims=settings.min_claims, max_claims=settings.max_claims
         )
-        return await self.ask(turns, parse, 'one JSON object {"claims": [...]}')
+        schema = extraction_schema(settings.min_claims, settings.max_claims)
+        return await self.ask(
+            turns, parse, 'one JSON object {"claims": [...]}', ("doclens_claims", schema)
+        )
 
     async def _one_claim(self, premise: str, claim: str, label: str) -> UnitVerdict:
         turns = claim_messages(premise, claim, document_label=label, stance=self.stance)
         got, error = await self.ask(
-            turns, parse_entailment, 'one JSON object {"explanation": ..., "entailed": 1 or 0}'
+            turns,
+            parse_entailment,
+            'one JSON object {"explanation": ..., "entailed": 1 or 0}',
+            ("doclens_claim_verdict", claim_schema()),
         )
         return verdict_of(got) if got is not None else failed_verdict(error or "no verdict")
 
@@ -250,7 +274,10 @@ class LLMJudge:
 
             turns = entailment_messages(premise, texts, document_label=label, stance=self.stance)
             got, batch_error = await self.ask(
-                turns, parse, "one JSON list with one object per claim"
+                turns,
+                parse,
+                'one JSON object {"verdicts": [...]} with one object per claim',
+                ("doclens_verdicts", entailment_schema(len(texts))),
             )
             for position, entailment in enumerate(got or []):
                 if entailment is not None:
@@ -283,7 +310,10 @@ class LLMJudge:
 
         turns = citation_messages(unit.text, unit.cited, stance=self.stance)
         got, error = await self.ask(
-            turns, parse, 'one JSON object {"explanation", "supporting", "entailed"}'
+            turns,
+            parse,
+            'one JSON object {"explanation", "supporting", "entailed"}',
+            ("doclens_citation_verdict", citation_schema(list(unit.cited))),
         )
         if got is None:
             return failed_verdict(error or "no verdict")

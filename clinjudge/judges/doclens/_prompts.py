@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from clinjudge.rubrics import ChatTurn, neutralise_tags
+from clinjudge.rubrics import ChatTurn, bounded_text, closed_object, neutralise_tags, schema_shape
 
-DOCLENS_PROMPT_VERSION = "1"
+DOCLENS_PROMPT_VERSION = "2"  # 2: every OUTPUT FORMAT is written from the stage's JSON Schema
 
 # Phrases that appear in exactly one kind of system prompt, so a responder (the ``mock/``
 # provider, test fakes) can tell the prompts apart without copying their wording.
@@ -44,6 +45,119 @@ _ROLE = (
     "fact by fact."
 )
 _CHECK = "Before you answer, check your reply: valid JSON, the required keys, no other text."
+
+
+# -- reply schemas: one per stage, the single source of the prompt's OUTPUT FORMAT, the request's
+# structured output and what the parser expects. Object roots (OpenAI strict mode needs one),
+# every key required, verdicts as the integer enum 1/0.
+
+EXPLANATION_MAX_LENGTH = 600
+CLAIM_MAX_LENGTH = 500
+VERDICTS_KEY = "verdicts"
+
+_VERDICT = {"type": "integer", "enum": [1, 0], "description": "1 entailed, 0 not entailed"}
+
+
+def _explanation(what: str = "one or two sentences on the evidence") -> dict[str, Any]:
+    return bounded_text(EXPLANATION_MAX_LENGTH, what)
+
+
+def _numbers(allowed: Sequence[int] | None, description: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "integer", "description": description}
+    if allowed:
+        item["enum"] = list(allowed)
+    return {"type": "array", "items": item}
+
+
+def extraction_schema(min_claims: int, max_claims: int) -> dict[str, Any]:
+    """The reply of claim extraction: ``{"claims": [...]}`` with a bounded number of claims.
+
+    Args:
+        min_claims: Fewest claims.
+        max_claims: Most claims.
+    """
+    claims = {
+        "type": "array",
+        "items": bounded_text(CLAIM_MAX_LENGTH, "claim 1"),
+        "minItems": min_claims,
+        "maxItems": max_claims,
+    }
+    return closed_object({"claims": claims})
+
+
+def entailment_schema(n_claims: int) -> dict[str, Any]:
+    """The reply of a batch entailment call: one verdict per numbered claim, explanation first.
+
+    Args:
+        n_claims: How many claims were sent (numbered from 1).
+    """
+    entry = closed_object(
+        {
+            "id": {"type": "integer", "enum": list(range(1, n_claims + 1))},
+            "claim": bounded_text(CLAIM_MAX_LENGTH, "the claim"),
+            "explanation": _explanation(),
+            "entailed": _VERDICT,
+        }
+    )
+    verdicts = {"type": "array", "items": entry, "minItems": n_claims, "maxItems": n_claims}
+    return closed_object({VERDICTS_KEY: verdicts})
+
+
+def claim_schema() -> dict[str, Any]:
+    """The reply on one claim: an explanation, then the verdict."""
+    return closed_object({"explanation": _explanation(), "entailed": _VERDICT})
+
+
+def citation_schema(units: Sequence[int]) -> dict[str, Any]:
+    """The reply on one cited statement: explanation, supporting unit numbers, verdict.
+
+    Args:
+        units: The numbers of the cited units (the only ones ``supporting`` may name).
+    """
+    return closed_object(
+        {
+            "explanation": _explanation("one or two sentences"),
+            "supporting": _numbers(units, "unit number"),
+            "entailed": _VERDICT,
+        }
+    )
+
+
+def discussion_schema(ids: Sequence[str]) -> dict[str, Any]:
+    """A panel member's reply on the disputed verdicts: one entry per disputed id.
+
+    Args:
+        ids: The disputed ids.
+    """
+    entry = closed_object(
+        {
+            "id": {"type": "string", "enum": list(ids), "description": "id"},
+            "explanation": _explanation("your argument"),
+            "entailed": _VERDICT,
+        }
+    )
+    return closed_object({VERDICTS_KEY: {"type": "array", "items": entry}})
+
+
+def decision_schema(ids: Sequence[str]) -> dict[str, Any]:
+    """The orchestrator's decision on the disputed verdicts: one entry per disputed id.
+
+    Args:
+        ids: The disputed ids.
+    """
+    entry = closed_object(
+        {
+            "id": {"type": "string", "enum": list(ids), "description": "id"},
+            "explanation": _explanation("your reasons"),
+            "supporting": _numbers(None, "unit number, statements only"),
+            "entailed": _VERDICT,
+        }
+    )
+    return closed_object({VERDICTS_KEY: {"type": "array", "items": entry}})
+
+
+def _contract(schema: dict[str, Any], extra: str = "") -> str:
+    return f"OUTPUT FORMAT\nReply with one JSON object: {schema_shape(schema)}. {extra}{_CHECK}"
 
 
 def fence(tag: str, text: str) -> str:
@@ -82,8 +196,8 @@ def extraction_messages(
         f"qualifiers such as laterality, timing, dose and negation. Cover every fact in the text, "
         f"add nothing that it does not say, and do not merge two facts into one claim. Write at "
         f"least {min_claims} and at most {max_claims} claims; if the text holds more facts than "
-        f"that, keep the clinically most important ones.\n\n{_SAFETY}\n\nOUTPUT FORMAT\nReply "
-        f'with one JSON object: {{"claims": ["<claim 1>", "<claim 2>", ...]}}. {_CHECK}'
+        f"that, keep the clinically most important ones.\n\n{_SAFETY}\n\n"
+        + _contract(extraction_schema(min_claims, max_claims))
     )
     user = f"TEXT TO BREAK INTO CLAIMS\n{fence('TEXT', text)}\n\nAnswer with the JSON object only."
     return [ChatTurn("system", _with_stance(system, stance)), ChatTurn("user", user)]
@@ -112,16 +226,18 @@ def entailment_messages(
     system = (
         f"{_ROLE}\n\nTASK\n{BATCH_MARKER} in the CLAIMS block, decide whether the "
         f"{document_label} in the DOCUMENT block fully entails it. "
-        f"{_entailment_rules(document_label)}\n\n{_SAFETY}\n\nOUTPUT FORMAT\nReply with one JSON "
-        'list holding one object per claim, in order: {"id": <claim number>, "claim": "<the '
-        'claim>", "explanation": "<one or two sentences on the evidence>", "entailed": 1 or 0}. '
-        f"Give the explanation before the verdict. Every claim needs exactly one object. {_CHECK}"
+        f"{_entailment_rules(document_label)}\n\n{_SAFETY}\n\n"
+        + _contract(
+            entailment_schema(len(claims)),
+            f'"{VERDICTS_KEY}" holds one object per claim, in order; give the explanation '
+            "before the verdict. Every claim needs exactly one object. ",
+        )
     )
     numbered = "\n".join(f"{n}. {claim}" for n, claim in enumerate(claims, start=1))
     user = (
         f"DOCUMENT ({document_label})\n{fence('DOCUMENT', document)}\n\n"
         f"CLAIMS ({len(claims)})\n{fence('CLAIMS', numbered)}\n\n"
-        f"Judge all {len(claims)} claims and answer with the JSON list only."
+        f"Judge all {len(claims)} claims and answer with the JSON object only."
     )
     return [ChatTurn("system", _with_stance(system, stance)), ChatTurn("user", user)]
 
@@ -140,8 +256,7 @@ def claim_messages(
     system = (
         f"{_ROLE}\n\nTASK\nDecide whether the {document_label} in the DOCUMENT block "
         f"{SINGLE_MARKER}. {_entailment_rules(document_label)}\n\n"
-        f'{_SAFETY}\n\nOUTPUT FORMAT\nReply with one JSON object: {{"explanation": "<one or two '
-        f'sentences on the evidence>", "entailed": 1 or 0}}, explanation first. {_CHECK}'
+        f"{_SAFETY}\n\n" + _contract(claim_schema(), "Explanation first. ")
     )
     user = (
         f"DOCUMENT ({document_label})\n{fence('DOCUMENT', document)}\n\n"
@@ -167,9 +282,11 @@ def citation_messages(
         "SOURCE_UNITS block, taken together, fully entail the sentence in the STATEMENT block: "
         "1 only if they state or directly imply everything the sentence says, 0 otherwise. Also "
         "list the numbers of the cited units that support any part of the sentence.\n\n"
-        f'{_SAFETY}\n\nOUTPUT FORMAT\nReply with one JSON object: {{"explanation": "<one or '
-        f'two sentences>", "supporting": [<unit numbers>], "entailed": 1 or 0}}, explanation '
-        f"first. Use only these unit numbers: {numbers}. {_CHECK}"
+        f"{_SAFETY}\n\n"
+        + _contract(
+            citation_schema(list(units)),
+            f"Explanation first. Use only these unit numbers: {numbers}. ",
+        )
     )
     lines = "\n".join(f"[{n}] {text}" for n, text in units.items())
     user = (
@@ -177,6 +294,10 @@ def citation_messages(
         f"CITED SOURCE UNITS\n{fence('SOURCE_UNITS', lines)}\n\nAnswer with the JSON object only."
     )
     return [ChatTurn("system", _with_stance(system, stance)), ChatTurn("user", user)]
+
+
+def _ids(disputes: Sequence[Mapping[str, object]]) -> list[str]:
+    return [str(d["id"]) for d in disputes]
 
 
 def repair_message(problem: str, shape: str) -> str:
@@ -208,13 +329,15 @@ def discussion_messages(
         "Read the documents and the panel's votes on each disputed claim, weigh the other "
         "members' arguments against the evidence, and give your own verdict on each with a short "
         "argument. Change your vote only if the evidence convinces you.\n\n"
-        f"{_SAFETY}\n\nOUTPUT FORMAT\nReply with one JSON list, one object per disputed id: "
-        '{"id": "<id>", "explanation": "<your argument>", "entailed": 1 or 0}. '
-        f"{_CHECK}"
+        f"{_SAFETY}\n\n"
+        + _contract(
+            discussion_schema(_ids(disputes)),
+            f'"{VERDICTS_KEY}" holds one object per disputed id. ',
+        )
     )
     user = (
         f"{context}\n\nDISPUTED VERDICTS\n{fence('VERDICTS', json.dumps(list(disputes), indent=1))}"
-        "\n\nAnswer with the JSON list only."
+        "\n\nAnswer with the JSON object only."
     )
     return [ChatTurn("system", _with_stance(system, stance)), ChatTurn("user", user)]
 
@@ -233,14 +356,14 @@ def decision_messages(context: str, disputes: Sequence[Mapping[str, object]]) ->
         "documents. Reason critically: do not count votes or split the difference; a claim is "
         "entailed (1) only if the documents fully support every detail of it, otherwise 0. For "
         "a cited statement also list the unit numbers that support it.\n\n"
-        f"{_SAFETY}\n\nOUTPUT FORMAT\nReply with one JSON list, one object per disputed id: "
-        '{"id": "<id>", "explanation": "<your reasons>", "supporting": [<unit numbers, '
-        'statements only>], "entailed": 1 or 0}. '
-        f"{_CHECK}"
+        f"{_SAFETY}\n\n"
+        + _contract(
+            decision_schema(_ids(disputes)), f'"{VERDICTS_KEY}" holds one object per disputed id. '
+        )
     )
     user = (
         f"{context}\n\nDISPUTED VERDICTS AND ARGUMENTS\n"
         f"{fence('DISCUSSION', json.dumps(list(disputes), indent=1))}\n\n"
-        "Decide every disputed id and answer with the JSON list only."
+        "Decide every disputed id and answer with the JSON object only."
     )
     return [ChatTurn("system", system), ChatTurn("user", user)]

@@ -70,7 +70,9 @@ from clinjudge.judges.doclens._plan import (
 from clinjudge.judges.doclens._prompts import (
     citation_messages,
     decision_messages,
+    decision_schema,
     discussion_messages,
+    discussion_schema,
     entailment_messages,
     extraction_messages,
     fence,
@@ -85,7 +87,7 @@ from clinjudge.judges.workflows import (
     WorkflowResult,
     register_claims_workflow,
 )
-from clinjudge.personas import Persona, PersonaSet, resolve_personas
+from clinjudge.personas import Persona, PersonaSet
 from clinjudge.rubrics import ChatTurn, Item
 
 
@@ -249,14 +251,19 @@ async def _discuss(
         ]
         for u in disputed
     }
-    shape = 'one JSON list of {"id", "explanation", "entailed"} objects'
+    shape = 'one JSON object {"verdicts": [...]} of {"id", "explanation", "entailed"} objects'
     context = _context(plan)
     for round_number in range(1, ctx.config.rounds + 1):
         for name, judge in judges.items():  # round-robin: later speakers hear earlier ones
             turns = discussion_messages(
                 context, _dispute_payload(disputed, arguments), stance=judge.stance
             )
-            got, _ = await judge.ask(turns, lambda t: parse_keyed(t, ids), shape)
+            got, _ = await judge.ask(
+                turns,
+                lambda t: parse_keyed(t, ids),
+                shape,
+                ("doclens_discussion", discussion_schema(ids)),
+            )
             for key, argued in (got or {}).items():
                 arguments[key].append(_argument(name, f"round {round_number}", argued))
     chair = LLMJudge(ctx, ORCHESTRATOR_AGENT, "orchestrator", transcript)
@@ -264,7 +271,9 @@ async def _discuss(
     got, error = await chair.ask(
         turns,
         lambda t: parse_keyed(t, ids),
-        'one JSON list of {"id", "explanation", "supporting", "entailed"} objects',
+        'one JSON object {"verdicts": [...]} of {"id", "explanation", "supporting", "entailed"} '
+        "objects",
+        ("doclens_decision", decision_schema(ids)),
     )
     decided: Verdicts = {}
     for unit in disputed:
@@ -318,8 +327,8 @@ def doclens_estimate_prompts(
     Args:
         item: The item.
         config: The run configuration (mode, DocLens settings).
-        personas: The run's resolved personas (``PreparedRun.personas``); None resolves
-            ``config.personas``.
+        personas: The run's personas, resolved once when it was prepared
+            (``PreparedRun.personas``); None for one judge (single mode).
     """
     settings = config.doclens
     output = remove_citations(item.summary)
@@ -348,7 +357,5 @@ def doclens_estimate_prompts(
                 unit = statement_unit(position, statement, source, settings.max_citations)
                 if unit.fixed is None:
                     judging.append(citation_messages(unit.text, unit.cited))
-    if personas is None and config.mode != "single":
-        personas = resolve_personas(config.personas)
     members = 1 if personas is None else max(len(personas.personas), 1)
     return prompts + judging * members

@@ -26,8 +26,12 @@ from autogen_core import CancellationToken, DefaultTopicId, MessageContext, rpc
 from autogen_core.models import AssistantMessage, LLMMessage, SystemMessage, UserMessage
 
 from clinjudge.errors import ClinJudgeError
+from clinjudge.judges.clients import structured_reply
 from clinjudge.rubrics import (
+    Rubric,
     json_objects,
+    rubric_json_schema,
+    with_leading_text,
 )
 
 log = logging.getLogger(__name__)
@@ -167,10 +171,51 @@ FINAL_PROMPT = (
     + """: {rounds_note}
 Decide the final grades now, as the chair. Weigh the members' arguments attribute by attribute
 against the notes and the rubric, and take the grade the strongest evidence supports; do not
-average the members' scores. Give your reasoning in a few sentences, then end your reply with one
-JSON object in the rubric's OUTPUT FORMAT, holding your grade for every rubric key, and write
-nothing after it."""
+average the members' scores.
+{contract}"""
 )
+
+DECISION_REASONING_KEY = "reasoning"
+DECISION_REASONING_MAX_LENGTH = 2000
+_FREE_DECISION = (
+    "Give your reasoning in a few sentences, then end your reply with one JSON object in the "
+    "rubric's OUTPUT FORMAT, holding your grade for every rubric key, and write nothing after it."
+)
+
+
+def decision_schema(rubric: Rubric, *, explanations: bool = False) -> dict[str, Any]:
+    """The JSON Schema of the chair's final decision: its reasoning first, then the rubric's
+    reply (every key, the same scales and null rules).
+
+    Args:
+        rubric: The rubric.
+        explanations: Whether the rubric reply carries an explanation with every score.
+    """
+    return with_leading_text(
+        rubric_json_schema(rubric, explanations=explanations),
+        DECISION_REASONING_KEY,
+        DECISION_REASONING_MAX_LENGTH,
+        "How the members' arguments were weighed, attribute by attribute, in a few sentences.",
+    )
+
+
+def decision_contract(schema: dict[str, Any] | None) -> str:
+    """The final prompt's output instruction, written from the decision schema.
+
+    Args:
+        schema: From :func:`decision_schema`; None keeps the free-text form (reasoning, then
+            the rubric JSON).
+    """
+    if schema is None:
+        return _FREE_DECISION
+    keys = ", ".join(f'"{k}"' for k in schema["required"])
+    return (
+        f'Reply with one JSON object and nothing else. Its first key, "{DECISION_REASONING_KEY}", '
+        f"holds your reasoning in a few sentences (at most {DECISION_REASONING_MAX_LENGTH} "
+        "characters); every other key is as in the rubric's OUTPUT FORMAT, holding your grade. "
+        f"The keys, in order: {keys}."
+    )
+
 
 PERSONA_PANEL_NOTE = """IN THE PANEL DISCUSSION
 The chair (the orchestrator) leads the discussion in rounds. When you are asked to speak, argue
@@ -304,6 +349,8 @@ class PanelProtocol:
     aliases: dict[str, str]
     system: str
     verifier: str | None = None  # a PRM verifier that reports once, before round 1
+    decision: dict[str, Any] | None = None  # the JSON Schema of the final decision
+    decision_name: str = "chair_decision"
     notes: list[str] = field(default_factory=list)
     seen: list[BaseChatMessage] = field(default_factory=list)  # every message, even on errors
 
@@ -360,7 +407,21 @@ class _PanelOrchestrator(MagenticOneOrchestrator):
         turns = len(self._turn_log)
         last = self._round_of(max(turns - 1, 0))
         note = f"round {last} of {self.protocol.rounds} has ended after {turns} member turn(s)."
-        return FINAL_PROMPT.format(rounds_note=note)
+        return FINAL_PROMPT.format(
+            rounds_note=note, contract=decision_contract(self.protocol.decision)
+        )
+
+    async def _prepare_final_answer(
+        self, reason: str, cancellation_token: CancellationToken
+    ) -> None:
+        schema = self.protocol.decision
+        if schema is None:
+            await super()._prepare_final_answer(reason, cancellation_token)
+            return
+        # AutoGen's final-answer call passes no extra arguments, and the runner's client takes
+        # none: the decision schema rides on the context of this one call.
+        with structured_reply(self.protocol.decision_name, schema):
+            await super()._prepare_final_answer(reason, cancellation_token)
 
     # turn bookkeeping --------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from clinjudge.errors import UserError
-from clinjudge.judges.clients import CallOutcome, ProviderFault
+from clinjudge.judges.clients import CallOutcome, ProviderFault, structured_reply
 from clinjudge.rubrics import (
     ChatTurn,
     Item,
@@ -20,6 +20,7 @@ from clinjudge.rubrics import (
     parse_judgment,
     render_messages,
     render_repair,
+    rubric_json_schema,
 )
 
 REPAIR_MAX_TOKENS = 4096
@@ -191,6 +192,16 @@ async def judge_single_sample(
         system_prefix=system_prefix,
         evidence=evidence,
     )
+    # Every call of this sample (repairs too) asks for replies following the rubric's schema;
+    # the call function passes through the runner, so the schema rides on the context.
+    schema = rubric_json_schema(rubric, explanations=explanations)
+    with structured_reply(rubric.name, schema):
+        return await _judge_with_repairs(turns, rubric, call, max_repairs)
+
+
+async def _judge_with_repairs(
+    turns: list[ChatTurn], rubric: Rubric, call: CallFn, max_repairs: int
+) -> SampleVerdict:
     outcome: CallOutcome | None = None
     problem = ""
     first_cap: int | None = None

@@ -1,0 +1,145 @@
+"""Structured output: how a reply schema travels to a model client and what the client sends.
+
+A workflow asks for a schema with ``extra_create_args={"json_schema": {"name", "schema"}}`` on
+``ChatCompletionClient.create`` (:data:`STRUCTURED_OUTPUT_KEY`), or, where a layer between the
+workflow and the model takes rendered turns rather than AutoGen arguments (a call function of
+the runner), by wrapping the call in :func:`structured_reply`. :class:`JudgeModel` picks the mode
+for each call from ``ModelSettings.structured_output`` and the endpoint's history; each client
+translates the key into what its endpoint understands and never sends the key itself:
+
+* OpenAI, Azure OpenAI and OpenAI-compatible servers (vLLM, SGLang, llama.cpp, ``transformers
+  serve``): ``response_format: {"type": "json_schema", "json_schema": {..., "strict": true}}``;
+* Ollama's native API through litellm (``ollama/``, ``ollama_chat/``): ``format: <schema>``;
+* any other litellm provider: the same ``response_format``, which litellm maps to the provider's
+  own structured-output feature (or a tool call) where it has one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from clinjudge.judges.clients._settings import StructuredOutput  # noqa: F401 - re-exported
+from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, schema_name
+
+OutputMode = Literal["json_schema", "json_object", "off"]
+"""What one call actually sent (the ``calls.output_mode`` column)."""
+
+
+class ReplySchema(BaseModel):
+    """A JSON Schema a reply must follow, as carried under :data:`STRUCTURED_OUTPUT_KEY`.
+
+    Args:
+        name: Name sent with the schema (letters, digits, ``_`` and ``-``; 64 at most).
+        schema: The JSON Schema (an object schema in OpenAI strict form).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    schema_: dict[str, Any] = Field(alias="schema")
+
+    def as_arg(self) -> dict[str, Any]:
+        """The value to put under :data:`STRUCTURED_OUTPUT_KEY` in ``extra_create_args``."""
+        return {"name": self.name, "schema": self.schema_}
+
+
+_REQUESTED: ContextVar[ReplySchema | None] = ContextVar("clinjudge_reply_schema", default=None)
+
+
+def reply_schema(value: Any) -> ReplySchema | None:
+    """A :class:`ReplySchema` from what a caller put under the key (a mapping or one already).
+
+    Args:
+        value: ``{"name": ..., "schema": ...}``, a ReplySchema, or None.
+    """
+    if value is None or isinstance(value, ReplySchema):
+        return value
+    return ReplySchema.model_validate(
+        {"name": schema_name(str(value.get("name") or "reply")), "schema": value["schema"]}
+    )
+
+
+@contextmanager
+def structured_reply(name: str, schema: Mapping[str, Any]) -> Iterator[ReplySchema]:
+    """Ask for replies following ``schema`` on every model call made inside the block.
+
+    For calls that pass through layers taking rendered turns (the runner's call functions);
+    a schema given in ``extra_create_args`` takes precedence.
+
+    Args:
+        name: Schema name (sanitised for the API).
+        schema: The JSON Schema of the reply.
+    """
+    requested = ReplySchema.model_validate({"name": schema_name(name), "schema": dict(schema)})
+    token = _REQUESTED.set(requested)
+    try:
+        yield requested
+    finally:
+        _REQUESTED.reset(token)
+
+
+def requested_schema(extra: Mapping[str, Any] | None) -> ReplySchema | None:
+    """The schema a call asks for: from ``extra_create_args``, else from :func:`structured_reply`.
+
+    Args:
+        extra: The call's ``extra_create_args``.
+    """
+    if extra and extra.get(STRUCTURED_OUTPUT_KEY) is not None:
+        return reply_schema(extra[STRUCTURED_OUTPUT_KEY])
+    return _REQUESTED.get()
+
+
+def split_schema(extra: Mapping[str, Any]) -> tuple[ReplySchema | None, dict[str, Any]]:
+    """Take our key out of ``extra_create_args``: (schema asked for, the rest to send).
+
+    Args:
+        extra: The call's ``extra_create_args``.
+    """
+    rest = {k: v for k, v in extra.items() if k != STRUCTURED_OUTPUT_KEY}
+    return reply_schema(extra.get(STRUCTURED_OUTPUT_KEY)), rest
+
+
+def openai_response_format(schema: ReplySchema) -> dict[str, Any]:
+    """OpenAI's structured-output ``response_format`` (strict) for a schema.
+
+    Args:
+        schema: The reply schema.
+    """
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.name, "schema": schema.schema_, "strict": True},
+    }
+
+
+# What endpoints say when they do not take a schema: OpenAI's "Invalid schema for
+# response_format", vLLM/SGLang/llama.cpp/TGI's "json_schema ... not supported", litellm's
+# "UnsupportedParamsError", Ollama's "invalid format".
+_SCHEMA_WORDS = re.compile(r"response_format|json_schema|structured output|\bformat\b", re.I)
+_REFUSAL_WORDS = re.compile(
+    r"unsupported|not supported|not support|invalid|unknown|unrecognized|not permitted|"
+    r"not allowed|extra inputs|cannot|unexpected",
+    re.I,
+)
+
+
+def is_schema_rejection(reason: str) -> bool:
+    """Whether a failed call's reason says the endpoint refused the schema request (a 400).
+
+    Args:
+        reason: ``ProviderFault.reason`` of the failed call.
+    """
+    status = re.match(r"HTTP (\d{3})", reason)
+    code = int(status.group(1)) if status else None
+    if code not in (400, 422, None):
+        return False
+    if code is None and "UnsupportedParams" not in reason:
+        return False
+    return bool(_SCHEMA_WORDS.search(reason)) and bool(
+        _REFUSAL_WORDS.search(reason) or "UnsupportedParams" in reason
+    )
