@@ -232,7 +232,7 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
     if provider == "hf":  # in-process transformers model; torch is imported on first use
         from clinjudge.judges.clients._hf_client import hf_client
 
-        return hf_client(settings)
+        return hf_client(settings, rubric)
     if settings.carries_redacted_credentials:
         raise ModelConfigError(
             f"model {settings.model}: its base_url held credentials, which are never stored "

@@ -1,0 +1,362 @@
+"""The ``hf/`` provider: a causal LM run in the judge's own process through transformers.
+
+``--model hf/<path or hub id>`` loads a local checkpoint folder, a GGUF file (or a folder holding
+one) or a hub id, once per process, and answers every agent that names it: requests in flight
+together are decoded in one batch, on a GPU when there is one, and every reply that has a JSON
+Schema (or asks for JSON) is decoded under that constraint, so it is valid JSON of that shape.
+Tokens are counted by the model's tokenizer and cost nothing.
+
+This module is light: torch, transformers and llguidance (the ``prm`` extra) are imported the
+first time a request is sent (:mod:`clinjudge.judges.clients._hf_engine`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autogen_core.models import CreateResult, LLMMessage, ModelInfo, RequestUsage
+
+from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, to_openai_messages
+from clinjudge.judges.clients._faults import ProviderFault
+from clinjudge.judges.clients._model import ModelConfigError
+from clinjudge.judges.clients._settings import ModelSettings
+from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, Rubric
+
+if TYPE_CHECKING:
+    from clinjudge.judges.clients._hf_batcher import MicroBatcher
+    from clinjudge.judges.clients._hf_engine import (
+        GenerationRequest,
+        GenerationResult,
+        LocalModel,
+    )
+
+HF_PROVIDERS = {"hf"}
+"""Provider names of the in-process model."""
+
+DEVICE_ENV = "CLINJUDGE_HF_DEVICE"
+"""Device of ``hf/`` models when the settings name none: ``auto`` (default), ``cpu``, ``cuda``."""
+DTYPE_ENV = "CLINJUDGE_HF_DTYPE"
+"""Weights' dtype: ``auto`` (bfloat16 on GPU, float32 on CPU), ``bfloat16``, ``float32``..."""
+MAX_BATCH_ENV = "CLINJUDGE_HF_MAX_BATCH"
+"""Most requests per batch (default 8 on CPU, 32 on GPU)."""
+WINDOW_ENV = "CLINJUDGE_HF_BATCH_WINDOW_MS"
+"""How long a batch's first request waits for others to join (default 10 ms)."""
+
+DEFAULT_MAX_TOKENS = 400
+DEFAULT_WINDOW_MS = 10.0
+INSTALL_HINT = "hf/ models need torch, transformers and llguidance: pip install 'clinjudge[prm]'"
+
+HF_MODEL_INFO = ModelInfo(
+    vision=False,
+    function_calling=False,
+    json_output=True,
+    structured_output=True,
+    family="unknown",
+    multiple_system_messages=False,
+)
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model's files are.
+
+    Args:
+        location: A local folder, or a Hugging Face hub id.
+        gguf_file: Name of a GGUF file inside ``location`` (None: a transformers checkpoint).
+        local: ``location`` is on this machine: the hub is never asked.
+    """
+
+    location: str
+    gguf_file: str | None = None
+    local: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
+
+
+def resolve_source(name: str) -> ModelSource:
+    """Where the model named after ``hf/`` lives.
+
+    A path (folder with ``config.json``, ``.gguf`` file, folder with one ``.gguf``) is read from
+    disk only; ``org/name`` that is no path is a hub id, and ``org/name/file.gguf`` a GGUF file
+    in a hub repository (fetched only when the machine has network and no ``HF_HUB_OFFLINE``).
+
+    Args:
+        name: The model name after ``hf/``.
+
+    Raises:
+        ModelConfigError: A path that holds no model, or a name that is neither.
+    """
+    path = Path(name).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelConfigError(
+                f"model hf/{name}: a file must be a .gguf checkpoint; give a folder otherwise"
+            )
+        return ModelSource(str(path.parent), path.name)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ModelSource(str(path))
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ModelSource(str(path), ggufs[0])
+        if ggufs:
+            raise ModelConfigError(
+                f"model hf/{name}: the folder holds several GGUF files ({', '.join(ggufs)}); "
+                f"name one, e.g. hf/{Path(name) / ggufs[0]}"
+            )
+        raise ModelConfigError(f"model hf/{name}: the folder has no config.json and no .gguf")
+    looks_local = name.startswith(("/", ".", "~")) or "\\" in name
+    if not looks_local and _HUB_ID.match(name):
+        return ModelSource(name, local=False)
+    parts = name.split("/")
+    if not looks_local and len(parts) == 3 and parts[2].lower().endswith(".gguf"):
+        return ModelSource("/".join(parts[:2]), parts[2], local=False)
+    raise ModelConfigError(
+        f"model hf/{name}: no such file or folder (a hub id looks like org/name)"
+    )
+
+
+_ENGINES: dict[tuple[ModelSource, str, str], LocalModel] = {}
+_BATCHERS: dict[int, MicroBatcher[GenerationRequest, GenerationResult]] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") -> LocalModel:
+    """The process-wide model for a source, device and dtype (created unloaded).
+
+    Args:
+        source: Where the files are.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: ``auto``, ``bfloat16``, ``float16`` or ``float32``.
+
+    Raises:
+        ProviderFault: torch, transformers or llguidance is not installed (not retryable).
+    """
+    missing = [m for m in ("torch", "transformers", "llguidance") if not _installed(m)]
+    if missing:
+        raise ProviderFault(f"{INSTALL_HINT} (missing: {', '.join(missing)})", retryable=False)
+    from clinjudge.judges.clients._hf_engine import LocalModel
+
+    key = (source, device, dtype)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = LocalModel(source, device=device, dtype=dtype)
+        return engine
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _batcher(engine: LocalModel) -> MicroBatcher[GenerationRequest, GenerationResult]:
+    """The model's batcher: every client of the model shares it, so their requests share
+    batches."""
+    from clinjudge.judges.clients._hf_batcher import MicroBatcher
+
+    with _ENGINES_LOCK:
+        batcher = _BATCHERS.get(id(engine))
+        if batcher is None:
+            configured = _env_int(MAX_BATCH_ENV)
+
+            async def loaded() -> None:
+                # Requests that arrive while the model loads share the first batch.
+                await asyncio.wrap_future(engine.start_loading())
+                if configured is None:
+                    created.max_batch = 8 if engine.device == "cpu" else 32
+
+            window_ms = float(os.environ.get(WINDOW_ENV) or DEFAULT_WINDOW_MS)
+            created: MicroBatcher[GenerationRequest, GenerationResult] = MicroBatcher(
+                engine.run_batch,
+                engine.executor,
+                max_batch=configured or 8,
+                window_s=window_ms / 1000,
+                group=lambda request: request.sampling,
+                before_batch=loaded,
+                on_cancel=_cancel,
+            )
+            batcher = _BATCHERS[id(engine)] = created
+        return batcher
+
+
+def _cancel(request: GenerationRequest) -> None:
+    request.cancelled = True
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ModelConfigError(f"{name}={value!r} must be a whole number") from exc
+    if number < 1:
+        raise ModelConfigError(f"{name}={value!r} must be at least 1")
+    return number
+
+
+def _reply_schema(json_output: Any, extra: Mapping[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    """The reply's schema and whether the reply must be JSON at all."""
+    requested = extra.get(STRUCTURED_OUTPUT_KEY)
+    if requested is not None:
+        schema = requested.get("schema") if isinstance(requested, Mapping) else None
+        if schema is None:  # a ReplySchema object
+            schema = getattr(requested, "schema_", None)
+        if isinstance(schema, Mapping):
+            return dict(schema), True
+    if isinstance(json_output, type) and hasattr(json_output, "model_json_schema"):
+        return json_output.model_json_schema(), True
+    return None, json_output is True
+
+
+def _chat(messages: Sequence[LLMMessage]) -> list[dict[str, str]]:
+    """AutoGen messages as plain role/content turns for a chat template."""
+    turns = []
+    for message in to_openai_messages(messages):
+        role = message["role"] if message["role"] in ("system", "user", "assistant") else "user"
+        turns.append({"role": role, "content": str(message.get("content") or "")})
+    return turns
+
+
+class HFChatCompletionClient(SimpleChatCompletionClient):
+    """An AutoGen client for a causal LM run in this process (``hf/<path or hub id>``).
+
+    Args:
+        model: What follows ``hf/``: a checkpoint folder, a ``.gguf`` file, a folder with one
+            ``.gguf``, or a hub id.
+        max_tokens: Cap on generated tokens per reply (a call's ``max_tokens`` overrides it).
+        temperature: Sampling temperature; 0 or None decodes greedily.
+        top_p: Nucleus sampling mass.
+        seed: Seeds each batch's sampling.
+        device: ``auto`` (a CUDA GPU when there is one), ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: ``auto`` (bfloat16 on GPU, float32 on CPU), ``bfloat16``, ``float16``, ``float32``.
+        rubric: The run's rubric: its gates (``synthesized`` null exactly when ``abstraction``
+            is 0) are written into reply schemas that carry both keys, which strict-mode
+            schemas cannot say, so constrained replies never break them.
+
+    Raises:
+        ModelConfigError: ``model`` names no model.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        rubric: Rubric | None = None,
+    ):
+        super().__init__(HF_MODEL_INFO)
+        self.source = resolve_source(model)
+        self.max_tokens = max_tokens or DEFAULT_MAX_TOKENS
+        self.temperature = temperature
+        self.top_p = top_p
+        self.seed = seed
+        self.device = device
+        self.dtype = dtype
+        self.gates = [
+            (a.key, a.gate.attribute, a.gate.null_when)
+            for a in (rubric.attributes if rubric is not None else [])
+            if a.gate is not None
+        ]
+
+    @property
+    def engine(self) -> LocalModel:
+        """The shared in-process model (loaded on the first request)."""
+        return local_model(self.source, self.device, self.dtype)
+
+    async def _complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Any] = (),
+    ) -> CreateResult:
+        engine = self.engine  # fails first without the prm extra
+        from clinjudge.judges.clients._hf_engine import GenerationRequest
+
+        if tools:
+            raise ProviderFault(
+                "hf/ models are run without tools (function calling)", retryable=False
+            )
+        schema, json_mode = _reply_schema(json_output, extra)
+        cap = extra.get("max_tokens") or extra.get("max_completion_tokens") or self.max_tokens
+        if schema is not None and self.gates:
+            from clinjudge.judges.clients._hf_constraint import GateRule, apply_gates
+
+            schema = apply_gates(schema, [GateRule(*gate) for gate in self.gates])
+        request = GenerationRequest(
+            messages=_chat(messages),
+            max_tokens=int(cap),
+            schema=schema,
+            json_mode=json_mode,
+            temperature=extra.get("temperature", self.temperature),
+            top_p=extra.get("top_p", self.top_p),
+            seed=extra.get("seed") if isinstance(extra.get("seed"), int) else self.seed,
+        )
+        try:
+            result = await _batcher(engine).submit(request)
+        except ProviderFault:
+            raise
+        except Exception as exc:  # noqa: BLE001 - load and decoding failures are not retried
+            raise ProviderFault(f"hf/{self.source}: {exc}"[:500], retryable=False) from exc
+        return CreateResult(
+            finish_reason="stop" if result.finish_reason == "stop" else "length",
+            content=result.text,
+            usage=RequestUsage(
+                prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
+            ),
+            cached=False,
+        )
+
+    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        engine = _ENGINES.get((self.source, self.device, self.dtype))
+        if engine is None or not engine.ready:
+            return super().count_tokens(messages, tools=tools)
+        return len(engine.encode_chat(_chat(messages)))
+
+    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
+        engine = _ENGINES.get((self.source, self.device, self.dtype))
+        context = engine.context_length if engine is not None and engine.ready else 8192
+        return max(context - self.count_tokens(messages, tools=tools), 0)
+
+
+def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCompletionClient:
+    """The client for an ``hf/`` model's settings (device and dtype: the settings' when they
+    have them, else ``CLINJUDGE_HF_DEVICE`` / ``CLINJUDGE_HF_DTYPE``, else ``auto``).
+
+    Args:
+        settings: Model and sampling settings.
+        rubric: The run's rubric (its gates constrain replies).
+    """
+    device = getattr(settings, "device", None) or os.environ.get(DEVICE_ENV) or "auto"
+    dtype = getattr(settings, "dtype", None) or os.environ.get(DTYPE_ENV) or "auto"
+    return HFChatCompletionClient(
+        settings.name,
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        seed=settings.seed,
+        device=str(device),
+        dtype=str(dtype),
+        rubric=rubric,
+    )
