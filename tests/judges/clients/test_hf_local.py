@@ -29,7 +29,6 @@ from clinjudge.judges.clients._hf_client import (
     ModelSource,
     resolve_source,
 )
-from clinjudge.judges.clients._hf_constraint import closing_reserve
 from clinjudge.rubrics import Rubric, load_rubric, parse_judgment, rubric_json_schema
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
@@ -226,6 +225,9 @@ def test_every_reply_follows_the_rubric_schema_and_fits_its_cap(
 
     results = asyncio.run(main())
     # A cap below the shortest complete reply is raised to it.
+    # Imported here: the module needs torch, and every test module collects without it.
+    from clinjudge.judges.clients._hf_constraint import closing_reserve
+
     floor = closing_reserve(rubric_json_schema(pdsqi9), client.engine.tokenizer)
     for result in results:
         assert result.finish_reason == "stop"
