@@ -405,6 +405,7 @@ def _check_smollm2_run(result: Any, db: Path, n_calls: int, rubric: Rubric) -> N
         assert call["completion_tokens"] <= SMOL_MAX_TOKENS + 1
 
 
+@pytest.mark.timeout(900)  # a real model on CPU: minutes on two shared cores
 def test_smollm2_judges_three_pdsqi9_items_alone(tmp_path: Path, pdsqi9: Rubric) -> None:
     gguf = smollm2_gguf()
     started = time.perf_counter()
@@ -414,6 +415,7 @@ def test_smollm2_judges_three_pdsqi9_items_alone(tmp_path: Path, pdsqi9: Rubric)
     print(f"SmolLM2 single, 3 items: {time.perf_counter() - started:.1f} s")
 
 
+@pytest.mark.timeout(900)  # a real model on CPU: minutes on two shared cores
 def test_smollm2_panel_of_two_on_two_pdsqi9_items(tmp_path: Path, pdsqi9: Rubric) -> None:
     gguf = smollm2_gguf()
     started = time.perf_counter()
