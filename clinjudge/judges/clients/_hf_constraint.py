@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -348,6 +348,8 @@ class ConstrainedBatch:
         closers: The tokenizer's closing tokens.
         eos_id: The end token forced where a row must stop.
         eos_ids: Every token that ends a reply.
+        on_first_step: Called once the prompts have been read, before the first token is chosen
+            (the engine lowers the CPU threads for decoding there).
     """
 
     def __init__(
@@ -357,6 +359,7 @@ class ConstrainedBatch:
         closers: Closers,
         eos_id: int,
         eos_ids: Sequence[int],
+        on_first_step: Callable[[], None] | None = None,
     ):
         self.rows = list(rows)
         self._closers = closers
@@ -370,11 +373,14 @@ class ConstrainedBatch:
         self.first_step_at: float | None = None
         """``time.perf_counter()`` at the first step (the prompt has been read)."""
         self.steps = 0
+        self._on_first_step = on_first_step
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         last = input_ids[:, -1].tolist() if self._started else [None] * len(self.rows)
         if not self._started:
             self.first_step_at = time.perf_counter()
+            if self._on_first_step is not None:
+                self._on_first_step()
         self._started = True
         self.steps += 1
         masked = False

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -61,6 +62,8 @@ PREFIX_MIN_TOKENS = 64
 """Shortest shared prompt prefix worth caching."""
 PREFIX_ENTRIES = 4
 """Prefixes kept (each holds its key/value cache; SmolLM2's 2,300-token rubric prefix ~100 MB)."""
+DECODE_THREADS_ENV = "CLINJUDGE_HF_DECODE_THREADS"
+"""CPU threads while decoding (see :func:`decode_threads`)."""
 STATIC_CACHE = True
 """Preallocate each batch's key/value cache (False: let it grow, as transformers does)."""
 RECENT_PROMPTS = 16
@@ -164,6 +167,25 @@ class _Cancelled(StoppingCriteria):
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
+def decode_threads() -> int:
+    """CPU threads for decoding: ``CLINJUDGE_HF_DECODE_THREADS``, else half of torch's (at
+    least one).
+
+    Reading a prompt is a few large matrix products that keep every thread busy; a decoding step
+    is hundreds of small ones, each ending in a barrier where all threads wait for the slowest.
+    On a machine whose cores are shared, one thread descheduled at a barrier stalls the step: on
+    the 2-core development machine under a load of 3, SmolLM2 decoded 3 rows at 0.3-0.5 s per
+    step on one thread and 4 s per step on two, while the prompts took as long either way.
+    """
+    configured = os.environ.get(DECODE_THREADS_ENV)
+    if configured:
+        try:
+            return max(1, int(configured))
+        except ValueError as exc:
+            raise LocalModelError(f"{DECODE_THREADS_ENV}={configured!r} must be a number") from exc
+    return max(1, torch.get_num_threads() // 2)
+
+
 def _quiet_gguf_progress() -> None:
     """Silence the GGUF loader's progress bar, which ignores transformers' progress setting."""
     try:
@@ -217,6 +239,8 @@ class LocalModel:
         self.tokenizer: Any = None
         self.model: Any = None
         self.device = "cpu"
+        self.decode_threads: int | None = None
+        """CPU threads while decoding (None: torch's setting throughout)."""
         self.load_s = 0.0
         self._prefixes: OrderedDict[tuple[int, ...], _Prefix] = OrderedDict()
         self._recent: deque[list[int]] = deque(maxlen=RECENT_PROMPTS)
@@ -265,7 +289,7 @@ class LocalModel:
         self.llg_tokenizer = llguidance.hf.from_tokenizer(
             tokenizer,  # type: ignore[arg-type]
             n_vocab=self.vocab_size,
-            eos_token=self.eos_ids[0],
+            eos_token=self.eos_ids,  # any of them ends a complete reply
         )
         self.closers = Closers.of(self.llg_tokenizer, self.vocab_size)
         self.context_length = int(
@@ -276,6 +300,8 @@ class LocalModel:
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         if self.prefix_cache and not self._full_attention():
             self.prefix_cache = False
+        if self.device == "cpu":
+            self.decode_threads = decode_threads()
         self.load_s = time.perf_counter() - started
 
     def _eos_ids(self) -> list[int]:
@@ -505,8 +531,15 @@ class LocalModel:
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,
         )
+        threads = torch.get_num_threads()
+        decoding_threads = self.decode_threads or threads
+
+        def decoding() -> None:  # called once the prompts have been read
+            if decoding_threads != threads:
+                torch.set_num_threads(decoding_threads)
+
         processor = ConstrainedBatch(
-            rows, self.vocab_size, self.closers, self.eos_ids[0], self.eos_ids
+            rows, self.vocab_size, self.closers, self.eos_ids[0], self.eos_ids, decoding
         )
         length = head_width + tail_width + config.max_new_tokens
         kwargs: dict[str, Any] = {
@@ -518,14 +551,17 @@ class LocalModel:
         }
         if seed is not None:
             torch.manual_seed(seed)
-        output = self.model.generate(
-            input_ids=torch.tensor(input_ids, device=self.device),
-            attention_mask=torch.tensor(mask, device=self.device),
-            generation_config=config,
-            logits_processor=LogitsProcessorList([processor]),
-            stopping_criteria=StoppingCriteriaList([_Cancelled(requests)]),
-            **kwargs,
-        )
+        try:
+            output = self.model.generate(
+                input_ids=torch.tensor(input_ids, device=self.device),
+                attention_mask=torch.tensor(mask, device=self.device),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([processor]),
+                stopping_criteria=StoppingCriteriaList([_Cancelled(requests)]),
+                **kwargs,
+            )
+        finally:
+            torch.set_num_threads(threads)
         ended = time.perf_counter()
         read = processor.first_step_at or ended
         log.debug(

