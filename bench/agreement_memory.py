@@ -87,8 +87,8 @@ def child_analysis(n_items: int, n_boot: int) -> dict:
         "seconds": time.perf_counter() - start,
         "cpu_seconds": time.process_time() - cpu,
         "rows": table.num_rows,
-        "pooled_units": report["pooled"]["n_units"],
-        "primary_icc3k": report["pooled"]["primary"]["value"],
+        "pooled_units": report.pooled.physicians_among_themselves.n_units,
+        "primary_icc3k": report.to_dict()["pooled"]["primary"]["value"],
     }
 
 
@@ -160,8 +160,8 @@ def child_store(n_items: int, n_boot: int, db: str) -> dict:
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
         "rows": n_items * N_ATTRIBUTES * (N_RATERS + 1),
-        "pooled_units": result["pooled"]["n_units"],
-        "primary_icc3k": result["pooled"]["primary"]["value"],
+        "pooled_units": result.pooled.physicians_among_themselves.n_units,
+        "primary_icc3k": result.to_dict()["pooled"]["primary"]["value"],
     }
 
 

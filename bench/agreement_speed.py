@@ -196,7 +196,7 @@ def run_shape(name: str, ref_boot: int, repeats: int) -> tuple[float, float]:
     measured = fixed_total + per_resample_total * ref_boot
     reference_s = fixed_total + per_resample_total * N_BOOT
 
-    pooled = report["pooled"]
+    pooled = report.to_dict()["pooled"]  # the --json layout
     print(
         f"[{name}] {n_items} items x {n_attributes} attributes, {n_humans} human raters, "
         f"{n_samples} judge samples; {N_BOOT} bootstrap resamples; {len(blocks)} blocks"

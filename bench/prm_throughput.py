@@ -12,8 +12,15 @@
     utilisation = 2 x params x tokens / time / peak, also without the embedding and head (the
     honest figure: the scorer runs two rows of the head). Target: >= 40% on an H100. Skipped, with a
     message, when CUDA is absent (``--shape tiny --device cpu`` runs the same code as a check).
+(c) ``--ray``: the same chains scored in this process and through ``score_on_ray`` (a local Ray,
+    one replica, the model loaded from disk by the replica), one run each: tokens/s of both,
+    their ratio (Ray / one process) end to end (Ray's start-up apart, reported on its own) and
+    in forward time, and whether the scores are equal to the last bit. On CPU with the tiny
+    model the figure is Ray's fixed overhead (actor start, model load, transport); on a GPU
+    (``--device cuda --ray-shape llama-3.1-8b``) the target is >= 0.9x.
 
 Usage: python bench/prm_throughput.py [--part a|b|both] [--chains 16] [--threads 2] [--notes 64]
+       python bench/prm_throughput.py --ray [--device cpu] [--ray-chains 96] [--ray-shape tiny]
 """
 
 from __future__ import annotations
@@ -397,6 +404,87 @@ def part_b(args: argparse.Namespace) -> None:
         print(f"peak used: {peak} TFLOPS (dense bf16)")
 
 
+def _save_ray_model(path: Path, shape: str, device: str) -> None:
+    """A random checkpoint of ``shape`` with the Med-PRM character tokenizer, saved to disk."""
+    special, pieces = [" ки"], [" +", " -"]
+    tokenizer = build_tokenizer(special, pieces)
+    dims = {"tiny": TINY_SHAPE, "small": SMALL_SHAPE, "llama-3.1-8b": LLAMA_31_8B}[shape]
+    config = LlamaConfig(**{**dims, "vocab_size": max(len(tokenizer), 128)})
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # an 8B shape is built in bf16 directly, not via fp32
+    try:
+        model = LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+
+
+def part_ray(args: argparse.Namespace) -> None:
+    import ray
+
+    from clinjudge.prm_bridge import RayOptions, ScorerSpec, score_on_ray
+
+    hf_logging.set_verbosity_error()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("## (c) Ray: skipped, CUDA is not available (pass --device cpu)")
+        return
+    fmt = make_format("medprm")
+    # The replica gets --threads CPUs, and Ray gives its torch as many threads: the same here.
+    torch.set_num_threads(args.threads)
+    chains = [_chain(n, 10, args.question_chars, args.step_chars) for n in range(args.ray_chains)]
+    with tempfile.TemporaryDirectory() as folder:
+        _save_ray_model(Path(folder), args.ray_shape, args.device)
+        started = time.perf_counter()
+        scorer = TransformersPRM(
+            folder, fmt, device=args.device, batch_tokens=args.ray_batch_tokens
+        )
+        load_s = time.perf_counter() - started
+        scorer.score(chains[:2])  # warm-up, as the replica's first batch is not
+        started = time.perf_counter()
+        single = scorer.score(chains)
+        single_s = time.perf_counter() - started
+        del scorer
+        started = time.perf_counter()
+        ray.init(num_cpus=max(args.threads, 1), include_dashboard=False, log_to_driver=False)
+        init_s = time.perf_counter() - started
+        try:
+            spec = ScorerSpec(folder, fmt, device=args.device, batch_tokens=args.ray_batch_tokens)
+            options = RayOptions(replicas=1, batch_size=args.ray_batch)
+            results: dict[int, object] = {}
+            started = time.perf_counter()
+            for part in score_on_ray(chains, spec, options):
+                results.update(part)
+            ray_s = time.perf_counter() - started
+        finally:
+            ray.shutdown()
+    tokens = sum(r.n_tokens for r in single)
+    ray_results = [results[i] for i in range(len(chains))]
+    forward_single = sum(r.latency_s for r in single)
+    forward_ray = sum(r.latency_s for r in ray_results)  # type: ignore[attr-defined]
+    equal = all(
+        [s.score for s in a.steps] == [s.score for s in b.steps]  # type: ignore[attr-defined]
+        for a, b in zip(single, ray_results, strict=True)
+    )
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(f"## (c) Ray overhead, {device}, {args.ray_shape} model, ray {ray.__version__}, "
+          f"{len(chains)} chains, {tokens:,} tokens")  # fmt: skip
+    print("| path | seconds | tokens/s | forward s | forward tokens/s |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| one process (model load {load_s:.1f} s apart) | {single_s:.2f} | "
+        f"{tokens / single_s:,.0f} | {forward_single:.2f} | {tokens / forward_single:,.0f} |"
+    )
+    print(f"| Ray, 1 replica (actor start and model load included; ray.init {init_s:.1f} s "
+          f"apart) | {ray_s:.2f} | {tokens / ray_s:,.0f} | {forward_ray:.2f} | "
+          f"{tokens / forward_ray:,.0f} |")  # fmt: skip
+    print(f"ratio Ray / one process, tokens/s end to end: {single_s / ray_s:.2f}x; "
+          f"in forward time: {forward_single / forward_ray:.2f}x; "
+          f"scores equal to the last bit: {equal}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["a", "b", "both"], default="both")
@@ -412,7 +500,15 @@ def main() -> None:
     parser.add_argument("--attn", default="auto")
     parser.add_argument("--batch-tokens", type=int, nargs="+", default=[16384, 32768, 65536])
     parser.add_argument("--peak-tflops", type=float, default=None)
+    parser.add_argument("--ray", action="store_true", help="(c) only: Ray vs one process")
+    parser.add_argument("--ray-chains", type=int, default=96)
+    parser.add_argument("--ray-shape", choices=["tiny", "small", "llama-3.1-8b"], default="tiny")
+    parser.add_argument("--ray-batch", type=int, default=32, help="(c): chains per Ray batch")
+    parser.add_argument("--ray-batch-tokens", type=int, default=16384)
     args = parser.parse_args()
+    if args.ray:
+        part_ray(args)
+        return
     if args.part in ("a", "both"):
         part_a(args)
     if args.part in ("b", "both"):

@@ -3,8 +3,10 @@
 `judge --version` and `judge --help` must stay under 0.5 s on a quiet machine: they import no
 command module (commands load lazily), so AutoGen, litellm, scipy and DuckDB are not paid for.
 `judge run --help` must too: its options come from a registry (`cli/_options.py`) that imports
-typer only, and the API loads when the command runs. `judge agree --help` shows what a command
-module that imports the statistics at its top costs. `judge runs list` (on an empty store) must
+typer only, and the API loads when the command runs. `judge agree --help` likewise: the command
+module imports the statistics, the store and the report writer inside the commands, and
+`clinjudge.analysis` loads its modules on first use (3-5 s before, with scipy, the store and the
+model clients imported for the help text). `judge runs list` (on an empty store) must
 stay under 1 s: the store loads without the model clients or the statistics.
 
     python bench/startup.py [--repeat 7]

@@ -17,7 +17,15 @@ and messages; the first view of the run page: also the aggregates it shows, writ
 here). Prints the median of ``--repeats`` timings after one warm-up (page and bare query timed
 alternately, so both see the same load on a shared machine), and the ratio.
 
-Target (issue 12): the run page and any item page under 300 ms on this machine.
+Then (issue 25) the item list sorted by a final score, by |judge - physicians' median| (every
+hundredth item has three physicians' ratings), by cost, filtered (failed and a score bound,
+sorted by latency) and searched (ids, text and rationales; and with the source notes, which
+are most of the run's text), and an item page opened from a sorted,
+filtered list (its previous and next items found in that list), each against plain DuckDB SQL
+of the same page (count, one window of 100 and their final scores).
+
+Target (issues 12 and 25): the run page, any item page and any sorted or filtered page of the
+item list under 300 ms on this machine.
 
 With ``--export``: the static export (`judge view --export`) of a run of ``--items`` items
 (default 50,000), in one run of this script: the old way, every page rendered by the live
@@ -140,6 +148,19 @@ def build(db: Path, items: int, samples: int) -> None:
             FROM range(?) t(i), range(1, ? + 1) u(s), range(3) v(m)""",
             [RUN_ID, items, samples],
         )
+        # Physicians' ratings of every hundredth item (1,000 of 100,000), three raters, every
+        # attribute: the item list shows their median beside each attribute and sorts by judge
+        # minus median.
+        con.execute(
+            f"""
+            INSERT INTO human_ratings (item_id, rater_id, attribute, score, rubric, source,
+              imported_at)
+            SELECT printf('item-%06d', i), 'phys-' || r, k, 1 + (i * 13 + r * 5 + ki) % 5,
+              'pdsqi9', 'bench', now()
+            FROM range(0, ?, 100) t(i), range(3) u(r),
+                 (SELECT unnest({keys}) AS k, generate_subscripts({keys}, 1) AS ki)""",
+            [items],
+        )
         con.execute("CHECKPOINT")
 
 
@@ -195,6 +216,78 @@ def _bare_run_first_view(db: Path) -> None:
     finally:
         con.close()
     _bare_run_page(db, 1)
+
+
+_FINALS = "SELECT item_id, value AS k FROM judgments WHERE run_id = $r AND final AND attribute = "
+_MEDIAN = (
+    "SELECT j.item_id, j.value - h.m AS k FROM judgments j JOIN (SELECT item_id, "
+    "median(score) AS m FROM human_ratings WHERE attribute = 'accurate' GROUP BY 1) h "
+    "USING (item_id) WHERE j.run_id = $r AND j.final AND j.attribute = 'accurate'"
+)
+_LIST_CASES = [
+    # (label, viewer URL, bare query: FROM/WHERE of the listed items with sort value k and
+    #  the ORDER BY)
+    (
+        "list sorted by accurate, page {mid}",
+        "/runs/{run}/?sort=score:accurate&desc=1&page={mid}",
+        f"FROM items i LEFT JOIN ({_FINALS}'accurate') s USING (item_id) WHERE i.run_id = $r "
+        "ORDER BY k DESC NULLS LAST, i.position",
+    ),
+    (
+        "list by |judge - phys. median|",
+        "/runs/{run}/?sort=absdiff:accurate&desc=1",
+        f"FROM items i LEFT JOIN (SELECT item_id, abs(k) AS k FROM ({_MEDIAN})) s "
+        "USING (item_id) WHERE i.run_id = $r ORDER BY k DESC NULLS LAST, i.position",
+    ),
+    (
+        "list by cost, page {mid}",
+        "/runs/{run}/?sort=cost&desc=1&page={mid}",
+        "FROM items i LEFT JOIN (SELECT item_id, sum(cost_usd) AS k FROM calls WHERE run_id = $r "
+        "GROUP BY 1) s USING (item_id) WHERE i.run_id = $r ORDER BY k DESC NULLS LAST, i.position",
+    ),
+    (
+        "list filtered: failed, accurate>=3",
+        "/runs/{run}/?failed=1&where=accurate%3E%3D3&sort=latency&desc=1",
+        "FROM items i LEFT JOIN (SELECT item_id, sum(latency_s) AS k FROM calls WHERE run_id = $r "
+        "GROUP BY 1) s USING (item_id) WHERE i.run_id = $r AND i.item_id IN (SELECT item_id "
+        "FROM samples WHERE run_id = $r AND status <> 'ok') AND i.item_id IN (SELECT item_id "
+        f"FROM ({_FINALS}'accurate') WHERE k >= 3) ORDER BY k DESC NULLS LAST, i.position",
+    ),
+    (
+        "list searched, notes too",
+        "/runs/{run}/?q=sample+2+of+item+4242&in_notes=1",
+        "FROM items i WHERE i.run_id = $r AND (i.item_id ILIKE $q OR i.summary ILIKE $q "
+        "OR CAST(i.notes AS VARCHAR) ILIKE $q OR i.item_id IN (SELECT item_id FROM samples "
+        "WHERE run_id = $r AND rationale ILIKE $q) OR i.item_id IN (SELECT item_id FROM "
+        "judgments WHERE run_id = $r AND rationale ILIKE $q)) ORDER BY i.position",
+    ),
+    (
+        "list searched (ids, text, rationales)",
+        "/runs/{run}/?q=sample+2+of+item+4242",
+        "FROM items i WHERE i.run_id = $r AND (i.item_id ILIKE $q OR i.summary ILIKE $q "
+        "OR i.reference ILIKE $q OR i.item_id IN (SELECT item_id FROM samples "
+        "WHERE run_id = $r AND rationale ILIKE $q) OR i.item_id IN (SELECT item_id FROM "
+        "judgments WHERE run_id = $r AND rationale ILIKE $q)) ORDER BY i.position",
+    ),
+]
+
+
+def _bare_list(db: Path, sql: str, offset: int) -> None:
+    """A listed page as plain SQL: the count, one window of 100 and their final scores."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        params = {"r": RUN_ID, "q": "%sample 2 of item 4242%"} if "$q" in sql else {"r": RUN_ID}
+        con.execute(f"SELECT count(*) {sql.split(' ORDER BY ')[0]}", params).fetchall()
+        ids = [r[0] for r in con.execute(
+            f"SELECT i.item_id {sql} LIMIT 100 OFFSET {offset}", params
+        ).fetchall()]  # fmt: skip
+        con.execute(
+            "SELECT item_id, attribute, value FROM judgments WHERE run_id = ? AND final "
+            "AND item_id IN (SELECT unnest(?))",
+            [RUN_ID, ids],
+        ).fetchall()
+    finally:
+        con.close()
 
 
 def _bare_item_page(db: Path, item_id: str) -> None:
@@ -273,7 +366,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.items = args.items or (50_000 if args.export else 100_000)
-    db = args.work / f"viewer-{args.items}x{args.samples}.duckdb"
+    # "-rated": stores built before the ratings were added are not reused.
+    db = args.work / f"viewer-{args.items}x{args.samples}-rated.duckdb"
     if not db.exists():
         args.work.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
@@ -321,6 +415,20 @@ def main() -> None:
         item = f"item-{n:06d}"
         cases.append((f"item page {item}", page(f"/runs/{RUN_ID}/items/{item}"),
                       lambda item=item: _bare_item_page(db, item)))  # fmt: skip
+    # Sorted, searched and filtered item lists (issue 25): each against the bare DuckDB query
+    # of the same page (the sort value of every listed item, one window of 100, the count).
+    mid = last_page // 2
+    for label, url, bare_sql in _LIST_CASES:
+        full = url.format(run=RUN_ID, mid=mid)
+        offset = (mid - 1) * 100 if "{mid}" in url else 0
+        cases.append((label.format(mid=mid), page(full),
+                      lambda sql=bare_sql, offset=offset: _bare_list(db, sql, offset)))  # fmt: skip
+    middle = f"item-{args.items // 2:06d}"
+    cases.append((
+        "item page, in a sorted filtered list",
+        page(f"/runs/{RUN_ID}/items/{middle}?sort=score:accurate&desc=1&where=citation%3E%3D2"),
+        lambda: _bare_item_page(db, middle),
+    ))  # fmt: skip
     print(f"{args.items:,} items x {args.samples} samples; median of {args.repeats} after warm-up")
     print(f"{'page':34} {'viewer ms':>10} {'bare ms':>9} {'ratio':>7}  target < 300 ms")
     worst = 0.0

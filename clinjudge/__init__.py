@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from clinjudge._api import (
         AgreementResult,
         AuditResult,
+        Comparison,
         Estimate,
         FailureSummary,
         ImportSummary,
@@ -48,6 +49,7 @@ __all__ = [
     "AgreementResult",
     "AuditResult",
     "ClinJudgeError",
+    "Comparison",
     "Estimate",
     "FailureSummary",
     "UserError",

@@ -25,6 +25,8 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from clinjudge.analysis import (
+    AgreementResult,
+    AuditStatistics,
     Comparison,
     agreement_for_run,
     audit_for_run,
@@ -34,6 +36,7 @@ from clinjudge.analysis import (
 )
 from clinjudge.errors import UserError
 from clinjudge.judges import COUNT_ENCODING, counts_exactly
+from clinjudge.judges.clients import check_credentials
 from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import (
     ConfigError,
@@ -71,6 +74,7 @@ from clinjudge.runs import import_ratings as store_ratings
 __all__ = [
     "AgreementResult",
     "AuditResult",
+    "Comparison",
     "Estimate",
     "FailureSummary",
     "audit",
@@ -213,7 +217,10 @@ class RunResult(BaseModel):
         samples_expected: Samples the run asks for (items x samples).
         samples_ok: Valid samples of the deciding agent.
         samples_failed: Failed samples of the deciding agent.
-        calls: Model calls made (every attempt, every agent).
+        calls: Model calls made (every attempt, every agent), replies from the response
+            cache included.
+        cached_calls: Of ``calls``, those answered from the response cache (``cache``): no
+            provider call, cost 0.
         cost_usd: Dollars spent, as priced.
         cost_known: False when some successful call had no known price.
         failures: Failed samples grouped by reason, most frequent first.
@@ -247,6 +254,7 @@ class RunResult(BaseModel):
     already_complete: bool = False
     spent_usd: float = 0.0
     not_started: int = 0
+    cached_calls: int = 0
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -314,6 +322,11 @@ class Estimate(BaseModel):
         tokens_note: Why the token counts are approximate, when they are (a real model whose
             tokenizer is unknown here).
         unmatched: Audits: encounters some vendors lack.
+        cached_input_tokens: Prompt tokens the provider's prompt cache would likely serve
+            (an estimate assuming each request finds the earlier ones' prefixes cached;
+            None: not estimated for this provider or for batches).
+        cache_write_tokens: Prompt tokens written to the cache (Anthropic), estimated likewise.
+        cost_with_cache_usd: The cost's upper bound with those tokens at their cache prices.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -332,53 +345,30 @@ class Estimate(BaseModel):
     note: str = ""
     tokens_note: str | None = None
     unmatched: list[dict[str, Any]] = []
+    cached_input_tokens: int | None = None
+    cache_write_tokens: int = 0
+    cost_with_cache_usd: float | None = None
 
 
-class AgreementResult(BaseModel):
-    """A run's agreement with physicians' ratings (ICC, Wilcoxon, alpha, AC2, kappa).
+class AuditResult(AuditStatistics):
+    """A vendor audit: per-vendor summaries, paired tests between vendors, flagged items, and
+    the judge-corrected (PPI++) physicians' means where ratings were given (``ppi``,
+    ``ppi_pairs``), with ``run``, the judging run's result, when the audit judged.
 
-    The named fields are the ones most read; every other part of the analysis stays available
-    as an extra field (``model_extra``), e.g. ``substitution`` or ``differences``.
+    ``to_arrow()``/``to_pandas()`` give one row per vendor and attribute.
     """
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    run_id: str
-    raters: list[str]
-    n_items_rated: int
-    attributes: list[str]
-    per_attribute: dict[str, Any]
-    pooled: dict[str, Any] | None = None
-    notes: list[str] = []
-
-
-class AuditResult(BaseModel):
-    """A vendor audit: per-vendor summaries, paired tests between vendors, flagged items.
-
-    Every other part of the analysis (``settings``, ``costs``...) stays available as an extra
-    field (``model_extra``).
-    """
-
-    model_config = ConfigDict(extra="allow", frozen=True)
 
     run: RunResult | None = None
-    run_id: str
-    vendors: list[str]
-    attributes: list[str]
-    summaries: dict[str, Any]
-    comparisons: list[dict[str, Any]]
-    flagged: list[dict[str, Any]]
-    flag_rules: list[str]
-    unmatched: list[dict[str, Any]] = []
-    simulated: bool = False
-    ppi: list[dict[str, Any]] | None = None
-    """Judge-corrected (PPI++) physicians' means per vendor and attribute, with ratings."""
-    ppi_pairs: list[dict[str, Any]] | None = None
-    """The same for each vendor pair's mean difference."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The audit's statistics as plain data (what ``judge audit --json`` prints)."""
+        out = super().to_dict()
+        out.pop("run", None)
+        return out
 
     def statistics(self) -> dict[str, Any]:
         """The audit's statistics as one plain dict (what ``judge audit --json`` prints)."""
-        return self.model_dump(exclude={"run"}, exclude_unset=True)
+        return self.to_dict()
 
 
 class Run:
@@ -444,8 +434,7 @@ class Run:
         n_boot = _whole("n_boot", n_boot, 1)
         seed = _whole("seed", seed, 0)
         with RunStore(self.db, read_only=True) as store:
-            result = agreement_for_run(store, self.run_id, n_boot=n_boot, seed=seed)
-        return AgreementResult.model_validate(result)
+            return agreement_for_run(store, self.run_id, n_boot=n_boot, seed=seed)
 
     def audit(
         self,
@@ -549,6 +538,7 @@ def _result(
         already_complete=already_complete,
         spent_usd=tally.cost_usd if tally else 0.0,
         not_started=tally.not_started if tally else 0,
+        cached_calls=counts.cached_calls,
     )
 
 
@@ -645,6 +635,14 @@ def _check_batch(config: RunConfig, batch: bool, *, credentials: bool = True) ->
     check_batch_config(config, load_rubric(config.rubric), credentials=credentials)
 
 
+def _check_keys(config: RunConfig) -> None:
+    """Every model's API key and endpoint, checked before the run is stored: a missing key is
+    bad settings (nothing written), not a failed run to resume."""
+    for settings in (config.judge, *config.roles.values()):
+        if settings is not None:
+            check_credentials(settings)
+
+
 def _new_run(
     data: object,
     options: dict[str, Any],
@@ -666,6 +664,8 @@ def _new_run(
     shuffle = _flag("shuffle", shuffle)
     config = run_config_from({**options, "data": _optional_path("data", data)}, source=source)
     _check_batch(config, batch, credentials=credentials)
+    if credentials:
+        _check_keys(config)
     return prepare_run(config, limit=limit, shuffle=bool(shuffle))
 
 
@@ -817,6 +817,9 @@ def _estimate(
         note=counted.note,
         tokens_note=tokens_note,
         unmatched=list(unmatched),
+        cached_input_tokens=counted.cached_input_tokens,
+        cache_write_tokens=counted.cache_write_tokens,
+        cost_with_cache_usd=counted.cost_with_cache_usd,
     )
 
 
@@ -996,7 +999,8 @@ def _audit_result(
         stats = audit_for_run(store, run_id, rules=rules, n_boot=n_boot, seed=seed, ratings=ratings)
     if report_dir is not None:
         write_audit_report(stats, report_dir)
-    return AuditResult.model_validate({**stats, "run": run} if run is not None else stats)
+    result = AuditResult.model_validate(stats.to_dict())
+    return result.model_copy(update={"run": run}) if run is not None else result
 
 
 def _audit_settings(
@@ -1019,10 +1023,14 @@ def _prepare_audit(
     ratings: str | None,
     source: str | None,
     options: dict[str, Any],
+    credentials: bool = True,
 ) -> tuple[PreparedRun, list[dict[str, Any]], list[HumanRating] | None]:
     """An audit's run, its unmatched encounters and the physicians' ratings, all checked
-    before anything is written (a bad ratings file stops the audit first)."""
+    before anything is written (a bad ratings file stops the audit first); ``credentials``
+    also checks the API keys (a dry run needs none)."""
     config, paths = _audit_settings(vendors, options, source)
+    if credentials:
+        _check_keys(config)
     prepared, audit_items = prepare_audit(config, paths, rules)
     physicians = load_human_ratings(ratings, prepared.rubric) if ratings else None
     return prepared, list(audit_items.unmatched), physicians
@@ -1165,6 +1173,6 @@ def estimate_audit(
     checked_rules = _texts("rules", rules, optional=True)
     physicians_file = _optional_path("ratings", ratings)
     prepared, unmatched, _ = _prepare_audit(
-        vendors, checked_rules, physicians_file, source, options
+        vendors, checked_rules, physicians_file, source, options, credentials=False
     )
     return _estimate(prepared, False, unmatched)

@@ -30,6 +30,12 @@ Structured output: with ``reject_json_schema`` a request whose ``response_format
 rules (else 400 "Invalid schema for response_format", like OpenAI) and every reply sent for it is
 validated against it, problems collected in ``schema_errors`` (needs ``jsonschema``, imported
 only then).
+
+Prompt caching: with ``prompt_cache_min`` set, every reply reports
+``usage.prompt_tokens_details.cached_tokens`` like OpenAI: the longest prefix (in the server's
+tokens, whitespace-separated words across the messages in order) that the prompt shares with
+any earlier answered request, when at least ``prompt_cache_min`` long, counted in steps of
+``prompt_cache_step`` beyond that minimum; else 0.
 """
 
 from __future__ import annotations
@@ -432,8 +438,14 @@ class FakeOpenAIServer:
         rpm_limit: int | None = None,
         reject_json_schema: bool = False,
         check_schemas: bool = False,
+        prompt_cache_min: int | None = None,
+        prompt_cache_step: int = 1,
     ) -> None:
         self.responder = responder
+        self.prompt_cache_min = prompt_cache_min
+        """Report cached prompt tokens (a shared prefix at least this long); None: never."""
+        self.prompt_cache_step = prompt_cache_step
+        self._seen_prompts: list[list[str]] = []
         self.rpm_limit = rpm_limit
         self.reject_json_schema = reject_json_schema
         """Answer 400 to ``response_format: json_schema`` (a server without schema support)."""
@@ -594,6 +606,13 @@ class FakeOpenAIServer:
             prompt_tokens = sum(len(_message_text(m).split()) for m in messages)
         prompt_tokens = max(prompt_tokens, 1)
         completion_tokens = max(len(content.split()), 1)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if self.prompt_cache_min is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self._cached_prefix(messages)}
         return {
             "id": f"chatcmpl-fake-{index}",
             "object": "chat.completion",
@@ -607,12 +626,27 @@ class FakeOpenAIServer:
                     "logprobs": None,
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": usage,
         }
+
+    def _cached_prefix(self, messages: Any) -> int:
+        """Tokens of the longest prefix shared with an earlier prompt, as a provider's prompt
+        cache would serve them (``prompt_cache_min``, ``prompt_cache_step``)."""
+        words = [w for m in messages for w in _message_text(m).split()] if messages else []
+        minimum, step = self.prompt_cache_min or 0, max(self.prompt_cache_step, 1)
+        with self._lock:
+            longest = 0
+            for seen in self._seen_prompts:
+                shared = 0
+                for a, b in zip(seen, words, strict=False):
+                    if a != b:
+                        break
+                    shared += 1
+                longest = max(longest, shared)
+            self._seen_prompts.append(words)
+        if longest < minimum or longest == 0:
+            return 0
+        return minimum + (longest - minimum) // step * step
 
     def _handle_chat(self, handler: _Handler, body: Body) -> None:
         """Record the request, pick reply or fault, and answer."""

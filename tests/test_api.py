@@ -6,8 +6,11 @@ import asyncio
 import json
 import logging
 import random
+import re
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import clinjudge
@@ -138,9 +141,115 @@ def test_agreement_and_compare_are_typed(tmp_path: Path) -> None:
     agreement = one.load().agreement(n_boot=50)
     assert isinstance(agreement, clinjudge.AgreementResult)
     assert agreement.raters == ["dr-a", "dr-b"] and agreement.n_items_rated == 8
-    assert "accurate" in agreement.per_attribute
+    accurate = agreement.per_attribute["accurate"]
+    judged, among = accurate.judge_vs_physicians, accurate.physicians_among_themselves
+    assert judged is not None and judged.icc is not None and among.icc is not None
+    # The physicians' ICC(3,k) among themselves, by the two-way ANOVA written out here.
+    scores = np.array([[1 + n % 5, 1 + (n + 1) % 5] for n in range(8)], dtype=float)
+    assert among.icc.value == pytest.approx(_icc3k(scores))
+    # The old flat layout still reads (deprecated): its "icc" is the physicians', "primary"
+    # the judge's.
+    with pytest.warns(DeprecationWarning, match="by key"):
+        flat = accurate["icc"]
+    assert flat["ICC3k"]["value"] == among.icc.value
+    with pytest.warns(DeprecationWarning):
+        assert accurate["primary"]["value"] == judged.icc.value
+
+    table = agreement.to_arrow()
+    assert table.column_names == [
+        "attribute",
+        "comparison",
+        "statistic",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n_units",
+        "rater",
+    ]
+    rows = table.to_pylist()
+    (judge_row,) = [
+        r for r in rows
+        if (r["attribute"], r["comparison"], r["statistic"])
+        == ("accurate", "judge_vs_physicians", "ICC3k")
+    ]  # fmt: skip
+    assert (judge_row["value"], [judge_row["ci_low"], judge_row["ci_high"]]) == (
+        judged.icc.value,
+        judged.icc.ci95,
+    )
+    (raters_row,) = [
+        r for r in rows
+        if (r["attribute"], r["comparison"], r["statistic"])
+        == ("accurate", "physicians_among_themselves", "ICC3k")
+    ]  # fmt: skip
+    assert raters_row["value"] == among.icc.value and raters_row["n_units"] == 8
+    replaced = {r["rater"] for r in rows if r["statistic"] == "substitution_delta"}
+    assert replaced == {"dr-a", "dr-b"}
+    frame = agreement.to_pandas()
+    assert len(frame) == table.num_rows and list(frame.columns) == table.column_names
+
     comparison = clinjudge.compare([one.run_id, two.run_id], db=db, n_boot=50)
-    assert {row["run_id"] for row in comparison.rows} == {one.run_id, two.run_id}
+    assert isinstance(comparison, clinjudge.Comparison)
+    assert {row.run_id for row in comparison.rows} == {one.run_id, two.run_id}
+    runs = comparison.to_arrow()
+    assert runs.num_rows == 2 and runs.column("run_id").to_pylist() == [
+        row.run_id for row in comparison.rows
+    ]
+    first = comparison.rows[0]
+    assert runs.column("icc3k").to_pylist()[0] == first.icc3k
+    assert runs.column("icc3k_ci_low").to_pylist()[0] == (first.icc3k_ci95 or [None])[0]
+    assert comparison.to_pandas().shape[0] == 2
+    assert comparison.to_dict()["runs"][0]["run_id"] == first.run_id
+
+
+def _icc3k(x: np.ndarray) -> float:
+    """ICC(3,k) (Shrout & Fleiss): (MS rows - MS error) / MS rows of a units x raters table."""
+    n, k = x.shape
+    grand = x.mean()
+    ss_rows = k * ((x.mean(axis=1) - grand) ** 2).sum()
+    ss_cols = n * ((x.mean(axis=0) - grand) ** 2).sum()
+    ss_error = ((x - grand) ** 2).sum() - ss_rows - ss_cols
+    ms_rows, ms_error = ss_rows / (n - 1), ss_error / ((n - 1) * (k - 1))
+    return float((ms_rows - ms_error) / ms_rows)
+
+
+def test_to_pandas_without_pandas_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clinjudge.analysis import analyse_ratings
+
+    ratings = [
+        {"item_id": f"i{n}", "rater_id": r, "attribute": "accurate", "score": (n + d) % 5 + 1}
+        for n in range(6)
+        for r, d in (("a", 0), ("b", 1), ("judge", 0))
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ratings))
+    from clinjudge.inputs import load_ratings
+
+    result = analyse_ratings(load_ratings(str(path)), judge="judge", n_boot=20)
+    assert result.to_arrow().num_rows > 0  # no pandas needed
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now fails
+    with pytest.raises(ImportError, match=r"pip install pandas"):
+        result.to_pandas()
+
+
+def test_a_run_id_is_any_unique_part_of_it(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    db = tmp_path / "ids.duckdb"
+    one = clinjudge.evaluate(data, model="mock/judge", db=db)
+    two = clinjudge.evaluate(data, model="mock/judge", db=db)
+    tail = one.run_id.rsplit("-", 1)[1]
+    middle = one.run_id[4:-3]  # neither a prefix nor a suffix
+    for part in (one.run_id, one.run_id[:-2], tail, middle):
+        if part in two.run_id:
+            continue  # the two ids share it (same second): not unique
+        assert clinjudge.load_run(part, db=db).run_id == one.run_id
+    shared = one.run_id[:8]  # the date: both runs have it
+    with pytest.raises(clinjudge.UserError, match="ambiguous") as caught:
+        clinjudge.load_run(shared, db=db)
+    assert one.run_id in str(caught.value) and two.run_id in str(caught.value)
+    with pytest.raises(clinjudge.UserError, match="no run"):
+        clinjudge.load_run("no-such-run", db=db)
 
 
 def test_audit_judges_every_vendor_and_returns_typed_statistics(tmp_path: Path) -> None:
@@ -158,7 +267,13 @@ def test_audit_judges_every_vendor_and_returns_typed_statistics(tmp_path: Path) 
     assert result.vendors == ["north", "south"]
     assert result.run is not None and result.run.items == 12 and result.run.status == "completed"
     assert set(result.summaries) == {"north", "south"}
-    assert all(c["vendor_a"] != c["vendor_b"] for c in result.comparisons)
+    assert all(c.vendor_a != c.vendor_b for c in result.comparisons)
+    table = result.to_arrow()
+    assert table.num_rows == sum(len(by) for by in result.summaries.values())
+    row = table.to_pylist()[0]
+    first = result.summaries[row["vendor"]][row["attribute"]]
+    assert (row["mean"], row["n"]) == (first.mean, first.n)
+    assert "run" not in result.statistics() and result.statistics()["vendors"] == result.vendors
     assert result.simulated
     assert (report / "report.html").is_file() and (report / "report.md").is_file()
 
@@ -228,7 +343,7 @@ def test_mode_settings_are_nested_and_checked_before_anything_is_written(tmp_pat
 
 
 def test_the_walk_through_in_docs_api_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """docs/api.md's notebook code, with the simulated judge for the real model, runs and gives
     what its comments promise."""
@@ -247,9 +362,48 @@ def test_the_walk_through_in_docs_api_runs_as_written(
     assert result.items_ok == result.items > 0
     finals = scope["finals"]
     assert set(finals["attribute"]) >= {"accurate"}  # type: ignore[index]
-    assert "icc" in scope["agreement"].per_attribute["accurate"]  # type: ignore[attr-defined]
+    # The printed agreement is `judge agree`'s: the judge's ICC(3,k) against the physicians'
+    # median is its "primary", the physicians' among themselves its "icc".
+    printed = capsys.readouterr().out
+    judge_line = re.search(r"accurate: judge vs physicians ICC\(3,k\) (-?[\d.]+), 95% CI "
+                           r"(-?[\d.]+) to (-?[\d.]+)", printed)  # fmt: skip
+    among_line = re.search(r"accurate: physicians among themselves ICC\(3,k\) (-?[\d.]+)", printed)
+    assert judge_line and among_line, printed
+    from typer.testing import CliRunner
+
+    from clinjudge.cli import app
+
+    agreed = CliRunner().invoke(
+        app,
+        [
+            "agree",
+            result.run_id,
+            "--json",
+            "--boot",
+            "1000",
+            "--db",
+            str(tmp_path / "notebook.duckdb"),
+        ],
+        catch_exceptions=False,
+    )
+    assert agreed.exit_code == 0, agreed.output
+    block = json.loads(agreed.stdout)["per_attribute"]["accurate"]
+    assert float(judge_line[1]) == round(block["primary"]["value"], 3)
+    assert [float(judge_line[2]), float(judge_line[3])] == [
+        round(v, 2) for v in block["primary"]["ci95"]
+    ]
+    assert float(among_line[1]) == round(block["icc"]["ICC3k"]["value"], 3)
+    assert float(judge_line[1]) != float(among_line[1])  # two different numbers, not one
+    # The docs' comment gives the simulated judge's numbers on the demo: still true.
+    page_numbers = re.search(
+        r"mock/judge on the demo: ([\d.]+) \(CI (-?[\d.]+) to ([\d.]+)\) and (\d+\.\d+)", page
+    )
+    assert page_numbers is not None
+    assert page_numbers.groups() == (judge_line[1], judge_line[2], judge_line[3], among_line[1])
+    stats = scope["stats"]
+    assert set(stats["comparison"]) == {"judge_vs_physicians", "physicians_among_themselves"}  # type: ignore[index]
     rows = scope["comparison"].rows  # type: ignore[attr-defined]
-    assert {r["run_id"] for r in rows} == {result.run_id, panel.run_id}  # type: ignore[attr-defined]
+    assert {r.run_id for r in rows} == {result.run_id, panel.run_id}  # type: ignore[attr-defined]
     audit = scope["audit"]
     assert set(audit.summaries) == {"vendor_a", "vendor_b"}  # type: ignore[attr-defined]
     assert (tmp_path / "audit-report").is_dir()

@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 from pydantic import BaseModel
 
 from clinjudge.analysis import _stats
+from clinjudge.analysis._agreement_result import PRIMARY_FORM, AgreementAnalysis
 from clinjudge.errors import UserError
 from clinjudge.inputs import HumanRating
 
-PRIMARY_FORM = "ICC3k"
 ALPHA_LEVELS = ("nominal", "ordinal", "interval")
 AC2_WEIGHTS = ("ordinal", "quadratic")
 
@@ -486,7 +486,7 @@ def analyse_ratings(
     binary_attributes: set[str] | None = None,
     n_boot: int = 1000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> AgreementAnalysis:
     """Agreement statistics per attribute and pooled over (unit, attribute) pairs.
 
     Args:
@@ -506,13 +506,14 @@ def analyse_ratings(
         seed: Seed for every bootstrap (results are deterministic given the seed).
 
     Returns:
-        ``{"per_attribute": {attribute: block}, "pooled": block, "notes": [...]}`` with NaN
-        replaced by None. Each block holds ``icc`` (six forms, complete units only, with
-        ``n_units_complete``), ``krippendorff_alpha`` and ``gwet_ac2`` (all ratings), and with
-        a judge ``primary`` (ICC3k of human median vs judge median, with alpha and AC2 of the
-        same pair), ``wilcoxon`` (``wilcox`` zero method) and ``wilcoxon_pratt``,
-        ``median_difference``, ``iqr``, ``quartiles``, ``differences`` (judge minus human
-        median: count), ``substitution`` and ``added_rater``.
+        ``per_attribute`` (attribute: block), ``pooled`` and ``notes``, NaN read as None.
+        Each block's ``physicians_among_themselves`` holds the raters' ICC forms (complete
+        units only, ``n_units_complete``), ``krippendorff_alpha`` and ``gwet_ac2`` (all
+        ratings); with a judge, ``judge_vs_physicians`` holds ``icc`` (ICC3k of human median
+        vs judge median, with alpha and AC2 of the same pair in ``primary``), ``wilcoxon``
+        (``wilcox`` zero method) and ``wilcoxon_pratt``, ``median_difference``, ``iqr``,
+        ``quartiles``, ``differences`` (judge minus human median: count), ``substitution`` and
+        ``added_rater``. ``to_dict()`` gives the flat JSON layout of ``judge agree --json``.
     """
     table = ratings_table(records)
     if table.num_rows == 0:
@@ -577,4 +578,6 @@ def analyse_ratings(
             f"{n_boot} bootstrap resamples of the complete units, two-tailed p = twice the "
             "smaller tail share of resampled changes on either side of 0 (add-one corrected)"
         )
-    return _clean({"per_attribute": per_attribute, "pooled": pooled, "notes": notes})
+    return AgreementAnalysis.from_dict(
+        _clean({"per_attribute": per_attribute, "pooled": pooled, "notes": notes})
+    )

@@ -24,6 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clinjudge.analysis._agreement import RatingRecord, analyse_ratings, ratings_table
+from clinjudge.analysis._agreement_result import (
+    AgreementAnalysis,
+    AgreementResult,
+    MeanAbsDifference,
+)
 from clinjudge.analysis._summary import identical_samples_note
 from clinjudge.errors import UserError
 from clinjudge.inputs import load_ratings
@@ -90,7 +95,7 @@ def run_ratings_table(store: RunStore, run_id: str) -> tuple[dict[str, Any], pa.
 
     Args:
         store: The run store.
-        run_id: Run id or unique prefix.
+        run_id: Run id or any unique part of it.
 
     Returns:
         The run's row (with ``rubric_parsed``, ``n_items_run`` and ``n_units_judged`` added)
@@ -159,7 +164,7 @@ def _cache_settings(n_boot: int, seed: int) -> str:
     )
 
 
-def _abs_diff_mean(differences: dict[Any, Any] | None) -> tuple[float | None, int]:
+def _abs_diff_mean(differences: dict[str, int] | None) -> tuple[float | None, int]:
     if not differences:
         return None, 0
     total = weight = 0.0
@@ -169,7 +174,7 @@ def _abs_diff_mean(differences: dict[Any, Any] | None) -> tuple[float | None, in
     return (total / weight if weight else None), int(weight)
 
 
-def mean_abs_difference(analysis: dict[str, Any], binary: set[str]) -> dict[str, Any]:
+def mean_abs_difference(analysis: AgreementAnalysis, binary: set[str]) -> MeanAbsDifference:
     """Mean |judge - human median| per attribute and pooled over the non-binary attributes.
 
     Derived from the ``differences`` histograms of the analysis, so it covers exactly the units
@@ -177,13 +182,14 @@ def mean_abs_difference(analysis: dict[str, Any], binary: set[str]) -> dict[str,
     """
     per_attribute: dict[str, float | None] = {}
     total = weight = 0.0
-    for attribute, block in analysis.get("per_attribute", {}).items():
-        value, n = _abs_diff_mean(block.get("differences"))
+    for attribute, block in analysis.per_attribute.items():
+        judged = block.judge_vs_physicians
+        value, n = _abs_diff_mean(judged.differences if judged else None)
         per_attribute[attribute] = value
         if attribute not in binary and value is not None:
             total += value * n
             weight += n
-    return {"per_attribute": per_attribute, "pooled": total / weight if weight else None}
+    return MeanAbsDifference(per_attribute=per_attribute, pooled=total / weight if weight else None)
 
 
 def _clean(value: Any) -> Any:
@@ -201,12 +207,12 @@ def _clean(value: Any) -> Any:
 
 def agreement_for_run(
     store: RunStore, run_id: str, *, n_boot: int = 1000, seed: int = 0, cache: bool = True
-) -> dict[str, Any]:
+) -> AgreementResult:
     """Agreement of a run's judge with the physicians, per attribute and pooled.
 
     Args:
         store: The run store.
-        run_id: Run id or unique prefix.
+        run_id: Run id or any unique part of it.
         n_boot: Bootstrap resamples (substitution / added-rater tests, alpha CI).
         seed: Bootstrap seed.
         cache: Reuse an analysis kept in the store's ``agreement_cache`` for the same input
@@ -217,16 +223,18 @@ def agreement_for_run(
         ``raters``, counts), ``mean_abs_difference``, ``cached`` (whether the analysis came
         from the cache), ``samples_warning`` (the judge's repeated samples are copies, see
         :func:`identical_samples_note`; also in ``notes``) and everything ``analyse_ratings``
-        returns (``per_attribute``, ``pooled``, ``notes``).
+        returns (``per_attribute``, ``pooled``, ``notes``); ``to_dict()`` is ``--json``.
     """
     run, table = run_ratings_table(store, run_id)
     rubric: Rubric = run["rubric_parsed"]
     binary = binary_attributes(rubric)
     settings = _cache_settings(n_boot, seed)
     fingerprint = input_fingerprint(table, rubric.model_dump(mode="json"))
-    analysis = load_agreement(store, run["run_id"], settings, fingerprint) if cache else None
-    cached = analysis is not None
-    if analysis is None:
+    kept = load_agreement(store, run["run_id"], settings, fingerprint) if cache else None
+    cached = kept is not None
+    if kept is not None:
+        analysis = AgreementAnalysis.from_dict(kept)
+    else:
         analysis = analyse_ratings(
             table,
             judge=JUDGE_RATER,
@@ -236,7 +244,7 @@ def agreement_for_run(
             seed=seed,
         )
         if cache:
-            save_agreement(store, run["run_id"], settings, fingerprint, analysis)
+            save_agreement(store, run["run_id"], settings, fingerprint, analysis.to_dict())
     humans = table.filter(pc.not_equal(table.column("rater_id"), JUDGE_RATER))
     result = {
         "run_id": run["run_id"],
@@ -257,20 +265,22 @@ def agreement_for_run(
         "n_boot": n_boot,
         "seed": seed,
         "cached": cached,
-        **analysis,
+        "per_attribute": analysis.per_attribute,
+        "pooled": analysis.pooled,
+        "notes": analysis.notes,
+        "mean_abs_difference": mean_abs_difference(analysis, binary),
     }
-    result["mean_abs_difference"] = mean_abs_difference(analysis, binary)
     # Not part of the cached analysis: it reads the run's replies, not the ratings.
-    result["samples_warning"] = identical_samples_note(store, run["run_id"])
-    if result["samples_warning"] is not None:
-        notes = analysis.get("notes") or []
-        result["notes"] = [*notes, f"judge samples: {result['samples_warning']}"]
-    return _clean(result)
+    warning = identical_samples_note(store, run["run_id"])
+    result["samples_warning"] = warning
+    if warning is not None:
+        result["notes"] = [*analysis.notes, f"judge samples: {warning}"]
+    return AgreementResult.model_validate(_clean(result))
 
 
 def agreement_for_file(
     path: str, *, judge: str | None = None, n_boot: int = 1000, seed: int = 0
-) -> dict[str, Any]:
+) -> AgreementAnalysis:
     """``analyse_ratings`` on a standalone ratings file (no database).
 
     Args:
@@ -284,4 +294,4 @@ def agreement_for_file(
     records = load_ratings(path)
     if judge is not None and not any(r.rater_id == judge for r in records):
         raise AgreementError(f"{path}: no ratings by rater {judge!r} (the judge rater)")
-    return _clean(analyse_ratings(records, judge=judge, n_boot=n_boot, seed=seed))
+    return analyse_ratings(records, judge=judge, n_boot=n_boot, seed=seed)

@@ -27,6 +27,7 @@ from clinjudge.analysis._audit_ppi import (
     ppi_vendor_rows,
     sampling_warnings,
 )
+from clinjudge.analysis._audit_result import AuditStatistics
 from clinjudge.analysis._stats import wilcoxon_paired
 from clinjudge.errors import UserError
 from clinjudge.inputs import (
@@ -278,12 +279,12 @@ def audit_for_run(
     seed: int = 0,
     alpha: float = 0.05,
     ratings: Sequence[HumanRating] | None = None,
-) -> dict[str, Any]:
+) -> AuditStatistics:
     """Every audit statistic of a stored audit run (nothing is judged).
 
     Args:
         store: The run store.
-        run_id: Run id or unique prefix.
+        run_id: Run id or any unique part of it.
         rules: Flag rules (``attribute<=value`` and friends); default: those of
             ``DEFAULT_FLAG_RULES`` that apply to the run's rubric (``prm<...`` only when the run
             stored PRM step scores).
@@ -332,29 +333,31 @@ def audit_for_run(
         if ratings is not None
         else {}
     )
-    return {
-        "run_id": rid,
-        "name": run["name"],
-        "status": run["status"],
-        "simulated": bool(run["simulated"]),
-        "rubric": f"{run['rubric']} {run['rubric_version']}",
-        "mode": run["mode"],
-        "models": run["models"],
-        "samples_per_item": run["n_samples"],
-        "vendors": vendors,
-        "n_encounters": len(presence),
-        "n_items": len({r["item_id"] for r in rows}),
-        "unmatched": unmatched,
-        "attributes": attributes,
-        "summaries": vendor_summaries(scores, attributes, n_boot=n_boot, seed=seed),
-        "comparisons": paired_comparisons(scores, compared, alpha=alpha),
-        "flag_rules": [r.text for r in parsed],
-        "flagged": flagged,
-        "cost": _vendor_costs(store, rid, vendors),
-        "settings": {"n_boot": n_boot, "seed": seed, "alpha": alpha, "zero_method": "wilcox"},
-        "notes": notes,
-        **corrected,
-    }
+    return AuditStatistics.model_validate(
+        {
+            "run_id": rid,
+            "name": run["name"],
+            "status": run["status"],
+            "simulated": bool(run["simulated"]),
+            "rubric": f"{run['rubric']} {run['rubric_version']}",
+            "mode": run["mode"],
+            "models": run["models"],
+            "samples_per_item": run["n_samples"],
+            "vendors": vendors,
+            "n_encounters": len(presence),
+            "n_items": len({r["item_id"] for r in rows}),
+            "unmatched": unmatched,
+            "attributes": attributes,
+            "summaries": vendor_summaries(scores, attributes, n_boot=n_boot, seed=seed),
+            "comparisons": paired_comparisons(scores, compared, alpha=alpha),
+            "flag_rules": [r.text for r in parsed],
+            "flagged": flagged,
+            "cost": _vendor_costs(store, rid, vendors),
+            "settings": {"n_boot": n_boot, "seed": seed, "alpha": alpha, "zero_method": "wilcox"},
+            "notes": notes,
+            **corrected,
+        }
+    )
 
 
 def _judge_corrected(

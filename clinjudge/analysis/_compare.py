@@ -9,72 +9,112 @@ samples, and cost and latency per item from the ``calls`` table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
+from clinjudge.analysis._agreement_result import AgreementResult, AttributeAgreement, Interval
 from clinjudge.analysis._agreement_run import AgreementError, agreement_for_run
+from clinjudge.analysis._columns import SORT_COLUMNS
+from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
 from clinjudge.errors import UserError
-from clinjudge.runs import RunStore, item_call_means, sample_counts
+from clinjudge.runs import RunStore, item_call_means, prompt_cache_totals, sample_counts
 
-# Sortable columns; True where larger is better (sorted descending).
-SORT_COLUMNS: dict[str, bool] = {
-    "icc3k": True,
-    "alpha_ordinal": True,
-    "ac2_ordinal": True,
-    "mean_abs_diff": False,
-    "failed_samples": False,
-    "cost_per_item_usd": False,
-    "latency_per_item_s": False,
-    "samples": False,
-    "shots": False,
-    "name": False,
-    "run_id": False,
-    "model": False,
-}
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-def stat_value(value: Any) -> float | None:
-    """A statistic as a number: plain numbers pass, ``{"value": x, ...}`` gives x."""
-    if isinstance(value, dict):
-        value = value.get("value")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def stat_ci(value: Any) -> list[float | None] | None:
-    """The ``ci95`` of a statistic given as a dict, else None."""
-    if isinstance(value, dict) and isinstance(value.get("ci95"), list | tuple):
-        lo, hi = value["ci95"][:2]
-        return [stat_value(lo), stat_value(hi)]
-    return None
-
-
-def block_summary(block: dict[str, Any] | None) -> dict[str, Any]:
+class BlockSummary(Result):
     """The headline numbers of one analysis block (an attribute, or pooled).
 
-    Judge columns compare the judge with the human median (the block's ``primary``);
-    ``raters_icc3k`` is the physicians' own ICC(3,k) among themselves, for reference.
+    Judge columns compare the judge with the physicians' median; ``raters_icc3k`` is the
+    physicians' own ICC(3,k) among themselves, for reference.
     """
-    block = block or {}
-    primary = block.get("primary") or {}
-    alpha = primary.get("krippendorff_alpha") or {}
-    ac2 = primary.get("gwet_ac2") or {}
-    wilcoxon = block.get("wilcoxon") or {}
-    raters_icc = (block.get("icc") or {}).get("ICC3k")
-    return {
-        "icc3k": stat_value(primary) if "form" in primary else None,
-        "icc3k_ci95": stat_ci(primary) if "form" in primary else None,
-        "alpha_ordinal": stat_value(alpha.get("ordinal")),
-        "ac2_ordinal": stat_value(ac2.get("ordinal")),
-        "median_difference": stat_value(block.get("median_difference")),
-        "iqr": stat_value(block.get("iqr")),
-        "wilcoxon_p": stat_value(wilcoxon.get("p")),
-        "percent_agreement": stat_value(primary.get("percent_agreement")),
-        "kappa": stat_value(primary.get("kappa")),
-        "raters_icc3k": stat_value(raters_icc),
-        "n_units": primary.get("n_units"),
-        "binary": block.get("scale") == "binary",
-    }
+
+    icc3k: float | None = None
+    icc3k_ci95: list[float | None] | None = None
+    alpha_ordinal: float | None = None
+    ac2_ordinal: float | None = None
+    median_difference: float | None = None
+    iqr: float | None = None
+    wilcoxon_p: float | None = None
+    percent_agreement: float | None = None
+    kappa: float | None = None
+    raters_icc3k: float | None = None
+    n_units: int | None = None
+    binary: bool = False
+
+
+def _ci(interval: Interval | None) -> list[float | None] | None:
+    if interval is None or interval.ci95 is None:
+        return None
+    return (list(interval.ci95) + [None, None])[:2]
+
+
+def block_summary(block: AttributeAgreement | None) -> BlockSummary:
+    """The headline numbers of one analysis block (an attribute, or pooled; None: no block)."""
+    if block is None:
+        return BlockSummary()
+    judged = block.judge_vs_physicians
+    raters_icc = block.physicians_among_themselves.icc
+    out = BlockSummary(raters_icc3k=raters_icc.value if raters_icc else None, binary=block.binary)
+    if judged is None:
+        return out
+    icc = judged.icc
+    alpha = judged.krippendorff_alpha.get("ordinal")
+    ac2 = judged.gwet_ac2.get("ordinal")
+    kappa = judged.kappa
+    return out.model_copy(
+        update={
+            "icc3k": icc.value if icc else None,
+            "icc3k_ci95": _ci(icc),
+            "alpha_ordinal": alpha.value if alpha else None,
+            "ac2_ordinal": ac2.value if ac2 else None,
+            "median_difference": judged.median_difference,
+            "iqr": judged.iqr,
+            "wilcoxon_p": judged.wilcoxon.p if judged.wilcoxon else None,
+            "percent_agreement": judged.percent_agreement,
+            "kappa": kappa.value if kappa else None,
+            "n_units": judged.n_units,
+        }
+    )
+
+
+class ComparisonRow(Result):
+    """One run of ``judge compare``: configuration, pooled agreement, failures, cost, latency.
+
+    Agreement columns are None when no physicians' ratings overlap the run.
+    """
+
+    run_id: str
+    name: str | None = None
+    rubric: str
+    mode: str | None = None
+    model: str | None = None
+    models: dict[str, str] = {}
+    shots: int = 0
+    samples: int | None = None
+    simulated: bool = False
+    status: str | None = None
+    items: int | None = None
+    icc3k: float | None = None
+    icc3k_ci95: list[float | None] | None = None
+    alpha_ordinal: float | None = None
+    ac2_ordinal: float | None = None
+    mean_abs_diff: float | None = None
+    items_rated: int = 0
+    raters: int = 0
+    cost_per_item_usd: float | None = None
+    cost_known: bool = True
+    latency_per_item_s: float | None = None
+    calls: int = 0
+    samples_total: int = 0
+    failed_samples: int = 0
+    cached_input_share: float | None = None
+    cache_saving_per_item_usd: float | None = None
+
+
+_ARROW_COLUMNS = [c for c in ComparisonRow.model_fields if c not in ("models", "icc3k_ci95")]
 
 
 @dataclass
@@ -82,17 +122,54 @@ class Comparison:
     """Rows of ``judge compare`` plus the full agreement analysis of each run.
 
     Args:
-        rows: One dict per run (see :data:`SORT_COLUMNS` for the numeric columns).
-        agreements: Run id to the dict of :func:`agreement_for_run` (None when no ratings
+        rows: One row per run (see :data:`SORT_COLUMNS` for the numeric columns).
+        agreements: Run id to its :func:`agreement_for_run` result (None when no ratings
             overlap that run).
         notes: Messages about runs that could not be compared fully.
         errors: Run id to the reason its agreement could not be computed.
     """
 
-    rows: list[dict[str, Any]]
-    agreements: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    rows: list[ComparisonRow]
+    agreements: dict[str, AgreementResult | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``judge compare --json`` prints: ``runs`` (one object per row) and ``notes``."""
+        return {"runs": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+
+    def to_arrow(self) -> pa.Table:
+        """One row per run (the grain of a comparison): every column of :class:`ComparisonRow`
+        except ``models``, with the ICC(3,k) interval as ``icc3k_ci_low`` and
+        ``icc3k_ci_high``."""
+        records = []
+        for row in self.rows:
+            record = {c: getattr(row, c) for c in _ARROW_COLUMNS}
+            ci = row.icc3k_ci95 or [None, None]
+            record["icc3k_ci_low"], record["icc3k_ci_high"] = ci[0], ci[1]
+            records.append(record)
+        fields = [
+            (name, _arrow_type(ComparisonRow.model_fields[name].annotation))
+            for name in _ARROW_COLUMNS
+        ]
+        fields += [("icc3k_ci_low", pa.float64()), ("icc3k_ci_high", pa.float64())]
+        return arrow_table(records, pa.schema(fields))
+
+    def to_pandas(self) -> pd.DataFrame:
+        """:meth:`to_arrow` as a pandas DataFrame (needs pandas)."""
+        return to_pandas(self.to_arrow())
+
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+
+    text = str(annotation)
+    if "bool" in text:
+        return pa.bool_()
+    if "float" in text:
+        return pa.float64()
+    if "int" in text:
+        return pa.int64()
+    return pa.string()
 
 
 def _run_costs(store: RunStore, run_id: str) -> dict[str, Any]:
@@ -106,18 +183,32 @@ def _run_costs(store: RunStore, run_id: str) -> dict[str, Any]:
         "calls": int(costs["calls"] or 0),
         "samples_total": samples["total"],
         "failed_samples": samples["failed"],
+        **_prompt_cache(store, run_id),
     }
 
 
-def _sort(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
+def _prompt_cache(store: RunStore, run_id: str) -> dict[str, Any]:
+    """Share of prompt tokens the provider served from its prompt cache, and the dollars
+    that saved per item (None where the store did not record it)."""
+    totals = prompt_cache_totals(store, run_id)
+    if totals is None or totals["cached_input_tokens"] is None:
+        return {"cached_input_share": None, "cache_saving_per_item_usd": None}
+    tokens, items, saving = totals["tokens_in"], totals["items"], totals["cache_saving_usd"]
+    return {
+        "cached_input_share": totals["cached_input_tokens"] / tokens if tokens else None,
+        "cache_saving_per_item_usd": saving / items if saving is not None and items else None,
+    }
+
+
+def _sort(rows: list[ComparisonRow], column: str) -> list[ComparisonRow]:
     if column not in SORT_COLUMNS:
         raise UserError(
             f"cannot sort by {column!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}"
         )
     descending = SORT_COLUMNS[column]
-    present = [r for r in rows if r.get(column) is not None]
-    missing = [r for r in rows if r.get(column) is None]
-    present.sort(key=lambda r: r[column], reverse=descending)
+    present = [r for r in rows if getattr(r, column) is not None]
+    missing = [r for r in rows if getattr(r, column) is None]
+    present.sort(key=lambda r: getattr(r, column), reverse=descending)
     return present + missing
 
 
@@ -137,7 +228,7 @@ def compare_runs(
 
     Args:
         store: The run store.
-        run_ids: Run ids or unique prefixes.
+        run_ids: Run ids or unique parts of them.
         sort: A column of :data:`SORT_COLUMNS`; agreement columns sort best first, cost,
             latency, failures and differences lowest first; runs without a value go last.
         n_boot: Bootstrap resamples for each run's analysis.
@@ -147,8 +238,8 @@ def compare_runs(
     """
     if sort is not None and sort not in SORT_COLUMNS:
         raise UserError(f"cannot sort by {sort!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}")
-    rows: list[dict[str, Any]] = []
-    agreements: dict[str, dict[str, Any] | None] = {}
+    rows: list[ComparisonRow] = []
+    agreements: dict[str, AgreementResult | None] = {}
     notes: list[str] = []
     errors: dict[str, str] = {}
     seen: set[str] = set()
@@ -180,22 +271,21 @@ def compare_runs(
             errors[rid] = str(exc)
             notes.append(f"{rid}: agreement not computed: {exc}")
         agreements[rid] = agreement
-        pooled = block_summary(agreement["pooled"] if agreement else None)
+        pooled = block_summary(agreement.pooled if agreement else None)
+        mean_abs = agreement.mean_abs_difference if agreement else None
         row.update(
             {
-                "icc3k": pooled["icc3k"],
-                "icc3k_ci95": pooled["icc3k_ci95"],
-                "alpha_ordinal": pooled["alpha_ordinal"],
-                "ac2_ordinal": pooled["ac2_ordinal"],
-                "mean_abs_diff": (
-                    agreement["mean_abs_difference"]["pooled"] if agreement else None
-                ),
-                "items_rated": agreement["n_items_rated"] if agreement else 0,
-                "raters": len(agreement["raters"]) if agreement else 0,
+                "icc3k": pooled.icc3k,
+                "icc3k_ci95": pooled.icc3k_ci95,
+                "alpha_ordinal": pooled.alpha_ordinal,
+                "ac2_ordinal": pooled.ac2_ordinal,
+                "mean_abs_diff": mean_abs.pooled if mean_abs else None,
+                "items_rated": agreement.n_items_rated if agreement else 0,
+                "raters": len(agreement.raters) if agreement else 0,
             }
         )
         row.update(_run_costs(store, rid))
-        rows.append(row)
+        rows.append(ComparisonRow.model_validate(row))
     if sort is not None:
         rows = _sort(rows, sort)
     return Comparison(rows=rows, agreements=agreements, notes=notes, errors=errors)

@@ -58,7 +58,7 @@ def pooled_scores(store: RunStore, run_id: str, agent: str | None = None) -> lis
 
     Args:
         store: The run store.
-        run_id: Run id or unique prefix.
+        run_id: Run id or any unique part of it.
         agent: Whose verdicts (default: the run's deciding agent; a panel member's name gives
             that member's own scores).
     """
@@ -112,7 +112,7 @@ def doclens_report(
 
     Args:
         store: The run store.
-        run_id: Run id or unique prefix.
+        run_id: Run id or any unique part of it.
         compat: ``clinjudge`` or ``official`` (the official evaluator's arithmetic, see
             :mod:`clinjudge.analysis._doclens_official`); default: the run's own setting.
     """
@@ -145,7 +145,7 @@ def export_doclens_scores(
 
     Args:
         store: The run store.
-        run_id: Run id or unique prefix.
+        run_id: Run id or any unique part of it.
         out: Output path (appears only once complete).
         fmt: ``jsonl``, ``csv`` or ``parquet``.
         compat: Arithmetic of the scores: ``clinjudge`` or ``official`` (default: the run's own).

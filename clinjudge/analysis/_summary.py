@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from clinjudge.analysis._summary_result import RunSummary
 from clinjudge.inputs import PRM_ATTRIBUTE, FlagRule
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import (
@@ -30,37 +31,39 @@ from clinjudge.runs import (
 )
 
 
-def run_summary(store: RunStore, run_id: str) -> dict[str, Any]:
-    """Everything `judge runs show` prints for a run.
+def run_summary(store: RunStore, run_id: str) -> RunSummary:
+    """Everything `judge runs show` prints for a run (``to_dict()`` for plain data).
 
     Args:
         store: The run store.
-        run_id: Run id or unique prefix.
+        run_id: Run id or any unique part of it.
     """
     run = store.get_run(run_id)
     rid = run["run_id"]
     samples = sample_counts(store, rid)
-    return {
-        "run_id": rid,
-        "name": run["name"],
-        "status": run["status"],
-        "mode": run["mode"],
-        "rubric": f"{run['rubric']} {run['rubric_version']}",
-        "models": run["models"],
-        "simulated": bool(run["simulated"]),
-        "created_at": str(run["created_at"]),
-        "finished_at": str(run["finished_at"]) if run["finished_at"] else None,
-        "items": run["n_items"],
-        "samples_per_item": run["n_samples"],
-        **final_item_counts(store, rid),
-        "samples_ok": samples["ok"],
-        "samples_failed": samples["failed"],
-        **call_totals(store, rid),
-        **item_call_quantiles(store, rid),
-        "by_agent": calls_by_agent(store, rid),
-        "top_errors": top_sample_errors(store, rid, limit=10),
-        "flagged_items": flagged_items(store, rid),
-    }
+    return RunSummary.model_validate(
+        {
+            "run_id": rid,
+            "name": run["name"],
+            "status": run["status"],
+            "mode": run["mode"],
+            "rubric": f"{run['rubric']} {run['rubric_version']}",
+            "models": run["models"],
+            "simulated": bool(run["simulated"]),
+            "created_at": str(run["created_at"]),
+            "finished_at": str(run["finished_at"]) if run["finished_at"] else None,
+            "items": run["n_items"],
+            "samples_per_item": run["n_samples"],
+            **final_item_counts(store, rid),
+            "samples_ok": samples["ok"],
+            "samples_failed": samples["failed"],
+            **call_totals(store, rid),
+            **item_call_quantiles(store, rid),
+            "by_agent": calls_by_agent(store, rid),
+            "top_errors": top_sample_errors(store, rid, limit=10),
+            "flagged_items": flagged_items(store, rid),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------

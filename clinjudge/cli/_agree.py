@@ -1,4 +1,8 @@
-"""`judge agree`, `judge compare` and `judge report`: how far judges agree with physicians."""
+"""`judge agree`, `judge compare` and `judge report`: how far judges agree with physicians.
+
+The statistics, the store and the report writer load when a command runs, not at import:
+``judge agree --help`` costs what ``judge run --help`` does.
+"""
 
 from __future__ import annotations
 
@@ -9,38 +13,16 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from clinjudge.analysis import (
-    SORT_COLUMNS,
-    agreement_for_file,
-    agreement_for_run,
-    block_summary,
-    compare_runs,
-)
-from clinjudge.cli._common import (
-    EXIT_USAGE,
-    DocLensCompatOption,
-    StoreDbOption,
-    console,
-    fail,
-    open_store,
-    stdout,
-)
-from clinjudge.judges import SIMULATED_NOTICE
-from clinjudge.reports import (
-    DEFAULT_MAX_ITEMS,
-    comparison_cells,
-    fmt_ci,
-    fmt_num,
-    fmt_p,
-    write_report,
-)
-from clinjudge.runs import DEFAULT_DB
+from clinjudge.analysis import SORT_COLUMNS
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from clinjudge.analysis import AgreementAnalysis
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +31,32 @@ BootOption = Annotated[
 ]
 SeedOption = Annotated[int, typer.Option(min=0, help="Bootstrap seed.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+StoreDbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="DuckDB file.",
+        show_default="$CLINJUDGE_DB, else runs/clinjudge.duckdb",
+    ),
+]
+"""--db read when the command runs (``runs.default_db``), so --help loads no store."""
+
+DocLensCompatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--doclens-compat",
+        help="DocLens scores by clinjudge's rules or the official evaluator's arithmetic "
+        "(clinjudge or official; default: the run's own doclens.compat).",
+    ),
+]
+
+
+def _db(db: str | None) -> str:
+    from clinjudge.runs import default_db
+
+    return db or default_db()
 
 
 def _dump(value: Any) -> None:
@@ -67,20 +75,24 @@ def _keeps_cache(db: str) -> bool:
     return path.is_file() and os.access(path, os.W_OK)
 
 
-def _undefined_reason(summary: dict[str, Any]) -> str:
-    if (summary["n_units"] or 0) < 2:
+def _undefined_reason(n_units: int | None) -> str:
+    if (n_units or 0) < 2:
         return "fewer than 2 rated units"
     return "the scores do not vary (zero variance), so the statistic is 0/0"
 
 
-def _cell(summary: dict[str, Any], key: str, text: str, expected: dict[str, str]) -> str:
-    return "undefined" if key in expected and summary[key] is None else text
+def _cell(value: float | None, key: str, text: str, expected: dict[str, str]) -> str:
+    return "undefined" if key in expected and value is None else text
 
 
-def _agreement_table(result: dict[str, Any]) -> tuple[Table, list[str]]:
+def _agreement_table(result: AgreementAnalysis, title: str) -> tuple[Table, list[str]]:
     """The agreement table and one note per statistic that is undefined, with the reason."""
-    title = f"run {result['run_id']}" + (f" ({result['name']})" if result["name"] else "")
-    title += f": {result['model']}" + (" [SIMULATED]" if result["simulated"] else "")
+    from rich.markup import escape
+    from rich.table import Table
+
+    from clinjudge.analysis import block_summary
+    from clinjudge.reports import fmt_ci, fmt_num, fmt_p
+
     table = Table(title=escape(title))
     table.add_column("attribute", no_wrap=True)
     table.add_column("units")
@@ -96,24 +108,23 @@ def _agreement_table(result: dict[str, Any]) -> tuple[Table, list[str]]:
     ):
         table.add_column(column, justify="right")
     undefined: dict[tuple[str, str], list[str]] = {}
-    blocks = [*result["per_attribute"].items(), ("pooled", result["pooled"])]
-    for name, block in blocks:
+    for name, block in result.blocks():
         s = block_summary(block)
-        expected = _BINARY_STATS if s["binary"] else _ORDINAL_STATS
+        expected = _BINARY_STATS if s.binary else _ORDINAL_STATS
         for key, label in expected.items():
-            if s[key] is None:
-                undefined.setdefault((label, _undefined_reason(s)), []).append(name)
+            if getattr(s, key) is None:
+                undefined.setdefault((label, _undefined_reason(s.n_units)), []).append(name)
         table.add_row(
             f"[bold]{name}[/]" if name == "pooled" else escape(name),
-            fmt_num(s["n_units"]),
-            _cell(s, "icc3k", fmt_num(s["icc3k"]), expected),
-            fmt_ci(s["icc3k_ci95"]),
-            _cell(s, "alpha_ordinal", fmt_num(s["alpha_ordinal"]), expected),
-            _cell(s, "ac2_ordinal", fmt_num(s["ac2_ordinal"]), expected),
-            fmt_num(s["median_difference"], 2),
-            fmt_p(s["wilcoxon_p"]),
-            _cell(s, "percent_agreement", fmt_num(s["percent_agreement"]), expected),
-            _cell(s, "kappa", fmt_num(s["kappa"]), expected),
+            fmt_num(s.n_units),
+            _cell(s.icc3k, "icc3k", fmt_num(s.icc3k), expected),
+            fmt_ci(s.icc3k_ci95),
+            _cell(s.alpha_ordinal, "alpha_ordinal", fmt_num(s.alpha_ordinal), expected),
+            _cell(s.ac2_ordinal, "ac2_ordinal", fmt_num(s.ac2_ordinal), expected),
+            fmt_num(s.median_difference, 2),
+            fmt_p(s.wilcoxon_p),
+            _cell(s.percent_agreement, "percent_agreement", fmt_num(s.percent_agreement), expected),
+            _cell(s.kappa, "kappa", fmt_num(s.kappa), expected),
         )
     notes = [
         f"{label} undefined for {', '.join(names)}: {reason}"
@@ -134,9 +145,10 @@ def _quiet_numerics() -> Iterator[None]:
 
 def agree_command(
     runs: Annotated[
-        list[str] | None, typer.Argument(help="Run ids or unique prefixes.", show_default=False)
+        list[str] | None,
+        typer.Argument(help="Run ids or unique parts of them.", show_default=False),
     ] = None,
-    db: StoreDbOption = str(DEFAULT_DB),
+    db: StoreDbOption = None,
     ratings: Annotated[
         Path | None,
         typer.Option(
@@ -158,47 +170,73 @@ def agree_command(
     signed-rank, median difference; binary attributes get percent agreement and kappa.
     With --json one run prints an object, several runs a list of objects.
     """
+    from rich.markup import escape
+
+    from clinjudge.analysis import agreement_for_file, agreement_for_run
+    from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+    from clinjudge.judges import SIMULATED_NOTICE
+
     if ratings is not None:
         if runs:
             fail("give either runs or --ratings FILE, not both", EXIT_USAGE)
         with _quiet_numerics():
-            result = agreement_for_file(str(ratings), judge=judge, n_boot=boot, seed=seed)
-        _dump(result)
+            analysis = agreement_for_file(str(ratings), judge=judge, n_boot=boot, seed=seed)
+        if as_json:
+            _dump(analysis.to_dict())
+            return
+        title = f"ratings {ratings}" + (f": judge {judge}" if judge else "")
+        _print_table(analysis, title)
+        stdout.print(
+            "ICC, alpha and AC2 compare the judge with the other raters' median"
+            if judge
+            else "No --judge: the table's judge columns are empty; --json prints the "
+            "raters' agreement among themselves",
+            highlight=False,
+        )
         return
     if judge is not None:
         fail("--judge goes with --ratings; a run's judge is its final score", EXIT_USAGE)
     if not runs:
         fail("name at least one run (or use --ratings FILE)", EXIT_USAGE)
     results = []
-    with open_store(db, read_only=True) as store:
+    with open_store(_db(db), read_only=True) as store:
         for run_id in runs:
             with _quiet_numerics():
                 results.append(agreement_for_run(store, run_id, n_boot=boot, seed=seed))
     if as_json:
-        _dump(results[0] if len(results) == 1 else results)
+        dicts = [r.to_dict() for r in results]
+        _dump(dicts[0] if len(dicts) == 1 else dicts)
         return
     for result in results:
-        if result["simulated"]:
+        if result.simulated:
             console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
-        table, notes = _agreement_table(result)
-        stdout.print(table)
-        for note in notes:
-            stdout.print(escape(note), highlight=False, soft_wrap=True)
-        if result.get("samples_warning"):
-            console.print(
-                f"[yellow]warning:[/] {escape(result['samples_warning'])}", soft_wrap=True
-            )
+        title = f"run {result.run_id}" + (f" ({result.name})" if result.name else "")
+        title += f": {result.model}" + (" [SIMULATED]" if result.simulated else "")
+        _print_table(result, title)
+        if result.samples_warning:
+            console.print(f"[yellow]warning:[/] {escape(result.samples_warning)}", soft_wrap=True)
         stdout.print(
-            f"{result['n_items_rated']} of {result['n_items_run']} items rated by "
-            f"{len(result['raters'])} rater(s); ICC, alpha and AC2 compare the judge with the "
+            f"{result.n_items_rated} of {result.n_items_run} items rated by "
+            f"{len(result.raters)} rater(s); ICC, alpha and AC2 compare the judge with the "
             "raters' median; Wilcoxon zero_method 'wilcox'. --json prints everything.",
             highlight=False,
         )
 
 
+def _print_table(result: AgreementAnalysis, title: str) -> None:
+    from rich.markup import escape
+
+    from clinjudge.cli._common import stdout
+
+    table, notes = _agreement_table(result, title)
+    stdout.print(table)
+    for note in notes:
+        stdout.print(escape(note), highlight=False, soft_wrap=True)
+
+
 def compare_command(
-    runs: Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.")],
-    db: StoreDbOption = str(DEFAULT_DB),
+    runs: Annotated[list[str], typer.Argument(help="Run ids or unique parts of them.")],
+    db: StoreDbOption = None,
     sort: Annotated[
         str | None,
         typer.Option(help=f"Sort by one of: {', '.join(SORT_COLUMNS)} (best first)."),
@@ -208,12 +246,22 @@ def compare_command(
     seed: SeedOption = 0,
 ) -> None:
     """One table of judge configurations: agreement, failures, cost and latency per item."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from clinjudge.analysis import compare_runs
+    from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+    from clinjudge.cli._fit import print_fitted
+    from clinjudge.judges import SIMULATED_NOTICE
+    from clinjudge.reports import comparison_cells
+
     if sort is not None and sort not in SORT_COLUMNS:
         fail(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}", EXIT_USAGE)
-    with open_store(db, read_only=not _keeps_cache(db)) as store, _quiet_numerics():
+    path = _db(db)
+    with open_store(path, read_only=not _keeps_cache(path)) as store, _quiet_numerics():
         comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
     if as_json:
-        _dump({"runs": comparison.rows, "notes": comparison.notes})
+        _dump(comparison.to_dict())
         return
     table = Table(title="judge configurations")
     table.add_column("run", no_wrap=True)
@@ -228,21 +276,24 @@ def compare_command(
         "failed",
         "cost/item",
         "latency/item",
+        "cached in",
     ):
         table.add_column(column, justify="right")
     for r in comparison.rows:
         table.add_row(
-            r["run_id"],
-            escape(r["name"] or ""),
-            r["rubric"],
-            r["mode"],
-            escape(r["model"] or "") + (" [yellow](SIMULATED)[/]" if r["simulated"] else ""),
+            r.run_id,
+            escape(r.name or ""),
+            r.rubric,
+            r.mode,
+            escape(r.model or "") + (" [yellow](SIMULATED)[/]" if r.simulated else ""),
             *comparison_cells(r),
+            # Share of prompt tokens the provider's prompt cache served (#22).
+            "" if r.cached_input_share is None else f"{r.cached_input_share:.0%}",
         )
-    stdout.print(table)
+    print_fitted(stdout, table)  # split by columns on a narrow terminal, never cut to "…"
     for note in comparison.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
-    if any(r["simulated"] for r in comparison.rows):
+    if any(r.simulated for r in comparison.rows):
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
 
 
@@ -252,7 +303,7 @@ def report_command(
     compare: Annotated[
         bool, typer.Option("--compare", help="Compare several runs in one report.")
     ] = False,
-    db: StoreDbOption = str(DEFAULT_DB),
+    db: StoreDbOption = None,
     boot: BootOption = 1000,
     seed: SeedOption = 0,
     flag: Annotated[
@@ -264,18 +315,28 @@ def report_command(
         ),
     ] = None,
     max_items: Annotated[
-        int,
+        int | None,
         typer.Option(
-            min=0, help="Rows of the per-item table (0: every item; counts always cover all)."
+            min=0,
+            help="Rows of the per-item table (0: every item; counts always cover all).",
+            show_default="200",
         ),
-    ] = DEFAULT_MAX_ITEMS,
+    ] = None,
     doclens_compat: DocLensCompatOption = None,
 ) -> None:
     """Write report.html (self-contained, inline SVG charts) and report.md: final scores per
     attribute, failures, flags and items, and agreement where physicians' ratings exist."""
+    from rich.markup import escape
+
+    from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store
+    from clinjudge.reports import DEFAULT_MAX_ITEMS, write_report
+
+    if max_items is None:
+        max_items = DEFAULT_MAX_ITEMS  # the --help text says its value; a test checks
     if not compare and len(runs) != 1:
         fail("a run report takes one run; add --compare to compare several", EXIT_USAGE)
-    with open_store(db, read_only=not _keeps_cache(db)) as store:
+    path = _db(db)
+    with open_store(path, read_only=not _keeps_cache(path)) as store:
         files = write_report(
             store,
             runs,

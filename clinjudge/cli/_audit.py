@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import clinjudge
-from clinjudge.analysis import audit_plan
+from clinjudge.analysis import AuditStatistics, audit_plan
 from clinjudge.cli._common import (
     EXIT_USAGE,
     console,
@@ -38,41 +38,41 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _print_audit(audit: dict[str, Any], out: Path | None) -> None:
+def _print_audit(audit: AuditStatistics, out: Path | None) -> None:
     # Vendor names, attributes and ids are data: escaped so rich never reads them as markup.
-    table = Table(title=f"Vendor audit {escape(audit['run_id'])}: mean \\[95% CI] per attribute")
+    table = Table(title=f"Vendor audit {escape(audit.run_id)}: mean \\[95% CI] per attribute")
     table.add_column("attribute")
-    for vendor in audit["vendors"]:
+    for vendor in audit.vendors:
         table.add_column(escape(vendor), justify="right")
-    for attribute in audit["attributes"]:
+    for attribute in audit.attributes:
         cells = []
-        for vendor in audit["vendors"]:
-            s = audit["summaries"][vendor][attribute]
-            ci = s["ci95"]
+        for vendor in audit.vendors:
+            s = audit.summaries[vendor][attribute]
+            ci = s.ci95
             ci_text = f" \\[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
-            cells.append(f"{_fmt(s['mean'])}{ci_text} n={s['n']}")
+            cells.append(f"{_fmt(s.mean)}{ci_text} n={s.n}")
         table.add_row(escape(attribute), *cells)
     console.print(table)
-    significant = [c for c in audit["comparisons"] if c["significant"]]
+    significant = [c for c in audit.comparisons if c.significant]
     console.print(
-        f"{len(significant)} of {len(audit['comparisons'])} paired comparisons significant "
-        f"after Holm (alpha {audit['settings']['alpha']})"
+        f"{len(significant)} of {len(audit.comparisons)} paired comparisons significant "
+        f"after Holm (alpha {audit.settings.alpha})"
     )
     for c in significant:
         console.print(
-            f"  {escape(c['vendor_a'])} vs {escape(c['vendor_b'])} {escape(c['attribute'])}: "
+            f"  {escape(c.vendor_a)} vs {escape(c.vendor_b)} {escape(c.attribute)}: "
             "median diff "
-            f"{_fmt(c['median_difference'])}, n={c['n_pairs']}, p_holm={c['p_holm']:.3g}"
+            f"{_fmt(c.median_difference)}, n={c.n_pairs}, p_holm={c.p_holm:.3g}"
         )
     console.print(
-        f"{len(audit['flagged'])} flagged item(s) (rules: {escape(', '.join(audit['flag_rules']))})"
+        f"{len(audit.flagged)} flagged item(s) (rules: {escape(', '.join(audit.flag_rules))})"
     )
-    for u in audit["unmatched"]:
+    for u in audit.unmatched:
         console.print(
-            f"  unmatched encounter {escape(str(u['encounter_id']))}: missing for "
-            f"{escape(', '.join(u['missing']))}"
+            f"  unmatched encounter {escape(str(u.encounter_id))}: missing for "
+            f"{escape(', '.join(u.missing))}"
         )
-    if audit["simulated"]:
+    if audit.simulated:
         console.print("[bold yellow]SIMULATED: scores from the mock provider.[/]")
     if out is not None:
         console.print(
@@ -81,23 +81,23 @@ def _print_audit(audit: dict[str, Any], out: Path | None) -> None:
         )
 
 
-def _print_ppi(audit: dict[str, Any]) -> None:
-    if "ppi" not in audit:
+def _print_ppi(audit: AuditStatistics) -> None:
+    if audit.ppi is None:
         return
     table = _vendor_table(
         "Physicians' mean, judge-corrected (PPI++) \\[95% CI] | physicians only | judge only",
         ("lambda", "PPI++", "physicians", "judge"),
     )
-    for row in audit["ppi"]:
+    for row in audit.ppi:
         table.add_row(
-            *_vendor_cells(row),
-            _fmt(row["lambda"]),
-            _interval(row["estimate"], row["ci_low"], row["ci_high"]),
-            _interval(row["classical_mean"], row["classical_ci_low"], row["classical_ci_high"]),
-            _fmt(row["judge_mean"]),
+            *_vendor_cells(row.vendor, row.attribute, row.n, row.N),
+            _fmt(row.lam),
+            _interval(row.estimate, row.ci_low, row.ci_high),
+            _interval(row.classical_mean, row.classical_ci_low, row.classical_ci_high),
+            _fmt(row.judge_mean),
         )
     console.print(table)
-    for warning in audit["ppi_warnings"]:
+    for warning in audit.ppi_warnings or []:
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
@@ -111,9 +111,9 @@ def _vendor_table(title: str, numbers: Sequence[str]) -> Table:
     return table
 
 
-def _vendor_cells(row: dict[str, Any]) -> list[str]:
+def _vendor_cells(vendor: str, attribute: str, n: int, big_n: int) -> list[str]:
     # Vendor names and attributes are data: escaped so rich never reads them as markup.
-    return [escape(row["vendor"]), escape(row["attribute"]), str(row["n"]), str(row["N"])]
+    return [escape(vendor), escape(attribute), str(n), str(big_n)]
 
 
 def _interval(value: float | None, low: float | None, high: float | None) -> str:
@@ -122,10 +122,10 @@ def _interval(value: float | None, low: float | None, high: float | None) -> str
     return f"{value:.2f} \\[{_fmt(low)}, {_fmt(high)}]"
 
 
-def _show(audit: dict[str, Any], out: Path | None, as_json: bool) -> None:
+def _show(audit: AuditStatistics, out: Path | None, as_json: bool) -> None:
     """An audit's statistics: JSON on stdout when asked for, then the tables on stderr."""
     if as_json:
-        sys.stdout.write(json.dumps(audit, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(audit.to_dict(), indent=2, default=str) + "\n")
     _print_audit(audit, out)
     _print_ppi(audit)
 
@@ -213,7 +213,7 @@ def audit_command(
             again = stored.audit(
                 rules=rules, n_boot=boot, seed=values["seed"] or 0, ratings=ratings, report_dir=out
             )
-            _show(again.statistics(), out, as_json)
+            _show(again, out, as_json)
             return
         vendors = [str(p) for p in data] if data else None
         if values["dry_run"]:
@@ -247,7 +247,7 @@ def audit_command(
             f"Merge the shards with `judge db merge ... --into ALL.duckdb`, then run "
             f"`judge audit --run {result.run_id} --db ALL.duckdb` for the whole audit."
         )
-    _show(result.statistics(), out, as_json)
+    _show(result, out, as_json)
     exit_on_failures(result.run, allow_failures)
 
 
@@ -295,7 +295,7 @@ def plan_command(
     )
     for row in plan["expected"]:
         table.add_row(
-            *_vendor_cells(row),
+            *_vendor_cells(row["vendor"], row["attribute"], row["n"], row["N"]),
             f"±{row['ppi_half_width']:.2f}",
             f"±{row['classical_half_width']:.2f}",
         )

@@ -50,7 +50,25 @@ def print_estimate(estimate: Estimate) -> None:
     table.add_row("completion tokens (upper bound)", f"{estimate.max_completion_tokens:,}")
     cost = "unknown price" if estimate.cost_usd is None else f"${estimate.cost_usd:,.4f}"
     table.add_row("estimated cost (upper bound)", cost)
+    if estimate.cached_input_tokens is not None:  # the provider's prompt cache (#22)
+        cached, total = estimate.cached_input_tokens, estimate.prompt_tokens
+        share = f" ({cached / total:.0%})" if total else ""
+        table.add_row("cached prompt tokens (estimate)", f"{cached:,}{share}")
+        if estimate.cache_write_tokens:
+            writes = f"{estimate.cache_write_tokens:,}"
+            table.add_row("cache-write prompt tokens (estimate)", writes)
+        if estimate.cost_with_cache_usd is not None:
+            with_cache = f"${estimate.cost_with_cache_usd:,.4f}"
+            table.add_row("estimated cost with prompt caching", with_cache)
     console.print(table)
+    if estimate.cached_input_tokens:
+        console.print(
+            "[yellow]note:[/] cached prompt tokens are an estimate: each request is assumed to "
+            "find the shared prefix (system prompt, rubric; the whole prompt for repeated "
+            "samples) of earlier requests in the provider's cache; concurrent first requests "
+            "and idle gaps longer than the cache lives lower the real share",
+            soft_wrap=True,
+        )
     if estimate.tokens_note:
         console.print(f"[yellow]note:[/] {escape(estimate.tokens_note)}", soft_wrap=True)
     if estimate.note:

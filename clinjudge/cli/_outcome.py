@@ -78,11 +78,16 @@ def print_outcome(counts: RunResult, cost: str) -> None:
         counts: The run's result.
         cost: Cost text of the run.
     """
+    # A reply from the response cache is no model call: counted apart, so that "0 model calls"
+    # tells a user the provider was not asked at all.
+    cached = counts.cached_calls
+    calls = f"{counts.calls - cached} model calls"
+    if cached:
+        calls += f", {cached} replies from the response cache"
     console.print(
         f"run {escape(counts.run_id)}: {counts.samples_ok} samples ok, "
         f"{counts.samples_failed} failed of {counts.samples_expected}; {counts.items_ok} of "
-        f"{counts.items} items with a valid final judgment; {counts.calls} model calls; "
-        f"cost {cost}",
+        f"{counts.items} items with a valid final judgment; {calls}; cost {cost}",
         soft_wrap=True,
     )
     for failure in counts.failures[:8]:

@@ -70,6 +70,27 @@ DbOpt = Annotated[str, typer.Option(help="DuckDB file.")]
 StoreOpt = Annotated[bool, typer.Option("--store/--no-store", help="Record the run in --db.")]
 NameOpt = Annotated[str | None, typer.Option(help="Label for the stored run.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+RayOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="local|auto|ADDRESS",
+        help="Score on Ray, one model per replica: local (start Ray here), auto (join this "
+        "machine's cluster) or HOST:PORT / ray://HOST:PORT (pip install 'clinjudge\\[ray]').",
+    ),
+]
+RayReplicasOpt = Annotated[
+    int | None,
+    typer.Option(min=1, help="Ray model replicas (default: one per GPU, else one)."),
+]
+RayBatchOpt = Annotated[
+    int,
+    typer.Option(min=1, help="Candidates a Ray replica takes at a time (stored per batch)."),
+]
+ResumeOpt = Annotated[
+    str | None,
+    typer.Option(help="With --ray: finish this stored run, scoring only what it lacks."),
+]
 
 
 @dataclass
@@ -94,6 +115,10 @@ class _Options:
     store: StoreOpt = True
     name: NameOpt = None
     as_json: JsonOpt = False
+    ray: RayOpt = None
+    ray_replicas: RayReplicasOpt = None
+    ray_batch: RayBatchOpt = 64
+    resume: ResumeOpt = None
 
 
 _LEADING = ("model", "input")  # listed before a command's own options in --help
@@ -198,45 +223,73 @@ def _scorer(opts: _Options, fmt: Any):
         fail(str(exc), EXIT_USAGE)
 
 
-def _score(opts: _Options, *, need_labels: bool = False):
-    """(format, scorer, chains, results, started) with every warning printed to stderr."""
+def _score(opts: _Options, *, need_labels: bool = False, command: str = "score"):
+    """(format, scorer, chains, results, started) with every warning printed to stderr; with
+    --ray the scorer's place holds the Ray run (stored as it goes, finished by `_store`)."""
     from clinjudge.prm_bridge import PRMModelError
 
     fmt = _format(opts)
     chains = _chains(opts, fmt, need_labels=need_labels)
+    if opts.ray is None and (opts.resume or opts.ray_replicas):
+        fail("--resume and --ray-replicas need --ray", EXIT_USAGE)
+    if opts.ray is not None:
+        from clinjudge.cli._prm_ray import score_with_ray
+
+        results, ray_run, started = score_with_ray(opts, fmt, chains, _config(opts, fmt), command)
+        _report(results)
+        return fmt, ray_run, chains, results, started
     scorer = _scorer(opts, fmt)
     started = now()
     try:
         results = scorer.score(chains, opts.threshold)
     except PRMModelError as exc:
         fail(str(exc), EXIT_FAILURE)
+    _report(results)
+    return fmt, scorer, chains, results, started
+
+
+def _report(results: list[Any]) -> None:
     for result in results:
         for warning in result.warnings:
             console.print(f"[yellow]warning:[/] {escape(result.id)}/{escape(result.candidate)}: "
                           f"{escape(warning)}")  # fmt: skip
         if result.error:
             console.print(f"[bold red]error:[/] {escape(result.error)}")
-    return fmt, scorer, chains, results, started
 
 
-def _store(
-    opts: _Options, fmt: Any, results: list[Any], started: Any, extra: dict[str, Any]
-) -> str | None:
-    if not opts.store:
-        return None
-    from clinjudge.orchestration import new_run_id
-    from clinjudge.runs import write_prm_run
-
-    run_id = new_run_id()
-    config = {
-        "command": extra.pop("command"),
+def _config(opts: _Options, fmt: Any) -> dict[str, Any]:
+    return {
         "format": fmt.model_dump(mode="json"),
         "device": opts.device,
         "dtype": opts.dtype,
         "batch_tokens": opts.batch_tokens,
         "prm_url": opts.prm_url,
-        **extra,
     }
+
+
+def _store(
+    opts: _Options,
+    fmt: Any,
+    results: list[Any],
+    started: Any,
+    extra: dict[str, Any],
+    ray_run: Any = None,
+) -> str | None:
+    if not opts.store:
+        return None
+    from clinjudge.orchestration import new_run_id
+    from clinjudge.runs import end_prm_run, write_prm_run
+
+    config = {"command": extra.pop("command"), **_config(opts, fmt), **extra}
+    if opts.ray is not None:  # the steps are stored already: close the run
+        config["ray"] = {**ray_run.config["ray"], "last_pass": ray_run.summary,
+                         "reused": ray_run.reused}  # fmt: skip
+        with open_store(opts.db) as store:
+            end_prm_run(store, ray_run.run_id, failed=any(r.error for r in results),
+                        config=config)  # fmt: skip
+        console.print(f"stored run {ray_run.run_id} in {opts.db}")
+        return str(ray_run.run_id)
+    run_id = new_run_id()
     with open_store(opts.db) as store:
         write_prm_run(
             store,
@@ -272,8 +325,10 @@ def _short(text: str, width: int = 80) -> str:
 def score_command(opts: _Options) -> None:
     """Score every step of every candidate; flag steps below --threshold."""
     threshold = opts.threshold
-    fmt, _, _, results, started = _score(opts)
-    run_id = _store(opts, fmt, results, started, {"command": "score", "threshold": threshold})
+    fmt, ray_run, _, results, started = _score(opts)
+    run_id = _store(
+        opts, fmt, results, started, {"command": "score", "threshold": threshold}, ray_run
+    )
     if opts.as_json:
         payload = [
             {**r.model_dump(mode="json"), "flagged": [s.index for s in r.flagged_steps]}
@@ -321,11 +376,11 @@ def best_of_n_command(
 
     if aggregate is not None and aggregate not in AGGREGATES:
         fail(f"--aggregate {aggregate!r}: choose from {', '.join(AGGREGATES)}", EXIT_USAGE)
-    fmt, _, _, results, started = _score(opts)
+    fmt, ray_run, _, results, started = _score(opts, command="best-of-n")
     how = aggregate or fmt.aggregate
     picks = _best_of_n(results, how)
     extra = {"command": "best-of-n", "aggregate": how, "threshold": opts.threshold}
-    run_id = _store(opts, fmt, results, started, extra)
+    run_id = _store(opts, fmt, results, started, extra, ray_run)
     if opts.as_json:
         typer.echo(json.dumps({"run_id": run_id, "aggregate": how, "items": picks}, indent=2))
     else:
@@ -371,7 +426,7 @@ def eval_command(opts: _Options) -> None:
     from clinjudge.prm_bridge import evaluate
 
     threshold = opts.threshold
-    fmt, _, _, results, started = _score(opts, need_labels=True)
+    fmt, ray_run, _, results, started = _score(opts, need_labels=True, command="eval")
     labelled = [
         [
             (s.label, s.score, s.error_type, s.kind)
@@ -384,7 +439,7 @@ def eval_command(opts: _Options) -> None:
     report = evaluate(labelled, threshold)
     run_id = _store(opts, fmt, results, started,
                     {"command": "eval", "threshold": threshold,
-                     "report": report.model_dump(mode="json")})  # fmt: skip
+                     "report": report.model_dump(mode="json")}, ray_run)  # fmt: skip
     if opts.as_json:
         typer.echo(json.dumps({"run_id": run_id, **report.model_dump(mode="json")}, indent=2))
     else:

@@ -21,6 +21,8 @@ from clinjudge.cli._common import (
 )
 from clinjudge.cli._doclens_view import doclens_table
 from clinjudge.cli._outcome import deciding_agent
+from clinjudge.cli._prompt_cache_view import with_prompt_cache
+from clinjudge.cli._scores_view import score_summary, scores_table
 from clinjudge.errors import UserError
 from clinjudge.runs import (
     DEFAULT_DB,
@@ -141,6 +143,7 @@ _BY_AGENT_COLUMNS = (
     "model",
     "calls",
     "tokens_in",
+    "cached_input_tokens",
     "tokens_out",
     "cost_usd",
     "latency_s_sum",
@@ -186,6 +189,17 @@ def _gate_coercions(store: Any, run_id: str) -> dict[str, int]:
     return {r["attribute"]: int(r["n"]) for r in rows}
 
 
+def _final_scores(store: Any, run_id: str) -> list[dict[str, Any]] | None:
+    """Per attribute on a point scale: n, mean, median and items per scale point of the final
+    scores (None for a run without a rubric, e.g. a `judge prm` scoring run)."""
+    from clinjudge.analysis import run_rubric, score_distributions
+
+    run = store.get_run(run_id)
+    if run.get("rubric_json") is None:
+        return None
+    return score_summary(score_distributions(store, run_id, run_rubric(run)))
+
+
 @runs_app.command("show")
 def show_command(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
@@ -193,16 +207,19 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     doclens_compat: DocLensCompatOption = None,
 ) -> None:
-    """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent."""
+    """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent,
+    then each attribute's final scores (n, mean, median, items per scale point)."""
     from clinjudge.analysis import doclens_report, run_summary
     from clinjudge.judges import SIMULATED_NOTICE
 
     with open_store(db, read_only=True) as store:
-        summary = run_summary(store, run_id)
+        summary = run_summary(store, run_id).to_dict()
         doclens = doclens_report(store, run_id, doclens_compat)
         agent = deciding_agent(summary["mode"])
         counts = run_counts(store, summary["run_id"], agent) if agent else None
         coerced = _gate_coercions(store, summary["run_id"])
+        summary = with_prompt_cache(store, summary)
+        scores = _final_scores(store, summary["run_id"]) if doclens is None else None
     if counts is not None:
         # One definition everywhere: a sample is an (item, sample) of the deciding agent.
         summary["samples_ok"] = counts.samples_ok
@@ -218,6 +235,8 @@ def show_command(
         summary["notice"] = SIMULATED_NOTICE
     if doclens is not None:
         summary["doclens"] = doclens
+    if scores:
+        summary["scores"] = scores
     if as_json:
         typer.echo(json.dumps(summary, default=str, indent=2))
         return
@@ -229,7 +248,7 @@ def show_command(
         elif key == "status":
             items, valid = summary["items"], summary.get("items_ok") or 0
             table.add_row(key, escape(status_label(str(value), items, valid)))
-        elif key not in ("top_errors", "by_agent", "flagged_items", "doclens", "models"):
+        elif key not in ("top_errors", "by_agent", "flagged_items", "doclens", "models", "scores"):
             table.add_row(key, escape(_fmt(value)))
     stdout.print(table)
     stdout.print(_models_table(summary.get("models") or {}))
@@ -237,6 +256,8 @@ def show_command(
         stdout.print(_by_agent_table(summary["by_agent"]))
     if doclens is not None:
         stdout.print(doclens_table(doclens))
+    if scores:
+        stdout.print(scores_table(scores))
     for error in summary["top_errors"]:
         first = " ".join(str(error["error"]).split())
         stdout.print(f"  failed: {error['n']} x {escape(first[:200])}", soft_wrap=True)
@@ -253,16 +274,16 @@ def export_command(
     out: Annotated[
         Path,
         typer.Option(
-            help="Output file; its ending picks the format: .jsonl/.ndjson/.json, .csv, "
-            ".parquet/.pq."
+            help="Output file; its ending picks the format: .jsonl/.ndjson (JSON Lines), .json "
+            "(one JSON array), .csv, .parquet/.pq."
         ),
     ],
     fmt: Annotated[
         str | None,
         typer.Option(
             "--format",
-            help="jsonl, csv or parquet; needed only when the ending names no format, and it "
-            "must agree with the ending.",
+            help="jsonl (JSON Lines), json (one JSON array), csv or parquet; needed only when "
+            "the ending names no format, and it must agree with the ending.",
             show_default="from the file name",
         ),
     ] = None,

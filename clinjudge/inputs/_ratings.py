@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clinjudge.inputs._records import InputError, read_records
+from clinjudge.inputs._records import InputError, in_file_order, read_records
 from clinjudge.inputs._vendors import audit_item_id
 from clinjudge.rubrics import Rubric, alias_forms, normalise_key
 
@@ -219,10 +219,11 @@ def load_ratings(path: str | Path, rubric: Rubric | None = None) -> list[HumanRa
     Raises:
         InputError: Listing every problem (file, line or row, field).
     """
-    records = read_records(path)
-    if not records:
-        raise InputError([f"{path}: no ratings"])
     problems: list[str] = []
+    # Lines that are not JSON are reported with every other line's problems, not alone.
+    records = read_records(path, problems)
+    if not records and not problems:
+        raise InputError([f"{path}: no ratings"])
     ratings: list[HumanRating] = []
     seen: dict[tuple[str, str, str | None], str] = {}
     for where, record in records:
@@ -247,5 +248,5 @@ def load_ratings(path: str | Path, rubric: Rubric | None = None) -> list[HumanRa
     if rubric is not None:
         _check_gates(ratings, rubric, problems)
     if problems:
-        raise InputError(problems)
+        raise InputError(in_file_order(problems))
     return ratings

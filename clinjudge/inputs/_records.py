@@ -7,6 +7,7 @@ returned unless every record is valid, so a bad file never leaves a half-written
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,8 +26,30 @@ _JSON_FIELDS = ("notes", "meta", "scores")
 _TABLES = {".csv", ".tsv", ".parquet"}
 
 
+_LOCATION = re.compile(r"^(.*?):(?:line|row) (\d+):")
+
+
+def in_file_order(problems: Sequence[str]) -> list[str]:
+    """Problems sorted by file (first named first) and line or row, so the first lines shown
+    are the first in the file whichever check found them; the rest keep their order.
+
+    Args:
+        problems: Messages starting ``FILE:line N:`` or ``FILE:row N:`` (others go last).
+    """
+    files: dict[str, int] = {}
+
+    def key(problem: str) -> tuple[int, int]:
+        match = _LOCATION.match(problem)
+        if match is None:
+            return (len(problems) + 1, 0)
+        return (files.setdefault(match.group(1), len(files)), int(match.group(2)))
+
+    return sorted(problems, key=key)
+
+
 class InputError(UserError):
-    """An input file is unreadable or holds invalid records."""
+    """An input file is unreadable or holds invalid records (at most ``MAX_REPORTED_ERRORS``
+    are shown, then how many more; ``problems`` holds them all)."""
 
     def __init__(self, problems: Sequence[str], *, setting: str | None = None):
         shown = list(problems[:MAX_REPORTED_ERRORS])
@@ -54,8 +77,19 @@ def _literal(path: Path) -> Iterator[Path]:
         yield link
 
 
+def _json_error(text: str) -> str:
+    """Why a line is not JSON, as Python's parser says it (with the column)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON ({exc.msg} at column {exc.colno})"
+    except (RecursionError, ValueError):
+        pass
+    return "not valid JSON"
+
+
 def _jsonl_records(
-    con: duckdb.DuckDBPyConnection, source: Path, path: Path
+    con: duckdb.DuckDBPyConnection, source: Path, path: Path, problems: list[str] | None
 ) -> list[tuple[str, Any]]:
     rows = con.execute(
         f"""
@@ -66,20 +100,22 @@ def _jsonl_records(
         """
     ).fetchall()
     records: list[tuple[str, Any]] = []
-    problems: list[str] = []
+    found: list[str] = []
     for line, text, ok in rows:
         if text is None or not text.strip():
             continue
         where = f"{path}:line {line}"
         if not ok:
-            problems.append(f"{where}: not valid JSON")
+            found.append(f"{where}: {_json_error(text)}")
             continue
         try:
             records.append((where, json.loads(text)))
         except RecursionError:
-            problems.append(f"{where}: JSON nested too deeply for Python to read")
-    if problems:
-        raise InputError(problems)
+            found.append(f"{where}: JSON nested too deeply for Python to read")
+    if found and problems is None:
+        raise InputError(found)
+    if problems is not None:
+        problems.extend(found)
     return records
 
 
@@ -114,11 +150,16 @@ def _text_problem(path: Path, jsonl: bool) -> str | None:
     return None
 
 
-def read_records(path: str | Path) -> list[tuple[str, Any]]:
+def read_records(path: str | Path, problems: list[str] | None = None) -> list[tuple[str, Any]]:
     """Raw records of a JSONL, CSV or Parquet file, each with a location for error messages.
 
     Args:
         path: The input file; the format follows the extension.
+        problems: Where JSONL lines that are not JSON go, so that the caller goes on to check
+            the other lines and reports every problem at once; None raises on them.
+
+    Raises:
+        InputError: The file cannot be read (or, without ``problems``, a line is not JSON).
     """
     path = Path(path)
     if not path.is_file():
@@ -128,7 +169,7 @@ def read_records(path: str | Path) -> list[tuple[str, Any]]:
     try:
         with _literal(path) as source:
             if suffix in {".jsonl", ".ndjson", ".json"}:
-                return _jsonl_records(con, source, path)
+                return _jsonl_records(con, source, path, problems)
             if suffix in {".csv", ".tsv"}:
                 reader = f"read_csv({_quote(source)}, header = true, all_varchar = true)"
                 return _table_records(con, path, reader)
@@ -208,10 +249,11 @@ def load_items(path: str | Path, rubric: Rubric) -> list[Item]:
     Raises:
         InputError: Listing every problem found (file, line or row, field).
     """
-    records = read_records(path)
-    if not records:
-        raise InputError([f"{path}: no records"])
     problems: list[str] = []
+    # Lines that are not JSON are reported with every other line's problems, not alone.
+    records = read_records(path, problems)
+    if not records and not problems:
+        raise InputError([f"{path}: no records"])
     validated = validate_records(records, Item, problems)
     seen: dict[str, str] = {}
     for where, item in validated:
@@ -222,5 +264,5 @@ def load_items(path: str | Path, rubric: Rubric) -> list[Item]:
             )
         seen.setdefault(item.id, where)
     if problems:
-        raise InputError(problems)
+        raise InputError(in_file_order(problems))
     return [item for _, item in validated]

@@ -14,6 +14,7 @@ from typing import Any
 from clinjudge.inputs._records import (
     InputError,
     check_rubric_inputs,
+    in_file_order,
     read_records,
     validate_records,
 )
@@ -76,12 +77,13 @@ def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
     presence: dict[str, set[str]] = {}
     seen: dict[str, str] = {}
     for path in paths:
+        before = len(problems)
         try:
-            records = read_records(path)
+            records = read_records(path, problems)
         except InputError as exc:
             problems.extend(exc.problems)
             continue
-        if not records:
+        if not records and len(problems) == before:
             problems.append(f"{path}: no records")
             continue
         for where, item in validate_records(records, Item, problems):
@@ -110,7 +112,7 @@ def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
             meta = {**item.meta, "encounter_id": item.id}
             items.append(item.model_copy(update={"id": stored_id, "vendor": vendor, "meta": meta}))
     if problems:
-        raise InputError(problems)
+        raise InputError(in_file_order(problems))
     if len(vendors) < 2:
         raise InputError([f"an audit needs at least two vendors; found {vendors or 'none'}"])
     return AuditItems(items, vendors, sorted(presence), unmatched_encounters(presence, vendors))

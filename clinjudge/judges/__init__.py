@@ -22,6 +22,7 @@ from clinjudge.judges.clients import (
     ReasoningEffort,
     ResponseCache,
     SimpleChatCompletionClient,
+    TokenPrices,
     batch_call_cost,
     batch_price_per_token,
     build_client,
@@ -34,6 +35,7 @@ from clinjudge.judges.clients import (
     price_per_token,
     simulated_scores,
     to_autogen_messages,
+    token_prices,
 )
 from clinjudge.judges.doclens import DocLensSettings, NLIError, NLIModel, load_nli, source_units
 from clinjudge.judges.workflows import (
@@ -94,6 +96,8 @@ __all__ = [
     "judge_single_sample",
     "load_nli",
     "price_per_token",
+    "TokenPrices",
+    "token_prices",
     "register_claims_workflow",
     "register_workflow",
     "registered_modes",

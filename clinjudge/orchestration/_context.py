@@ -74,6 +74,7 @@ class ModelPool:
         self._config = config
         self._rubric = rubric
         self._models: dict[str, JudgeModel] = {}
+        self._by_settings: dict[int, tuple[ModelSettings, JudgeModel]] = {}
         self._clock = clock
         self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
@@ -167,10 +168,19 @@ class ModelPool:
     def model_for(self, agent: str, role: str) -> JudgeModel:
         """The shared model an agent uses."""
         settings = self.settings_for(agent, role)
-        cache_key = settings.model_dump_json()
-        model = self._models.get(cache_key)
-        if model is None:
-            model = self._models[cache_key] = JudgeModel(settings, self._rubric)
+        # Serialising the settings for the key costs more than the rest of a call's set-up, and
+        # every sample asks again: remember the answer per settings object (held, so its id
+        # is not reused).
+        known = self._by_settings.get(id(settings))
+        if known is not None and known[0] is settings:
+            model = known[1]
+        else:
+            cache_key = settings.model_dump_json()
+            shared = self._models.get(cache_key)
+            if shared is None:
+                shared = self._models[cache_key] = JudgeModel(settings, self._rubric)
+            model = shared
+            self._by_settings[id(settings)] = (settings, model)
         model.cache = self.response_cache
         return model
 

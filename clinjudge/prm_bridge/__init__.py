@@ -41,6 +41,20 @@ from clinjudge.prm_bridge._presets import (
     parse_overrides,
     preset_names,
 )
+from clinjudge.prm_bridge._ray_runner import (
+    RAY_EXTRA,
+    RAY_FAULTS_ENV,
+    RAY_INSTALL_HINT,
+    RayDependencyError,
+    RayOptions,
+    RayProgress,
+    ReplicaStats,
+    ScorerSpec,
+    plan_batches,
+    require_ray,
+    score_on_ray,
+    stored_result,
+)
 from clinjudge.prm_bridge._render import Encoded, PRMInputError, encode, render
 from clinjudge.prm_bridge._rows import PRM_AGENT, PRM_MODE, PRM_ROLE, prm_step_rows, step_rows
 from clinjudge.prm_bridge._scorer import INSTALL_HINT, PRMDependencyError, TransformersPRM
@@ -99,6 +113,18 @@ __all__ = [
     "Segmenter",
     "StepInput",
     "VLLMPRM",
+    "RAY_EXTRA",
+    "RAY_FAULTS_ENV",
+    "RAY_INSTALL_HINT",
+    "RayDependencyError",
+    "RayOptions",
+    "RayProgress",
+    "ReplicaStats",
+    "ScorerSpec",
+    "plan_batches",
+    "require_ray",
+    "score_on_ray",
+    "stored_result",
     "chain_from_text",
     "evidence_rows",
     "evidence_text",

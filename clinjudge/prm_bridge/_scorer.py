@@ -12,7 +12,9 @@ without the ``prm`` extra.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from clinjudge.errors import UserError
@@ -36,8 +38,40 @@ def require_torch() -> Any:
     return torch
 
 
+def local_model(model: str, what: str = "the model") -> str:
+    """``model`` as transformers should get it; a name that reads as a local path (absolute,
+    ``./``, ``../``, ``~``, or with a folder that exists here, or more folders than a hub id's
+    ``org/name``) must exist, or transformers answers with a message about hub id syntax.
+
+    Args:
+        model: A checkpoint folder or a hub id.
+        what: What is being loaded, for the message.
+
+    Raises:
+        PRMModelError: The local path does not exist.
+    """
+    path = Path(model).expanduser()
+    parts = model.replace(os.sep, "/").split("/")
+    local = (
+        Path(model).is_absolute()
+        or model.startswith(("./", "../", "~"))
+        or model in (".", "..")
+        or len(parts) > 2
+        or (len(parts) == 2 and Path(parts[0]).is_dir())
+    )
+    if not local:
+        return model
+    if not path.exists():
+        raise PRMModelError(
+            f"{model}: cannot load {what}: no such file or folder (a local model must be a "
+            "checkpoint folder; a hub model is named org/name)"
+        )
+    return str(path)
+
+
 def load_tokenizer(model: str) -> Any:
     """The tokenizer of a checkpoint directory or hub id."""
+    model = local_model(model, "the tokenizer")
     try:
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -157,7 +191,7 @@ class TransformersPRM(PRMScorer):
 
         try:
             loaded = AutoModelForCausalLM.from_pretrained(
-                model, dtype=self.dtype, attn_implementation=self.attn
+                local_model(model), dtype=self.dtype, attn_implementation=self.attn
             )
         except (OSError, ValueError, ImportError) as exc:
             raise PRMModelError(f"{model}: cannot load the model: {exc}") from exc

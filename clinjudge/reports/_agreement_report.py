@@ -15,10 +15,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from clinjudge._util.version import __version__
-from clinjudge.analysis import Comparison, block_summary, compare_runs, run_summary
+from clinjudge.analysis import (
+    AgreementAnalysis,
+    AgreementResult,
+    AttributeAgreement,
+    Comparison,
+    ComparisonRow,
+    RunSummary,
+    block_summary,
+    compare_runs,
+    run_summary,
+)
 from clinjudge.reports._charts import (
     _diff_label,
     cost_agreement_scatter,
@@ -44,19 +53,19 @@ from clinjudge.reports._scores_section import DEFAULT_MAX_ITEMS, _scores_section
 from clinjudge.runs import RunStore, now
 
 
-def comparison_cells(row: dict[str, Any]) -> list[str]:
+def comparison_cells(row: ComparisonRow) -> list[str]:
     """The formatted shots-to-latency cells of one `judge compare` row (terminal and report)."""
     return [
-        str(row["shots"]),
-        str(row["samples"]),
-        fmt_num(row["icc3k"]),
-        fmt_ci(row["icc3k_ci95"]),
-        fmt_num(row["alpha_ordinal"]),
-        fmt_num(row["ac2_ordinal"]),
-        fmt_num(row["mean_abs_diff"]),
-        f"{row['failed_samples']}/{row['samples_total']}",
-        fmt_usd(row["cost_per_item_usd"], row["cost_known"]),
-        fmt_seconds(row["latency_per_item_s"]),
+        str(row.shots),
+        str(row.samples),
+        fmt_num(row.icc3k),
+        fmt_ci(row.icc3k_ci95),
+        fmt_num(row.alpha_ordinal),
+        fmt_num(row.ac2_ordinal),
+        fmt_num(row.mean_abs_diff),
+        f"{row.failed_samples}/{row.samples_total}",
+        fmt_usd(row.cost_per_item_usd, row.cost_known),
+        fmt_seconds(row.latency_per_item_s),
     ]
 
 
@@ -64,18 +73,18 @@ def comparison_table(comparison: Comparison) -> _Table:
     """The `judge compare` table."""
     rows, classes = [], []
     for r in comparison.rows:
-        model = (r["model"] or "") + (" (SIMULATED)" if r["simulated"] else "")
+        model = (r.model or "") + (" (SIMULATED)" if r.simulated else "")
         rows.append(
             [
-                r["run_id"],
-                r["name"] or "",
-                r["rubric"],
-                r["mode"],
+                r.run_id,
+                r.name or "",
+                r.rubric,
+                r.mode or "",
                 model,
                 *comparison_cells(r),
             ]
         )
-        classes.append("sim" if r["simulated"] else "")
+        classes.append("sim" if r.simulated else "")
     header = [
         "run",
         "name",
@@ -96,27 +105,26 @@ def comparison_table(comparison: Comparison) -> _Table:
     return _Table(header, rows, left=5, classes=classes)
 
 
-def attribute_table(agreement: dict[str, Any]) -> _Table:
+def attribute_table(agreement: AgreementAnalysis) -> _Table:
     """Per-attribute agreement of one run, plus the pooled row."""
     rows, classes = [], []
-    blocks = [*agreement["per_attribute"].items(), ("pooled", agreement["pooled"])]
-    for name, block in blocks:
+    for name, block in agreement.blocks():
         s = block_summary(block)
         rows.append(
             [
                 name,
-                "binary" if s["binary"] else "ordinal",
-                fmt_num(s["n_units"]),
-                fmt_num(s["icc3k"]),
-                fmt_ci(s["icc3k_ci95"]),
-                fmt_num(s["alpha_ordinal"]),
-                fmt_num(s["ac2_ordinal"]),
-                fmt_num(s["median_difference"], 2),
-                fmt_num(s["iqr"], 2),
-                fmt_p(s["wilcoxon_p"]),
-                fmt_num(s["percent_agreement"]),
-                fmt_num(s["kappa"]),
-                fmt_num(s["raters_icc3k"]),
+                "binary" if s.binary else "ordinal",
+                fmt_num(s.n_units),
+                fmt_num(s.icc3k),
+                fmt_ci(s.icc3k_ci95),
+                fmt_num(s.alpha_ordinal),
+                fmt_num(s.ac2_ordinal),
+                fmt_num(s.median_difference, 2),
+                fmt_num(s.iqr, 2),
+                fmt_p(s.wilcoxon_p),
+                fmt_num(s.percent_agreement),
+                fmt_num(s.kappa),
+                fmt_num(s.raters_icc3k),
             ]
         )
         classes.append("pooled" if name == "pooled" else "")
@@ -138,71 +146,65 @@ def attribute_table(agreement: dict[str, Any]) -> _Table:
     return _Table(header, rows, left=2, classes=classes)
 
 
-def substitution_table(agreement: dict[str, Any]) -> _Table:
+def substitution_table(agreement: AgreementAnalysis) -> _Table:
     """The judge in place of each physician, and as an extra rater (pooled block)."""
-    pooled = agreement["pooled"]
+    judged = agreement.pooled.judge_vs_physicians
+    changes = [(f"judge replaces {s.rater}", s) for s in (judged.substitution if judged else [])]
+    if judged is not None and judged.added_rater is not None:
+        changes.append(("judge added as a rater", judged.added_rater))
     rows = [
         [
-            f"judge replaces {s['rater']}",
-            fmt_num(s.get("icc_base")),
-            fmt_num(s.get("icc_with_judge")),
-            fmt_num(s.get("delta_icc")),
-            fmt_ci(s.get("ci95")),
-            fmt_p(s.get("p")),
+            label,
+            fmt_num(change.icc_base),
+            fmt_num(change.icc_with_judge),
+            fmt_num(change.delta_icc),
+            fmt_ci(change.ci95),
+            fmt_p(change.p),
         ]
-        for s in pooled.get("substitution") or []
+        for label, change in changes
     ]
-    added = pooled.get("added_rater")
-    if added:
-        rows.append(
-            [
-                "judge added as a rater",
-                fmt_num(added.get("icc_base")),
-                fmt_num(added.get("icc_with_judge")),
-                fmt_num(added.get("delta_icc")),
-                fmt_ci(added.get("ci95")),
-                fmt_p(added.get("p")),
-            ]
-        )
     header = ["change", "raters' ICC(3,k)", "with judge", "delta", "95% CI", "p"]
     return _Table(header, rows)
 
 
-def difference_table(agreement: dict[str, Any]) -> _Table:
+def _differences(block: AttributeAgreement) -> dict[str, int]:
+    judged = block.judge_vs_physicians
+    return judged.differences if judged else {}
+
+
+def difference_table(agreement: AgreementAnalysis) -> _Table:
     """Counts of judge-minus-human-median differences per attribute (Fig. 3 as numbers)."""
-    keys = sorted(
-        {float(k) for b in agreement["per_attribute"].values() for k in b.get("differences", {})}
-    )
+    keys = sorted({float(k) for b in agreement.per_attribute.values() for k in _differences(b)})
     labels = [_diff_label(k) for k in keys]
     rows = []
-    for name, block in agreement["per_attribute"].items():
-        counts = {float(k): v for k, v in (block.get("differences") or {}).items()}
+    for name, block in agreement.per_attribute.items():
+        counts = {float(k): v for k, v in _differences(block).items()}
         rows.append([name, *[str(counts.get(k, 0)) for k in keys]])
     return _Table(["attribute", *labels], rows)
 
 
-def _run_summary_table(summary: dict[str, Any]) -> _Table:
+def _run_summary_table(summary: RunSummary) -> _Table:
     keys = [
-        ("status", summary["status"]),
-        ("mode", summary["mode"]),
-        ("rubric", summary["rubric"]),
-        ("models", ", ".join(f"{k}: {v}" for k, v in (summary["models"] or {}).items())),
-        ("items", summary["items"]),
-        ("samples per item", summary["samples_per_item"]),
-        ("items ok / failed", f"{summary.get('items_ok')} / {summary.get('items_failed')}"),
+        ("status", summary.status),
+        ("mode", summary.mode),
+        ("rubric", summary.rubric),
+        ("models", ", ".join(f"{k}: {v}" for k, v in (summary.models or {}).items())),
+        ("items", summary.items),
+        ("samples per item", summary.samples_per_item),
+        ("items ok / failed", f"{summary.items_ok} / {summary.items_failed}"),
         (
             "samples ok / failed",
-            f"{summary.get('samples_ok')} / {summary.get('samples_failed')}",
+            f"{summary.samples_ok} / {summary.samples_failed}",
         ),
-        ("calls", summary.get("calls")),
-        ("tokens in / out", f"{summary.get('tokens_in')} / {summary.get('tokens_out')}"),
-        ("cost", fmt_usd(summary.get("cost_usd"))),
+        ("calls", summary.calls),
+        ("tokens in / out", f"{summary.tokens_in} / {summary.tokens_out}"),
+        ("cost", fmt_usd(summary.cost_usd)),
         (
             "item latency p50 / p95",
-            f"{fmt_seconds(summary.get('item_latency_p50_s'))} / "
-            f"{fmt_seconds(summary.get('item_latency_p95_s'))}",
+            f"{fmt_seconds(summary.item_latency_p50_s)} / "
+            f"{fmt_seconds(summary.item_latency_p95_s)}",
         ),
-        ("created", summary["created_at"][:19]),
+        ("created", summary.created_at[:19]),
     ]
     return _Table(["what", "value"], [[k, "-" if v is None else str(v)] for k, v in keys], left=2)
 
@@ -218,23 +220,23 @@ class _ScoreOptions:
 def _run_section(
     doc: _Doc,
     store: RunStore,
-    row: dict[str, Any],
-    agreement: dict[str, Any] | None,
+    row: ComparisonRow,
+    agreement: AgreementResult | None,
     reason: str | None,
     options: _ScoreOptions,
 ) -> None:
-    title = f"Run {row['run_id']}" + (f" ({row['name']})" if row["name"] else "")
+    title = f"Run {row.run_id}" + (f" ({row.name})" if row.name else "")
     doc.heading(2, title)
-    sim = " SIMULATED (mock provider)." if row["simulated"] else ""
+    sim = " SIMULATED (mock provider)." if row.simulated else ""
     doc.para(
-        f"{row['rubric']}, mode {row['mode']}, model {row['model']}, {row['shots']} shot(s), "
-        f"{row['samples']} sample(s) per item.{sim}",
+        f"{row.rubric}, mode {row.mode}, model {row.model}, {row.shots} shot(s), "
+        f"{row.samples} sample(s) per item.{sim}",
         "meta",
     )
     _scores_section(
         doc,
         store,
-        row["run_id"],
+        row.run_id,
         flag_rules=options.flag_rules,
         max_items=options.max_items,
         full=options.full,
@@ -245,8 +247,8 @@ def _run_section(
         doc.para(f"Agreement not computed: {reason}", "note")
         return
     doc.para(
-        f"{agreement['n_items_rated']} of {agreement['n_items_run']} items rated by "
-        f"{len(agreement['raters'])} physician(s) ({', '.join(agreement['raters'])}); the "
+        f"{agreement.n_items_rated} of {agreement.n_items_run} items rated by "
+        f"{len(agreement.raters)} physician(s) ({', '.join(agreement.raters)}); the "
         "judge's value is its final score (median of its valid samples).",
         "meta",
     )
@@ -264,14 +266,14 @@ def _run_section(
     doc.table(substitution_table(agreement))
     doc.heading(3, "Differences, judge minus human median")
     doc.html.append('<div class="charts">')
-    for attribute, block in agreement["per_attribute"].items():
-        if block.get("differences"):
+    for attribute, block in agreement.per_attribute.items():
+        if _differences(block):
             doc.html.append(difference_histogram(attribute, block))
     doc.html.append("</div>")
     doc.md.append("Counts per difference (the histograms in report.html):\n")
     doc.md.append(difference_table(agreement).to_markdown() + "\n")
     doc.heading(3, "Notes")
-    doc.notes(agreement.get("notes") or [])
+    doc.notes(agreement.notes)
 
 
 def render_report(
@@ -298,11 +300,11 @@ def render_report(
     """
     options = _ScoreOptions(flag_rules, max_items, full=not compare, doclens_compat=doclens_compat)
     rows = comparison.rows
-    simulated = [r["run_id"] for r in rows if r["simulated"]]
+    simulated = [r.run_id for r in rows if r.simulated]
     if compare:
         title = f"clinjudge comparison of {len(rows)} run(s)"
     else:
-        title = f"clinjudge report: run {rows[0]['run_id']}"
+        title = f"clinjudge report: run {rows[0].run_id}"
     stamp = now().strftime("%Y-%m-%d %H:%M UTC")
     doc = _Doc([], [])
     if simulated:
@@ -314,7 +316,7 @@ def render_report(
     doc.heading(1, title)
     doc.para(f"Generated {stamp} by clinjudge {__version__}.", "meta")
     if not compare:
-        summary = run_summary(store, rows[0]["run_id"])
+        summary = run_summary(store, rows[0].run_id)
         doc.heading(2, "Run")
         doc.table(_run_summary_table(summary))
     doc.heading(2, "Configurations" if compare else "Configuration")
@@ -335,8 +337,8 @@ def render_report(
     # "agreement not computed" notes are said again in each run's section; keep the rest.
     doc.notes([n for n in comparison.notes if not _is_run_error(n, comparison.errors)])
     for row in rows:
-        agreement = comparison.agreements.get(row["run_id"])
-        error = comparison.errors.get(row["run_id"])
+        agreement = comparison.agreements.get(row.run_id)
+        error = comparison.errors.get(row.run_id)
         _run_section(doc, store, row, agreement, error, options)
     return html_page(title, doc.html), "\n".join(doc.md)
 
@@ -361,7 +363,7 @@ def write_report(
 
     Args:
         store: The run store.
-        run_ids: Run ids or unique prefixes (exactly one unless ``compare``).
+        run_ids: Run ids or unique parts of them (exactly one unless ``compare``).
         out_dir: Directory to write into (created if absent).
         compare: Comparison report across runs.
         n_boot: Bootstrap resamples of the agreement analysis.

@@ -8,14 +8,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clinjudge.analysis import Comparison, block_summary
+from clinjudge.analysis import (
+    AgreementAnalysis,
+    AttributeAgreement,
+    Comparison,
+    ComparisonRow,
+    block_summary,
+)
 from clinjudge.reports._document import _esc, fmt_ci
 
 _BLUE, _RED, _GREY, _ORANGE = "#1f6feb", "#b42318", "#8c959f", "#d97706"
 
 
-def _config_label(row: dict[str, Any]) -> str:
-    return row["name"] or row["run_id"]
+def _config_label(row: ComparisonRow) -> str:
+    return row.name or row.run_id
 
 
 def _diff_label(value: float) -> str:
@@ -58,14 +64,14 @@ def _nice_ticks(lo: float, hi: float, count: int = 5, integer: bool = False) -> 
     return ticks
 
 
-def icc_chart(agreement: dict[str, Any]) -> str:
+def icc_chart(agreement: AgreementAnalysis) -> str:
     """Forest plot: ICC(3,k) of judge vs human median with 95% CI, per attribute and pooled."""
     entries = []
-    for name, block in [*agreement["per_attribute"].items(), ("pooled", agreement["pooled"])]:
+    for name, block in agreement.blocks():
         s = block_summary(block)
-        if s["binary"]:
+        if s.binary:
             continue
-        entries.append((name, s["icc3k"], s["icc3k_ci95"]))
+        entries.append((name, s.icc3k, s.icc3k_ci95))
     lo, hi = forest_range(
         [v for _, v, _ in entries if v is not None],
         [ci[0] for _, _, ci in entries if ci and ci[0] is not None],
@@ -166,9 +172,14 @@ def _interval(x: Any, cy: float, a: float, b: float, lo: float, hi: float) -> li
     return parts
 
 
-def _diff_domain(attribute_block: dict[str, Any]) -> list[float]:
-    cats = [float(c) for c in attribute_block.get("categories") or []]
-    keys = [float(k) for k in attribute_block.get("differences") or {}]
+def _block_differences(block: AttributeAgreement) -> dict[str, int]:
+    judged = block.judge_vs_physicians
+    return judged.differences if judged else {}
+
+
+def _diff_domain(attribute_block: AttributeAgreement) -> list[float]:
+    cats = [float(c) for c in attribute_block.categories]
+    keys = [float(k) for k in _block_differences(attribute_block)]
     span = (max(cats) - min(cats)) if len(cats) >= 2 else max((abs(k) for k in keys), default=1)
     half = any(not float(k).is_integer() for k in keys)
     step = 0.5 if half else 1.0
@@ -237,9 +248,9 @@ def bar_chart_body(
     return body, width, height
 
 
-def difference_histogram(attribute: str, block: dict[str, Any]) -> str:
+def difference_histogram(attribute: str, block: AttributeAgreement) -> str:
     """Bar chart of judge-minus-human-median differences for one attribute."""
-    counts = {float(k): int(v) for k, v in (block.get("differences") or {}).items()}
+    counts = {float(k): int(v) for k, v in _block_differences(block).items()}
     domain = _diff_domain(block)
     label_every = 1 if len(domain) <= 11 else 2
     bars = [
@@ -263,23 +274,21 @@ def difference_histogram(attribute: str, block: dict[str, Any]) -> str:
 
 def cost_agreement_scatter(comparison: Comparison) -> str | None:
     """Scatter of pooled ICC(3,k) (with CI) against cost per item, one point per run."""
-    points = [
-        r for r in comparison.rows if r["icc3k"] is not None and r["cost_per_item_usd"] is not None
-    ]
+    points = [r for r in comparison.rows if r.icc3k is not None and r.cost_per_item_usd is not None]
     if not points:
         return None
+    cost = {r.run_id: r.cost_per_item_usd or 0.0 for r in points}  # none is None here
+    icc = {r.run_id: r.icc3k or 0.0 for r in points}
     left, right, top, bottom = 60, 150, 20, 44
     plot_w, plot_h = 420, 260
     width, height = left + plot_w + right, top + plot_h + bottom
-    costs = [r["cost_per_item_usd"] for r in points]
+    costs = list(cost.values())
     c_lo, c_hi = 0.0, max(costs)
     if c_hi <= c_lo:
         c_hi = c_lo + 0.001
     c_hi *= 1.1
-    values = [r["icc3k"] for r in points]
-    values += [
-        r["icc3k_ci95"][0] for r in points if r["icc3k_ci95"] and r["icc3k_ci95"][0] is not None
-    ]
+    values = list(icc.values())
+    values += [lo for r in points if r.icc3k_ci95 and (lo := r.icc3k_ci95[0]) is not None]
     y_lo = min(0.0, math.floor(min(values) * 10) / 10)
     y_hi = 1.0
 
@@ -311,16 +320,16 @@ def cost_agreement_scatter(comparison: Comparison) -> str | None:
         f'<text x="14" y="{top + plot_h / 2:.1f}" font-size="11" text-anchor="middle" '
         f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">pooled ICC(3,k)</text>'
     )
-    centres = [(px(r["cost_per_item_usd"]), py(r["icc3k"])) for r in points]
+    centres = [(px(cost[r.run_id]), py(icc[r.run_id])) for r in points]
     for r, (cx, _) in zip(points, centres, strict=True):
-        ci = r["icc3k_ci95"]
+        ci = r.icc3k_ci95
         if ci and ci[0] is not None and ci[1] is not None:
             body.append(
                 f'<line x1="{cx:.1f}" y1="{py(ci[0]):.1f}" x2="{cx:.1f}" y2="{py(ci[1]):.1f}" '
                 f'stroke="{_BLUE}" stroke-width="1.5"/>'
             )
     for r, (cx, cy) in zip(points, centres, strict=True):
-        fill = "#fff" if r["simulated"] else _RED
+        fill = "#fff" if r.simulated else _RED
         body.append(
             f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{fill}" stroke="{_RED}" '
             f'stroke-width="2"><title>{_esc(_config_label(r))}</title></circle>'
@@ -329,7 +338,7 @@ def cost_agreement_scatter(comparison: Comparison) -> str | None:
     for r in points:
         label = _config_label(r)
         label = label if len(label) <= 22 else label[:21] + "..."
-        labels.append(label + (" (sim.)" if r["simulated"] else ""))
+        labels.append(label + (" (sim.)" if r.simulated else ""))
     area = (0.0, 0.0, float(width), float(top + plot_h))
     placed = place_labels(centres, labels, area)
     if None in placed:  # too crowded: number the points and list them in a legend below
@@ -338,7 +347,7 @@ def cost_agreement_scatter(comparison: Comparison) -> str | None:
         legend_top = height + 4
         height += 16 * len(points) + 8
         for index, r in enumerate(points):
-            full = _config_label(r) + (" (sim.)" if r["simulated"] else "")
+            full = _config_label(r) + (" (sim.)" if r.simulated else "")
             hidden = "" if placed[index] else " (its number did not fit beside the point)"
             body.append(
                 _text(left, legend_top + 12 + 16 * index, f"{index + 1}  {full}{hidden}", size=10)

@@ -4,8 +4,9 @@ physicians-only and judge-only figures, as tables and one forest plot per attrib
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
 
+from clinjudge.analysis import AuditStatistics, PPIMean
 from clinjudge.reports._charts import _svg, _text
 from clinjudge.reports._document import _Doc, _esc, _Table, fmt_num
 
@@ -17,20 +18,23 @@ _SERIES = (
 )
 
 
-def _bounds(row: dict[str, Any], prefix: str) -> tuple[float | None, float | None, float | None]:
-    point = row["estimate"] if prefix == "" else row[f"{prefix}mean"]
-    return point, row.get(f"{prefix}ci_low"), row.get(f"{prefix}ci_high")
+def _bounds(row: PPIMean, prefix: str) -> tuple[float | None, float | None, float | None]:
+    if prefix == "":
+        return row.estimate, row.ci_low, row.ci_high
+    if prefix == "classical_":
+        return row.classical_mean, row.classical_ci_low, row.classical_ci_high
+    return row.judge_mean, row.judge_ci_low, row.judge_ci_high
 
 
-def ppi_forest(rows: list[dict[str, Any]], attribute: str) -> str:
+def ppi_forest(rows: Sequence[PPIMean], attribute: str) -> str:
     """A forest plot of one attribute: per vendor, the three intervals of its mean.
 
     Args:
         rows: The audit's ``ppi`` rows.
         attribute: The attribute drawn.
     """
-    mine = [r for r in rows if r["attribute"] == attribute]
-    if not any(r["estimate"] is not None for r in mine):
+    mine = [r for r in rows if r.attribute == attribute]
+    if not any(r.estimate is not None for r in mine):
         return ""  # no physician ratings of this attribute: nothing to correct
     numbers = [
         v
@@ -63,7 +67,7 @@ def ppi_forest(rows: list[dict[str, Any]], attribute: str) -> str:
         tick += 0.5 if hi - lo <= 4 else 1
     for g, row in enumerate(mine):
         y0 = top + g * group_h
-        label = f"{_short(row['vendor'])} (n={row['n']})"
+        label = f"{_short(row.vendor)} (n={row.n})"
         body.append(_text(left - 8, y0 + group_h / 2 + 2, label, anchor="end"))
         for i, (prefix, _, color) in enumerate(_SERIES):
             point, low, high = _bounds(row, prefix)
@@ -94,14 +98,14 @@ def _caption(attribute: str) -> str:
     )
 
 
-def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
+def ppi_section(doc: _Doc, audit: AuditStatistics) -> None:
     """Append the judge-corrected estimates to an audit report, when the audit has ratings.
 
     Args:
         doc: The report being written.
         audit: The result of ``audit_for_run`` with ``ratings``.
     """
-    if "ppi" not in audit:
+    if audit.ppi is None:
         return
     doc.heading(2, "Physicians' means, judge-corrected (PPI++)")
     doc.para(
@@ -112,7 +116,7 @@ def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
         "of physician-rated items the physicians-only CI would need to be as narrow.",
         "note",
     )
-    for warning in audit["ppi_warnings"]:
+    for warning in audit.ppi_warnings or []:
         doc.para(f"Warning: {warning}", "warning")
     doc.para(
         "Rows with physicians' ratings; the JSON output (--json) has every vendor and attribute.",
@@ -124,24 +128,22 @@ def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
              "judge", "effective n"],
             [
                 [
-                    r["vendor"], r["attribute"], str(r["n"]), str(r["N"]), fmt_num(r["lambda"], 2),
-                    fmt_num(r["estimate"], 2), _ci(r["ci_low"], r["ci_high"]),
-                    fmt_num(r["classical_mean"], 2),
-                    _ci(r["classical_ci_low"], r["classical_ci_high"]),
-                    fmt_num(r["judge_mean"], 2), fmt_num(r["effective_n"], 1),
+                    r.vendor, r.attribute, str(r.n), str(r.N), fmt_num(r.lam, 2),
+                    fmt_num(r.estimate, 2), _ci(r.ci_low, r.ci_high),
+                    fmt_num(r.classical_mean, 2),
+                    _ci(r.classical_ci_low, r.classical_ci_high),
+                    fmt_num(r.judge_mean, 2), fmt_num(r.effective_n, 1),
                 ]
-                for r in audit["ppi"]
-                if r["n"]
+                for r in audit.ppi
+                if r.n
             ],
             left=2,
         )
     )  # fmt: skip
-    charts = [
-        ppi_forest(audit["ppi"], a) for a in dict.fromkeys(r["attribute"] for r in audit["ppi"])
-    ]
+    charts = [ppi_forest(audit.ppi, a) for a in dict.fromkeys(r.attribute for r in audit.ppi)]
     if any(charts):
         doc.html.append(f'<div class="charts">{"".join(c for c in charts if c)}</div>')
-    if audit["ppi_pairs"]:
+    if audit.ppi_pairs:
         doc.heading(3, "Differences between vendors (first minus second), judge-corrected")
         doc.table(
             _Table(
@@ -149,13 +151,13 @@ def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
                  "judge"],
                 [
                     [
-                        f"{r['first']} - {r['second']}", r["attribute"], str(r["n"]), str(r["N"]),
-                        fmt_num(r["lambda"], 2), fmt_num(r["estimate"], 2),
-                        _ci(r["ci_low"], r["ci_high"]), fmt_num(r["classical_estimate"], 2),
-                        fmt_num(r["judge_estimate"], 2),
+                        f"{r.first} - {r.second}", r.attribute, str(r.n), str(r.N),
+                        fmt_num(r.lam, 2), fmt_num(r.estimate, 2),
+                        _ci(r.ci_low, r.ci_high), fmt_num(r.classical_estimate, 2),
+                        fmt_num(r.judge_estimate, 2),
                     ]
-                    for r in audit["ppi_pairs"]
-                    if r["n"]
+                    for r in audit.ppi_pairs
+                    if r.n
                 ],
                 left=2,
             )
@@ -165,8 +167,8 @@ def ppi_section(doc: _Doc, audit: dict[str, Any]) -> None:
         _Table(
             ["vendor", "items", "rated", "rated encounters"],
             [
-                [s["vendor"], str(s["items"]), str(s["rated"]), ", ".join(s["encounters"])]
-                for s in audit["physician_sample"]
+                [s.vendor, str(s.items), str(s.rated), ", ".join(s.encounters)]
+                for s in audit.physician_sample or []
             ],
             left=4,
         )

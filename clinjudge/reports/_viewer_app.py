@@ -170,6 +170,12 @@ def _int(value: str | None, default: int = 1) -> int:
         return default
 
 
+def _listed(request: Request) -> dict[str, list[str]]:
+    """Every query parameter with all its values (checked by the page that reads them)."""
+    q = request.query_params
+    return {key: q.getlist(key) for key in q}
+
+
 def create_app(
     db: str | Path, *, n_boot: int = 1000, items_per_page: int = 100, host: str = "127.0.0.1"
 ) -> Starlette:
@@ -222,17 +228,14 @@ def create_app(
 
     def run(request: Request) -> str:
         q = request.query_params
+        params = _listed(request)
         return viewer.run(
-            links,
-            request.path_params["run_id"],
-            page=_int(q.get("page")),
-            show=q.get("show", "all"),
-            reason=q.get("reason") or None,
+            links, request.path_params["run_id"], page=_int(q.get("page")), params=params
         )
 
     def item(request: Request) -> str:
         p = request.path_params
-        return viewer.item(links, p["run_id"], p["item_id"])
+        return viewer.item(links, p["run_id"], p["item_id"], params=_listed(request))
 
     def audit(request: Request) -> str:
         return viewer.audit(links, request.path_params["run_id"])
@@ -244,7 +247,14 @@ def create_app(
             raise BadRequest(
                 "pick two or more different runs to compare (tick them on the runs page)"
             )
-        return viewer.compare(links, ids, page=_int(request.query_params.get("page")))
+        q = request.query_params
+        desc = q.get("desc", "1").strip().lower()
+        if desc not in ("1", "0", "true", "false"):
+            raise BadRequest(f"desc={q.get('desc')!r}: say 1 or 0")
+        return viewer.compare(
+            links, ids, page=_int(q.get("page")), sort=q.get("sort", ""),
+            desc=desc in ("1", "true"),
+        )  # fmt: skip
 
     def run_slash(request: Request) -> Response:
         return RedirectResponse(links.run(request.path_params["run_id"]) or "/")

@@ -476,8 +476,8 @@ def _audit_reasons(viewer: Viewer, run_id: str) -> dict[str, list[str]]:
     with viewer.reading() as store:
         audit = viewer._audit(store, run_id)
     reasons: dict[str, list[str]] = {}
-    for flagged in (audit or {}).get("flagged", []):
-        reasons.setdefault(flagged["item_id"], flagged["reasons"])
+    for flagged in audit.flagged if audit else []:
+        reasons.setdefault(flagged.item_id, flagged.reasons)
     return reasons
 
 

@@ -51,6 +51,10 @@ class Turn:
     label: str = ""
     attempt: int = 1
     kind: str = "message"  # message, prompt, decision, blind, evidence, briefing
+    number: int = 0
+    """Place on the item page, from 1 (set by the page, for references between turns)."""
+    same_as: Turn | None = None
+    """An earlier turn on the page with the same prompt (shown there, referenced here)."""
 
 
 @dataclass

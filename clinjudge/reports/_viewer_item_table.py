@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from typing import Any
 
+from clinjudge.reports._viewer_item import SampleView, Turn
 from clinjudge.rubrics import Rubric
+
+PRM_STEP_LABELS = {
+    "problem_completeness": "problem completeness: is the problem above complete?",
+    "note_completeness": "note completeness: does the note leave out a problem?",
+    "end_of_note": "end of note",
+}
+"""Words for PRM steps that score the note's structure and carry no text of their own."""
+
+_TAG_LINE = re.compile(r"^</?[A-Z_ ]+>$")
 
 
 def score_rows(data: dict[str, Any], rubric: Rubric | None) -> list[dict[str, Any]]:
@@ -58,6 +69,56 @@ def call_totals(calls: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def number_turns(samples: list[SampleView]) -> None:
+    """Number every turn of the page and point each prompt (system or user message) that an
+    earlier turn already showed word for word at that turn, so that it is shown once.
+
+    Args:
+        samples: The item's samples (their turns are changed in place).
+    """
+    seen: dict[tuple[str, str], Turn] = {}
+    number = 0
+    for view in samples:
+        for turn in view.turns:
+            number += 1
+            turn.number = number
+            turn.same_as = None
+            if turn.role not in ("system", "user") or len(turn.content) < 40:
+                continue
+            first = seen.setdefault((turn.role, turn.content), turn)
+            if first is not turn:
+                turn.same_as = first
+
+
+def _gist(text: str, limit: int = 90) -> str:
+    """A prompt's heading and first line of content (``STATEMENT · She quit smoking ...``)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    heading = lines[0] if lines and lines[0].upper() == lines[0] else ""
+    body = next((x for x in lines if x != heading and not _TAG_LINE.match(x)), "")
+    gist = f"{heading} · {body}" if heading and body else heading or body
+    return gist if len(gist) <= limit else gist[: limit - 1] + "…"
+
+
+def exchanges(view: SampleView) -> list[dict[str, Any]]:
+    """A sample's transcript as its exchanges: each system prompt, with the messages after it
+    (one claim, statement or decision judged by one agent), to be folded one by one.
+
+    Args:
+        view: One sample.
+
+    Returns:
+        ``agent``, ``gist`` (the prompt's heading and first line) and ``turns`` of each.
+    """
+    out: list[dict[str, Any]] = []
+    for turn in view.turns:
+        if not out or turn.role == "system" or turn.agent != out[-1]["agent"]:
+            out.append({"agent": turn.agent, "gist": "", "turns": []})
+        out[-1]["turns"].append(turn)
+        if turn.role == "user" and not out[-1]["gist"]:
+            out[-1]["gist"] = _gist(turn.content)
+    return out
+
+
 def item_context(data: dict[str, Any], rubric: Rubric | None) -> dict[str, Any]:
     """Template variables of the item page built from :func:`item_page`'s data."""
     scores = data["scores"]
@@ -66,7 +127,13 @@ def item_context(data: dict[str, Any], rubric: Rubric | None) -> dict[str, Any]:
         if call["role"] == "orchestrator":  # the chair's ledger and planning calls
             chair_calls.setdefault(call["sample"], []).append(call)
     any_final = next(iter(scores["final"].values()), None) or {}
+    number_turns(scores["samples"])
+    claims_run = bool(data.get("claims_run"))
     return {
+        # A DocLens run's transcript is one exchange per claim and agent (hundreds of
+        # messages): folded one by one, so the page opens short.
+        "exchanges": {s.sample: exchanges(s) for s in scores["samples"]} if claims_run else {},
+        "prm_step_labels": PRM_STEP_LABELS,
         "keys": [a.key for a in rubric.attributes] if rubric else [],
         "inputs": data["inputs"],
         "scores": scores,

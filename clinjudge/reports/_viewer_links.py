@@ -50,20 +50,23 @@ class Links:
         return "/" + _query(query)
 
     def run(self, run_id: str, page: int = 1, **query: object) -> str | None:
-        """A run's page; ``page`` pages its items, ``query`` filters them (show, reason)."""
+        """A run's page; ``page`` pages its items, ``query`` sorts, searches and filters them
+        (:meth:`~clinjudge.reports._viewer_query.ItemQuery.params`)."""
         return f"/runs/{quote(run_id, safe='')}/" + _query({"page": page, **query})
 
-    def item(self, run_id: str, item_id: str) -> str | None:
-        """An item's page."""
-        return f"/runs/{quote(run_id, safe='')}/items/{quote(item_id, safe='')}"
+    def item(self, run_id: str, item_id: str, **query: object) -> str | None:
+        """An item's page; ``query`` is the state of the item list it is opened from (sort,
+        filters), which its previous and next links keep."""
+        path = f"/runs/{quote(run_id, safe='')}/items/{quote(item_id, safe='')}"
+        return path + _query(query)
 
     def audit(self, run_id: str) -> str | None:
         """The audit page of a vendor-audit run."""
         return f"/runs/{quote(run_id, safe='')}/audit"
 
-    def compare(self, run_ids: Sequence[str], page: int = 1) -> str | None:
-        """The page comparing runs item by item."""
-        return "/compare" + _query({"run": list(run_ids), "page": page})
+    def compare(self, run_ids: Sequence[str], page: int = 1, **query: object) -> str | None:
+        """The page comparing runs item by item (``query``: its sort, desc)."""
+        return "/compare" + _query({"run": list(run_ids), "page": page, **query})
 
 
 class ExportLinks(Links):
@@ -101,14 +104,16 @@ class ExportLinks(Links):
             return None
         return self._rel(run_page_path(run_id, page))
 
-    def item(self, run_id: str, item_id: str) -> str | None:
+    def item(self, run_id: str, item_id: str, **query: object) -> str | None:
+        # An export holds the run's own list only (no sort or filter): an item page is the
+        # same file whatever list links to it.
         return self._rel(item_page_path(run_id, item_id))
 
     def audit(self, run_id: str) -> str | None:
         return self._rel(audit_page_path(run_id)) if run_id in self.audits else None
 
-    def compare(self, run_ids: Sequence[str], page: int = 1) -> str | None:
-        if tuple(run_ids) not in self.compares:
+    def compare(self, run_ids: Sequence[str], page: int = 1, **query: object) -> str | None:
+        if tuple(run_ids) not in self.compares or any(v not in (None, "") for v in query.values()):
             return None
         return self._rel(compare_page_path(run_ids, page))
 

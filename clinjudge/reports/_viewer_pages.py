@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from markupsafe import Markup
 
 from clinjudge.analysis import METRICS as DOCLENS_METRICS
 from clinjudge.analysis import (
     AgreementError,
+    AgreementResult,
     AuditError,
+    AuditStatistics,
     agreement_for_run,
     audit_for_run,
     block_summary,
@@ -30,13 +32,24 @@ from clinjudge.analysis import (
 )
 from clinjudge.errors import ClinJudgeError
 from clinjudge.reports._ppi_section import ppi_forest
-from clinjudge.reports._viewer_compare import compare_items
+from clinjudge.reports._viewer_compare import (
+    compare_items,
+    compare_sort_label,
+    compare_sorts,
+    parse_compare_sort,
+)
 from clinjudge.reports._viewer_item import item_page
 from clinjudge.reports._viewer_item_table import item_context
 from clinjudge.reports._viewer_links import Links
+from clinjudge.reports._viewer_query import (
+    BadRequest,
+    ItemQuery,
+    parse_item_query,
+    sort_choices,
+    sort_label,
+)
 from clinjudge.reports._viewer_render import render
 from clinjudge.reports._viewer_run import (
-    ITEM_FILTERS,
     distribution_charts,
     item_rows,
     run_and_rubric,
@@ -57,10 +70,13 @@ from clinjudge.runs import (
     RunStore,
     StoreError,
     is_audit_run,
+    is_prm_scoring_run,
     item_flag_counts,
+    listed_neighbours,
     run_failure_reasons,
     run_has_ratings,
     run_has_vendors,
+    scored_listed_neighbours,
     status_label,
     stored_ratings_for_run,
 )
@@ -84,10 +100,6 @@ RUN_COLUMNS = (
 
 class PageNotFound(ClinJudgeError, LookupError):
     """The run or item asked for is not in the database."""
-
-
-class BadRequest(ClinJudgeError, ValueError):
-    """The address asks for something no page can show (a comparison of one run)."""
 
 
 @dataclass
@@ -201,10 +213,14 @@ class Viewer:
         run_id: str,
         *,
         page: int = 1,
-        show: str = "all",
-        reason: str | None = None,
+        params: Mapping[str, Sequence[str]] | None = None,
     ) -> str:
-        """A run's page."""
+        """A run's page; ``params`` (the query string) sort, search and filter its item list.
+
+        Raises:
+            PageNotFound: No such run.
+            BadRequest: A query parameter names an unknown sort key, attribute or filter.
+        """
         with self.reading() as store:
             try:
                 run, rubric = run_and_rubric(store, run_id)
@@ -212,10 +228,11 @@ class Viewer:
                 raise PageNotFound(str(exc)) from exc
             rid = run["run_id"]
             keys = [a.key for a in rubric.attributes] if rubric else []
+            scored = rubric is None and is_prm_scoring_run(store, rid)
+            query = parse_item_query(params or {}, keys, scored=scored)
             listing = item_rows(
-                store, rid, keys, show=show, reason=reason, page=page,
-                per_page=self.items_per_page,
-            )  # fmt: skip
+                store, rid, keys, query=query, page=page, per_page=self.items_per_page
+            )
             # Aggregates change only when the file does: paging a long item list reuses them.
             context = self._cached("run", (rid,), lambda: _run_aggregates(store, run, rubric))
             summary = context["summary"]
@@ -229,19 +246,33 @@ class Viewer:
             context.update(self._agreement(store, run, rubric))
             audit = self._audit(store, rid) if context["is_audit"] else None
         context.update(self._personas(run))
+        state = query.params()
 
         def item_page_link(n: int) -> str | None:
-            return links.run(rid, page=n, show=None if show == "all" else show, reason=reason)
+            return links.run(rid, page=n, **state)
 
+        def list_link(**changes: Any) -> str | None:
+            return links.run(rid, **changes)
+
+        def item_link(item_id: str) -> str | None:
+            return links.item(rid, item_id, **state)
+
+        choices = sort_choices(
+            keys, rated=listing["rated"], steps=listing["steps"], scored=listing["scored"]
+        )
         return render(
             "run.html",
             **self._common(links, f"Run {rid}", bool(run["simulated"])),
             **context,
             doclens_columns=DOCLENS_METRICS,
-            item_filters=ITEM_FILTERS,
             item_page_link=item_page_link,
+            list_link=list_link,
+            item_link=item_link,
+            query=query,
+            sort_choices=[(c, sort_label(c)) for c in choices],
+            sort_label=sort_label,
             audit_link=links.audit(rid) if audit else None,
-            audit_flagged=len(audit["flagged"]) if audit else 0,
+            audit_flagged=len(audit.flagged) if audit else 0,
         )
 
     def _agreement(self, store: RunStore, run: dict[str, Any], rubric: Any) -> dict[str, Any]:
@@ -259,17 +290,17 @@ class Viewer:
         except Exception as exc:  # the page still shows everything else
             log.exception("agreement of run %s", rid)
             return {"agreement_error": f"{type(exc).__name__}: {exc}"}
-        rows = [
-            (a, block_summary(agreement["per_attribute"].get(a))) for a in agreement["attributes"]
-        ]
-        rows.append(("pooled", block_summary(agreement.get("pooled"))))
+        rows = [(a, block_summary(agreement.per_attribute.get(a))) for a in agreement.attributes]
+        rows.append(("pooled", block_summary(agreement.pooled)))
         chart = forest(
-            [(name, b["icc3k"], *(b["icc3k_ci95"] or (None, None))) for name, b in rows],
+            [(name, b.icc3k, *(b.icc3k_ci95 or (None, None))) for name, b in rows],
             "ICC(3,k) of the judge against the physicians' median, with 95% CI",
         )
         differences = []
-        for name in agreement["attributes"]:
-            counts = (agreement["per_attribute"].get(name) or {}).get("differences") or {}
+        for name in agreement.attributes:
+            block = agreement.per_attribute.get(name)
+            judged = block.judge_vs_physicians if block else None
+            counts = judged.differences if judged else {}
             if counts:
                 bins = sorted((float(k), n) for k, n in counts.items())
                 if all(k.is_integer() for k, _ in bins):  # show empty steps between values
@@ -285,7 +316,7 @@ class Viewer:
             "difference_charts": differences,
         }
 
-    def _audit(self, store: RunStore, run_id: str) -> dict[str, Any] | None:
+    def _audit(self, store: RunStore, run_id: str) -> AuditStatistics | None:
         try:
             # Physicians' ratings imported for the audit's items add the judge-corrected means.
             ratings = stored_ratings_for_run(store, run_id) or None
@@ -331,22 +362,53 @@ class Viewer:
 
     # -- item ---------------------------------------------------------------------------------
 
-    def item(self, links: Links, run_id: str, item_id: str) -> str:
-        """An item's page."""
+    def item(
+        self,
+        links: Links,
+        run_id: str,
+        item_id: str,
+        params: Mapping[str, Sequence[str]] | None = None,
+    ) -> str:
+        """An item's page; ``params`` (the query string) is the state of the item list it was
+        opened from: its previous and next links step through that list.
+
+        Raises:
+            PageNotFound: No such run or item.
+            BadRequest: A query parameter names an unknown sort key, attribute or filter.
+        """
         with self.reading() as store:
             try:
                 run, rubric = run_and_rubric(store, run_id)
             except StoreError as exc:
                 raise PageNotFound(str(exc)) from exc
+            rid = run["run_id"]
+            keys = [a.key for a in rubric.attributes] if rubric else []
             data = item_page(store, run, rubric, item_id)
             if not data:
-                raise PageNotFound(f"no item {item_id!r} in run {run['run_id']}")
-            audit = (
-                self._audit(store, run["run_id"]) if is_audit_run(store, run["run_id"]) else None
-            )
+                raise PageNotFound(f"no item {item_id!r} in run {rid}")
+            query = ItemQuery()
+            place = None
+            scored = False
+            if params:
+                scored = rubric is None and is_prm_scoring_run(store, rid)
+                query = parse_item_query(params, keys, scored=scored)
+            if not query.is_default:
+                place = self._place(store, rid, item_id, query, scored)
+                data["inputs"]["previous"] = place["previous"] if place else None
+                data["inputs"]["next"] = place["next"] if place else None
+            audit = self._audit(store, rid) if is_audit_run(store, rid) else None
         reasons: list[str] = []
         if audit:
-            reasons = next((f["reasons"] for f in audit["flagged"] if f["item_id"] == item_id), [])
+            reasons = next((f.reasons for f in audit.flagged if f.item_id == item_id), [])
+        state = query.params()
+        listed = None
+        if not query.is_default:
+            page = (place["rank"] - 1) // self.items_per_page + 1 if place else 1
+            listed = {
+                "place": place,
+                "sorted_by": sort_label(query.sort),
+                "back": links.run(rid, page=page, **state),
+            }
         return render(
             "item.html",
             **self._common(links, f"Item {item_id}", bool(run["simulated"])),
@@ -354,16 +416,44 @@ class Viewer:
             **item_context(data, rubric),
             chat=run.get("mode") == "magentic",
             audit_reasons=reasons,
+            item_state=state,
+            listed=listed,
         )
+
+    @staticmethod
+    def _place(
+        store: RunStore, run_id: str, item_id: str, query: ItemQuery, scored: bool
+    ) -> dict[str, Any] | None:
+        """The item's neighbours and place in the list ``query`` describes (None: not in it)."""
+        if scored:
+            return cast(
+                "dict[str, Any] | None",
+                scored_listed_neighbours(
+                    store, run_id, item_id, sort=query.item_sort(), text=query.q
+                ),
+            )
+        found = listed_neighbours(
+            store, run_id, item_id, sort=query.item_sort(), filters=query.item_filter()
+        )
+        return cast("dict[str, Any] | None", found)
 
     # -- compare and audit ---------------------------------------------------------------------
 
-    def compare(self, links: Links, run_ids: Sequence[str], *, page: int = 1) -> str:
+    def compare(
+        self,
+        links: Links,
+        run_ids: Sequence[str],
+        *,
+        page: int = 1,
+        sort: str = "",
+        desc: bool = True,
+    ) -> str:
         """Runs side by side per item, with the `judge compare` table.
 
         Raises:
             PageNotFound: A run is not in the database.
-            BadRequest: Fewer than two different runs (``A`` twice, or an id and its prefix).
+            BadRequest: Fewer than two different runs (``A`` twice, or an id and its prefix), or
+                an unknown sort key or attribute.
         """
         with self.reading() as store:
             try:
@@ -385,11 +475,19 @@ class Viewer:
             except Exception as exc:  # the items side by side still show
                 log.exception("compare %s", ids)
                 table, notes = [], [f"agreement table not computed: {type(exc).__name__}: {exc}"]
-            listing = compare_items(store, ids, page=page)
             keys = _shared_keys(runs)
+            sort = parse_compare_sort(sort, keys)
+            listing = compare_items(store, ids, page=page, sort=sort, desc=desc)
+            rated = any(run_has_ratings(store, r) for r in ids)
+        default = sort == "disagreement" and desc
+        state = {} if default else {"sort": sort, "desc": "1" if desc else "0"}
 
         def page_link(n: int) -> str | None:
-            return links.compare(ids, page=n)
+            return links.compare(ids, page=n, **state)
+
+        def sort_link(key: str) -> str | None:
+            flip = key == sort and desc
+            return links.compare(ids, sort=key, desc="0" if flip or key == "item" else "1")
 
         return render(
             "compare.html",
@@ -400,6 +498,10 @@ class Viewer:
             listing=listing,
             keys=keys,
             page_link=page_link,
+            sort_link=sort_link,
+            sort_label=compare_sort_label,
+            sort_choices=[(k, compare_sort_label(k)) for k in compare_sorts(keys, rated)],
+            rated=rated,
         )
 
     def audit(self, links: Links, run_id: str) -> str:
@@ -415,12 +517,12 @@ class Viewer:
             raise PageNotFound(f"run {rid} is not a vendor audit")
         return render(
             "audit.html",
-            **self._common(links, f"Audit {rid}", audit["simulated"]),
+            **self._common(links, f"Audit {rid}", audit.simulated),
             audit=audit,
             charts=_vendor_charts(audit, rubric),
             ppi_charts=[
-                Markup(ppi_forest(audit["ppi"], attribute))
-                for attribute in dict.fromkeys(r["attribute"] for r in audit.get("ppi") or [])
+                Markup(ppi_forest(audit.ppi or [], attribute))
+                for attribute in dict.fromkeys(r.attribute for r in audit.ppi or [])
             ],
         )
 
@@ -436,15 +538,15 @@ class Viewer:
         )
 
 
-def _vendor_charts(audit: dict[str, Any], rubric: Any) -> list[tuple[str, Any]]:
+def _vendor_charts(audit: AuditStatistics, rubric: Any) -> list[tuple[str, Any]]:
     """Per attribute: each vendor's mean with its bootstrap CI on the attribute's scale."""
     charts = []
     for attribute in rubric.attributes:
         rows = []
-        for vendor in audit["vendors"]:
-            summary = audit["summaries"][vendor].get(attribute.key) or {}
-            ci = summary.get("ci95") or (None, None)
-            rows.append((vendor, summary.get("mean"), ci[0], ci[1]))
+        for vendor in audit.vendors:
+            summary = audit.summaries[vendor].get(attribute.key)
+            ci = (summary.ci95 if summary else None) or (None, None)
+            rows.append((vendor, summary.mean if summary else None, ci[0], ci[1]))
         if any(r[1] is not None for r in rows):
             lo, hi = float(attribute.min), float(attribute.max)
             title = f"{attribute.name}: mean per vendor with 95% CI"
@@ -471,7 +573,7 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
     }
 
 
-def _agreement_for(store: RunStore, run_id: str, n_boot: int) -> dict[str, Any]:
+def _agreement_for(store: RunStore, run_id: str, n_boot: int) -> AgreementResult:
     return agreement_for_run(store, run_id, n_boot=n_boot)
 
 

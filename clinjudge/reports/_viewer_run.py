@@ -8,14 +8,14 @@ one.
 from __future__ import annotations
 
 import json
-from typing import Any, get_args
+from typing import Any
 
 from clinjudge.analysis import run_rubric
 from clinjudge.personas import PersonaSet
 from clinjudge.reports._viewer_paging import page_window
+from clinjudge.reports._viewer_query import ItemQuery
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import (
-    ItemShow,
     RunStore,
     StoreError,
     calls_by_agent,
@@ -23,13 +23,14 @@ from clinjudge.runs import (
     final_scores,
     is_prm_scoring_run,
     item_call_totals,
+    item_list_extras,
+    prompt_cache_totals,
+    run_has_ratings,
+    run_has_steps,
     run_items,
     sample_counts,
     scored_items,
 )
-
-ITEM_FILTERS: tuple[str, ...] = get_args(ItemShow)
-"""The item list's filters: all items, those with a failed sample, those flagged."""
 
 
 def _histogram(values: list[tuple[float, int]], lo: float, hi: float, integer: bool) -> list:
@@ -88,7 +89,8 @@ def run_totals(store: RunStore, run_id: str, rubric: Rubric | None) -> dict[str,
         ``items_ok``, ``items_failed``, ``samples_ok``, ``samples_failed``, ``calls``,
         ``calls_failed``, ``tokens_in``, ``tokens_out``, ``tokens_estimated``, ``cost_usd``,
         ``calls_unpriced``, ``item_latency_p50_s``, ``item_latency_p95_s``,
-        ``item_cost_p50_usd``, ``by_agent`` and ``final_counts`` (for the distributions).
+        ``item_cost_p50_usd``, ``by_agent``, ``final_counts`` (for the distributions) and
+        ``prompt_cache`` (cached input tokens, cache writes and the saving, or None).
     """
     counts = final_score_counts(store, run_id) if rubric is not None else []
     first = [r for r in counts if rubric is not None and r["attribute"] == rubric.keys[0]]
@@ -101,14 +103,25 @@ def run_totals(store: RunStore, run_id: str, rubric: Rubric | None) -> dict[str,
     totals.update(samples_ok=samples["ok"], samples_failed=samples["failed"])
     totals.update(item_call_totals(store, run_id))
     totals["by_agent"] = calls_by_agent(store, run_id)
+    # The provider's prompt cache (None in a store from before it was recorded).
+    totals["prompt_cache"] = prompt_cache_totals(store, run_id)
     return totals
 
 
-def _scored_items(store: RunStore, run_id: str, page: int, per_page: int) -> dict[str, Any]:
+def _scored_items(
+    store: RunStore, run_id: str, query: ItemQuery, page: int, per_page: int
+) -> dict[str, Any]:
     """One page of the items of a PRM scoring run, with their lowest step score."""
-    paging, scored = scored_items(store, run_id, page_window(page, per_page))
-    items = [{**r, "vendor": None, "flags": [], "scores": [], "status": "scored"} for r in scored]
-    return {"items": items, "paging": paging, "show": "all", "reason": None, "steps": True}
+    paging, scored = scored_items(
+        store, run_id, page_window(page, per_page), sort=query.item_sort(), text=query.q
+    )
+    items = [
+        {**r, "vendor": None, "flags": [], "scores": [], "medians": [], "status": "scored",
+         "sort_value": r["lowest"]}
+        for r in scored
+    ]  # fmt: skip
+    return {"items": items, "paging": paging, "query": query, "steps": True, "scored": True,
+            "rated": False}  # fmt: skip
 
 
 def item_rows(
@@ -116,43 +129,54 @@ def item_rows(
     run_id: str,
     keys: list[str],
     *,
-    show: str = "all",
-    reason: str | None = None,
+    query: ItemQuery | None = None,
     page: int = 1,
     per_page: int = 100,
 ) -> dict[str, Any]:
-    """One page of a run's items with their final scores, status and flags.
+    """One page of a run's items with their final scores, status, flags, cost and latency,
+    and the physicians' median of each attribute, filtered and sorted as ``query`` asks.
 
     Args:
         store: The run store.
         run_id: Full run id.
         keys: Attribute keys, in column order.
-        show: ``all``, ``failed`` (a sample failed) or ``flagged`` (text addresses the judge).
-        reason: With ``failed``: only this failure reason.
+        query: The list's sort and filters (default: every item by position).
         page: Page number.
         per_page: Items per page.
     """
+    query = query or ItemQuery()
     if is_prm_scoring_run(store, run_id):
-        return _scored_items(store, run_id, page, per_page)
-    listed = show if show in ITEM_FILTERS else "all"
+        return _scored_items(store, run_id, query, page, per_page)
     window = page_window(page, per_page)
-    paging, rows = run_items(store, run_id, window, show=listed, reason=reason)
+    paging, rows = run_items(
+        store, run_id, window, sort=query.item_sort(), filters=query.item_filter()
+    )
     ids = [r["item_id"] for r in rows]
     finals: dict[str, dict[str, Any]] = {i: {} for i in ids}
     status: dict[str, str] = {}
     for row in final_scores(store, run_id, ids):
         finals[row["item_id"]][row["attribute"]] = row["value"]
         status[row["item_id"]] = row["status"]
+    extras = item_list_extras(store, run_id, ids)
     items = [
         {
             **row,
+            **extras[row["item_id"]],
             "flags": _loads(row["flags"]) or [],
             "scores": [finals[row["item_id"]].get(k) for k in keys],
+            "medians": [extras[row["item_id"]]["medians"].get(k) for k in keys],
             "status": status.get(row["item_id"], "pending"),
         }
         for row in rows
     ]
-    return {"items": items, "paging": paging, "show": show, "reason": reason}
+    return {
+        "items": items,
+        "paging": paging,
+        "query": query,
+        "steps": run_has_steps(store, run_id),
+        "scored": False,
+        "rated": run_has_ratings(store, run_id),
+    }
 
 
 def run_and_rubric(store: RunStore, run_id: str) -> tuple[dict[str, Any], Rubric | None]:

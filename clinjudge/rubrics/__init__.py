@@ -40,6 +40,7 @@ from clinjudge.rubrics._render import (
     render_repair,
     render_system,
     render_user,
+    shared_reply_schema,
 )
 from clinjudge.rubrics._schema import (
     Attribute,
@@ -97,6 +98,7 @@ __all__ = [
     "render_repair",
     "render_system",
     "render_user",
+    "shared_reply_schema",
     "scan_item",
     "strip_reasoning",
 ]

@@ -143,11 +143,19 @@ def _tag_pattern(rubric: Rubric | None) -> re.Pattern[str]:
     return pattern
 
 
+_SCORES_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
 def _scores_pattern(rubric: Rubric) -> re.Pattern[str]:
-    keys = "|".join(re.escape(k) for k in rubric.keys)
-    return re.compile(
-        rf"""["']\s*+(?:{keys})\s*+["']\s*+:\s*+(?:["']\s*+)?(?:-?\d|null)""", re.IGNORECASE
-    )
+    cache_key = tuple(rubric.keys)
+    pattern = _SCORES_CACHE.get(cache_key)
+    if pattern is None:
+        keys = "|".join(re.escape(k) for k in cache_key)
+        pattern = _SCORES_CACHE[cache_key] = re.compile(
+            rf"""["']\s*+(?:{keys})\s*+["']\s*+:\s*+(?:["']\s*+)?(?:-?\d|null)""",
+            re.IGNORECASE,
+        )
+    return pattern
 
 
 def _excerpt(match: re.Match[str]) -> str:
@@ -181,6 +189,8 @@ def detect_injection(
         if rule.needles and not any(needle in folded for needle in rule.needles):
             continue
         target = skeleton(text) if rule is fence else folded if rule.folded else plain
+        if rule is fence and "<" not in target and "&" not in target:
+            continue  # every fence match starts with "<" or an entity's "&"
         match = rule.pattern.search(target)
         if match:
             excerpt = _excerpt(match)

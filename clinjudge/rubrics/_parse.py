@@ -21,9 +21,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import orjson
+
 from clinjudge.errors import ClinJudgeError
-from clinjudge.rubrics._json_schema import allowed_values, scale_schema
-from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind, alias_forms, normalise_key
+from clinjudge.rubrics._json_schema import RATIONALE_KEY, allowed_values, scale_schema
+from clinjudge.rubrics._schema import Attribute, Rubric, ScaleKind, alias_forms
+from clinjudge.rubrics._schema import normalise_key as _normalise_key
 
 _THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
 _OPEN_THINK = re.compile(r"^\s*<(think|thinking|reasoning)>", re.IGNORECASE)
@@ -37,6 +40,21 @@ _YES_NO = {"yes": 1, "y": 1, "true": 1, "present": 1, "no": 0, "n": 0, "false": 
 _SCORE_FIELDS = ("score", "value", "grade", "rating", "answer")
 _TEXT_FIELDS = ("explanation", "rationale", "reason", "reasoning", "justification", "comment")
 _WRAPPERS = ("scores", "ratings", "grades", "evaluation", "evaluations", "result", "results")
+_KEY_CACHE_LENGTH = 80
+"""Keys up to this length have their normal form remembered (a reply's keys repeat, reply after
+reply; a hostile reply's long keys are folded every time instead of filling memory)."""
+
+
+@lru_cache(maxsize=4096)
+def _cached_normal_form(text: str) -> str:
+    return _normalise_key(text)
+
+
+def normalise_key(text: str) -> str:
+    """:func:`clinjudge.rubrics._schema.normalise_key`, remembered for short keys."""
+    return _cached_normal_form(text) if len(text) <= _KEY_CACHE_LENGTH else _normalise_key(text)
+
+
 _OVERALL_RATIONALE = {normalise_key(k) for k in (*_TEXT_FIELDS, "comments", "summary", "notes")}
 
 
@@ -188,6 +206,62 @@ def _alias_map(rubric: Rubric) -> dict[str, str]:
         cached = {form: a.key for a in rubric.attributes for form in alias_forms(a)}
         _ALIAS_CACHE[cache_key] = cached
     return cached
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What parsing needs of a rubric, worked out once per rubric object (rubrics are not
+    changed after loading; the entry holds the rubric, so its id is not reused)."""
+
+    rubric: Rubric
+    aliases: dict[str, str]
+    plain: frozenset[str]
+    """Keys a reply may use as they are: each folds to itself, so the forgiving reading would
+    map it to itself too."""
+    rationale_plain: bool
+    """``rationale`` is no attribute's alias: the forgiving reading takes it as the overall
+    rationale."""
+
+
+_READINGS: dict[int, _Reading] = {}
+
+
+def _reading(rubric: Rubric) -> _Reading:
+    known = _READINGS.get(id(rubric))
+    if known is not None and known.rubric is rubric:
+        return known
+    aliases = _alias_map(rubric)
+    plain = frozenset(
+        k
+        for k in rubric.keys
+        if aliases.get(normalise_key(k)) == k and not k.startswith("__rationale__")
+    )
+    rationale = normalise_key(RATIONALE_KEY)
+    reading = _Reading(rubric, aliases, plain, rationale not in aliases)
+    if len(_READINGS) >= 64:
+        _READINGS.clear()
+    _READINGS[id(rubric)] = reading
+    return reading
+
+
+def _exact_fields(
+    candidate: dict[str, Any], reading: _Reading
+) -> tuple[dict[str, int | None], dict[str, str], str | None, list[str]] | None:
+    """The fields of a reply in the exact shape the schema asks for (rubric keys with integer
+    or null values, and a text ``rationale``), read without the forgiving steps; None for any
+    other shape. The result equals what :func:`_extract_fields` makes of such a reply."""
+    values: dict[str, int | None] = {}
+    overall: str | None = None
+    for name, raw in candidate.items():
+        if name in reading.plain and (raw is None or type(raw) is int):
+            values[name] = raw
+        elif name == RATIONALE_KEY and reading.rationale_plain and isinstance(raw, str):
+            overall = raw
+        else:
+            return None
+    if not values:
+        return None
+    return values, {}, overall, []
 
 
 def _unwrap(candidate: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
@@ -344,6 +418,24 @@ def _extract_fields(
     return values, rationales, overall, problems
 
 
+def _whole_object(text: str) -> dict[str, Any] | None:
+    """The reply as the one object it is, when it is nothing but a JSON object that orjson reads
+    (what structured output sends); None sends the reply through the forgiving extraction.
+
+    The object the extraction would find alone: without a ``<`` no reasoning block can be
+    stripped, and a text that is one object with only whitespace around it holds no other.
+    What orjson refuses (NaN, lone surrogates, trailing text) takes the forgiving path.
+    """
+    body = text.strip()
+    if not (body.startswith("{") and body.endswith("}")) or "<" in text:
+        return None
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
 def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     """Extract and validate a judgment from a model reply.
 
@@ -356,16 +448,24 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     """
     if text is None or not text.strip():
         raise JudgmentParseError("empty reply")
-    aliases = _alias_map(rubric)
-    candidates = json_objects(strip_reasoning(text))
-    if not candidates:
-        raise JudgmentParseError("no JSON object found in the reply")
-    ranked = [(_coverage(c, aliases), i) for i, c in enumerate(candidates)]
-    best_coverage, best_index = max(ranked)
-    if best_coverage == 0:
-        raise JudgmentParseError("no JSON object in the reply uses the rubric's keys")
-    flat = _unwrap(candidates[best_index], aliases)
-    values, rationales, overall, problems = _extract_fields(flat, rubric, aliases)
+    reading = _reading(rubric)
+    aliases = reading.aliases
+    whole = _whole_object(text)
+    exact = _exact_fields(whole, reading) if whole is not None else None
+    if exact is not None:
+        values, rationales, overall, problems = exact
+    else:
+        # Any other reply is read exactly as before, from the text (orjson differs from json
+        # at the edges, e.g. it reads integers beyond 64 bits as floats).
+        candidates = json_objects(strip_reasoning(text))
+        if not candidates:
+            raise JudgmentParseError("no JSON object found in the reply")
+        ranked = [(_coverage(c, aliases), i) for i, c in enumerate(candidates)]
+        best_coverage, best_index = max(ranked)
+        if best_coverage == 0:
+            raise JudgmentParseError("no JSON object in the reply uses the rubric's keys")
+        flat = _unwrap(candidates[best_index], aliases)
+        values, rationales, overall, problems = _extract_fields(flat, rubric, aliases)
     reported = {p.split(":", 1)[0] for p in problems}
     missing = [k for k in rubric.keys if k not in values and k not in reported]
     if missing:

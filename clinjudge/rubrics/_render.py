@@ -75,6 +75,9 @@ def _reserved_names(rubric: Rubric) -> set[str]:
 
 
 _PATTERN_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
+_RUBRIC_PATTERNS: dict[int, tuple[Rubric, re.Pattern[str]]] = {}
+_CACHE_SIZE = 64
+"""Each rubric object's fence pattern (held with it, so its id is not reused)."""
 
 
 def neutralise_tags(text: str, names: Iterable[str]) -> str:
@@ -84,10 +87,16 @@ def neutralise_tags(text: str, names: Iterable[str]) -> str:
         text: Untrusted text.
         names: Reserved tag names.
     """
+    if text.isascii() and "<" not in text:
+        return text  # every match starts at a "<"; an ASCII text's skeleton is the text
     cache_key = tuple(sorted(set(names)))
     pattern = _PATTERN_CACHE.get(cache_key)
     if pattern is None:
         pattern = _PATTERN_CACHE[cache_key] = fence_pattern(cache_key)
+    return _defuse(text, pattern)
+
+
+def _defuse(text: str, pattern: re.Pattern[str]) -> str:
     # The skeleton has one character per character of the text, so positions carry over.
     starts = [m.start() for m in pattern.finditer(skeleton(text))]
     if not starts:
@@ -112,7 +121,18 @@ def neutralise(text: str, rubric: Rubric) -> str:
         text: Untrusted text (a note, a summary, a reference).
         rubric: The rubric whose attribute tags are also reserved.
     """
-    return neutralise_tags(text, _reserved_names(rubric))
+    if text.isascii() and "<" not in text:
+        return text  # as in neutralise_tags, without working out the rubric's names
+    known = _RUBRIC_PATTERNS.get(id(rubric))
+    if known is None or known[0] is not rubric:
+        names = tuple(sorted(_reserved_names(rubric)))
+        pattern = _PATTERN_CACHE.get(names)
+        if pattern is None:
+            pattern = _PATTERN_CACHE[names] = fence_pattern(names)
+        if len(_RUBRIC_PATTERNS) >= _CACHE_SIZE:
+            _RUBRIC_PATTERNS.clear()
+        known = _RUBRIC_PATTERNS[id(rubric)] = (rubric, pattern)
+    return _defuse(text, known[1])
 
 
 def _attribute_block(attribute: Attribute) -> str:
@@ -144,6 +164,27 @@ def _value_rule(key: str, value: dict[str, Any], rubric: Rubric) -> str:
         else:
             text += "; or null"
     return f'- "{key}": {text}'
+
+
+_SCHEMA_CACHE: dict[tuple[int, bool], tuple[Rubric, dict[str, Any]]] = {}
+
+
+def shared_reply_schema(rubric: Rubric, *, explanations: bool = False) -> dict[str, Any]:
+    """:func:`rubric_json_schema` with default bounds, built once per rubric object and shared:
+    a judge asks for it with every sample. Read it, never change it.
+
+    Args:
+        rubric: The rubric.
+        explanations: Ask for an explanation with every score.
+    """
+    known = _SCHEMA_CACHE.get((id(rubric), explanations))
+    if known is not None and known[0] is rubric:
+        return known[1]
+    schema = rubric_json_schema(rubric, explanations=explanations)
+    if len(_SCHEMA_CACHE) >= _CACHE_SIZE:
+        _SCHEMA_CACHE.clear()
+    _SCHEMA_CACHE[(id(rubric), explanations)] = (rubric, schema)
+    return schema
 
 
 def _output_contract(rubric: Rubric, explanations: bool) -> str:
@@ -190,6 +231,14 @@ PRM_GUIDE = (
 )
 
 
+# Rendered system messages by (rubric object, explanations, prm). The system message depends on
+# the rubric alone and a run renders it once per sample: rendering it again for every item was
+# the largest part of the prompt's CPU. Rubrics are never changed after loading (every change
+# makes a new object through validation), so the object's identity is the key; the entry holds
+# the rubric, so an id is never reused while its entry lives.
+_SYSTEM_CACHE: dict[tuple[int, bool, bool], tuple[Rubric, str]] = {}
+
+
 def render_system(rubric: Rubric, *, explanations: bool = False, prm: bool = False) -> str:
     """The system message: role, task, safety rule, rubric blocks and output contract.
 
@@ -198,6 +247,18 @@ def render_system(rubric: Rubric, *, explanations: bool = False, prm: bool = Fal
         explanations: Ask for an explanation with every score.
         prm: Explain how to read the process reward model's evidence.
     """
+    key = (id(rubric), explanations, prm)
+    cached = _SYSTEM_CACHE.get(key)
+    if cached is not None and cached[0] is rubric:
+        return cached[1]
+    text = _render_system(rubric, explanations, prm)
+    if len(_SYSTEM_CACHE) >= _CACHE_SIZE:
+        _SYSTEM_CACHE.clear()
+    _SYSTEM_CACHE[key] = (rubric, text)
+    return text
+
+
+def _render_system(rubric: Rubric, explanations: bool, prm: bool) -> str:
     blocks = "\n\n".join(_attribute_block(a) for a in rubric.attributes)
     guide = f"{PRM_GUIDE}\n\n" if prm else ""
     return (

@@ -26,7 +26,15 @@ from clinjudge.runs._manage import (
     status_label,
 )
 from clinjudge.runs._merge import MergeSummary, TableMerge, merge_databases
-from clinjudge.runs._prm_runs import prm_call_row, write_prm_run
+from clinjudge.runs._prm_runs import (
+    add_prm_results,
+    begin_prm_run,
+    end_prm_run,
+    prm_call_row,
+    stored_prm_calls,
+    stored_prm_scores,
+    write_prm_run,
+)
 from clinjudge.runs._provider_batches import BATCH_DDL, ensure_batch_tables, is_batch_run
 from clinjudge.runs._ratings import (
     HumanRating,
@@ -61,8 +69,15 @@ from clinjudge.runs._store import (
 
 # What the viewer and its export read (judge view).
 from clinjudge.runs._viewer_reads import (
+    ATTRIBUTE_SORTS,
+    BOUND_OPERATORS,
+    COMPARE_SORT_KINDS,
+    ITEM_SORT_KINDS,
     RUN_SORTS,
+    SCORED_SORT_KINDS,
+    ItemFilter,
     ItemShow,
+    ItemSort,
     ItemTable,
     Window,
     checkpoint_copy,
@@ -74,14 +89,18 @@ from clinjudge.runs._viewer_reads import (
     item_call_totals,
     item_counts,
     item_flag_counts,
+    item_list_extras,
     item_neighbours,
     item_order,
     item_ratings,
     item_ratings_by_item,
     item_table_rows,
     item_table_rows_by_item,
+    listed_neighbours,
+    physician_medians,
     run_failure_reasons,
     run_has_ratings,
+    run_has_steps,
     run_has_vendors,
     run_ids_by_creation,
     run_items,
@@ -91,6 +110,7 @@ from clinjudge.runs._viewer_reads import (
     scored_item_ids,
     scored_item_neighbours,
     scored_items,
+    scored_listed_neighbours,
     stored_item,
     stored_items_by_id,
 )
@@ -156,6 +176,16 @@ from clinjudge.runs._reads import (
     vendor_call_totals,
 )
 
+# isort: split
+# The provider prompt-cache columns of calls (#22).
+from clinjudge.runs._prompt_cache_reads import (
+    AgentPromptCache,
+    PromptCacheTotals,
+    prompt_cache_by_agent,
+    prompt_cache_totals,
+    records_prompt_cache,
+)
+
 __all__ = [
     "DB_ENV",
     "DECIDING_AGENT_SQL",
@@ -198,6 +228,11 @@ __all__ = [
     "merge_databases",
     "now",
     "prm_call_row",
+    "add_prm_results",
+    "begin_prm_run",
+    "end_prm_run",
+    "stored_prm_calls",
+    "stored_prm_scores",
     "ratings_overview",
     "rename_run",
     "run_counts",
@@ -212,8 +247,15 @@ __all__ = [
     "write_prm_run",
     "write_rows",
     # What the viewer and its export read (judge view).
+    "ATTRIBUTE_SORTS",
+    "BOUND_OPERATORS",
+    "COMPARE_SORT_KINDS",
+    "ITEM_SORT_KINDS",
     "RUN_SORTS",
+    "SCORED_SORT_KINDS",
+    "ItemFilter",
     "ItemShow",
+    "ItemSort",
     "ItemTable",
     "Window",
     "checkpoint_copy",
@@ -225,14 +267,18 @@ __all__ = [
     "item_call_totals",
     "item_counts",
     "item_flag_counts",
+    "item_list_extras",
     "item_neighbours",
     "item_order",
     "item_ratings",
     "item_ratings_by_item",
     "item_table_rows",
     "item_table_rows_by_item",
+    "listed_neighbours",
+    "physician_medians",
     "run_failure_reasons",
     "run_has_ratings",
+    "run_has_steps",
     "run_has_vendors",
     "run_ids_by_creation",
     "run_items",
@@ -242,6 +288,7 @@ __all__ = [
     "scored_item_ids",
     "scored_item_neighbours",
     "scored_items",
+    "scored_listed_neighbours",
     "stored_item",
     "stored_items_by_id",
     # What the statistics (analysis) and provider batch runs read and write (#24).
@@ -299,4 +346,10 @@ __all__ = [
     "top_sample_errors",
     "update_batch",
     "vendor_call_totals",
+    # prompt cache (#22)
+    "AgentPromptCache",
+    "PromptCacheTotals",
+    "prompt_cache_by_agent",
+    "prompt_cache_totals",
+    "records_prompt_cache",
 ]

@@ -84,33 +84,34 @@ def finalize_run(
     Returns:
         Number of items finalised.
     """
-    done = store.query(
+    # Plain tuples, not store.query's dicts: a run's every judgment passes through here.
+    done = store.con.execute(
         """
         SELECT s.item_id, s.sample, s.status FROM samples s
         WHERE s.run_id = ? AND s.sample > 0 AND s.agent = ? AND s.item_id NOT IN (
             SELECT item_id FROM judgments WHERE run_id = ? AND final)
         """,
         [run_id, agent, run_id],
-    )
+    ).fetchall()
     status_by_item: dict[str, dict[int, str]] = defaultdict(dict)
-    for row in done:
-        status_by_item[row["item_id"]][row["sample"]] = row["status"]
+    for item_id, sample, status in done:
+        status_by_item[item_id][sample] = status
     complete = [i for i, s in status_by_item.items() if len(s) >= n_samples]
     if not complete:
         return 0
-    values = store.query(
+    values = store.con.execute(
         """
         SELECT item_id, sample, attribute, value FROM judgments
         WHERE run_id = ? AND agent = ? AND NOT final AND status = 'ok'
           AND item_id IN (SELECT unnest(?))
         """,
         [run_id, agent, complete],
-    )
+    ).fetchall()
     by_sample: dict[str, dict[int, dict[str, float | None]]] = defaultdict(
         lambda: defaultdict(dict)
     )
-    for row in values:
-        by_sample[row["item_id"]][row["sample"]][row["attribute"]] = row["value"]
+    for item_id, sample, attribute, value in values:
+        by_sample[item_id][sample][attribute] = value
     rows: list[dict[str, Any]] = []
     for item_id in complete:
         statuses = status_by_item[item_id]

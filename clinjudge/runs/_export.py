@@ -1,5 +1,5 @@
 """Export a run's judgments (one row per item, sample, agent, attribute), its discussions, its
-DocLens claims or its PRM steps, to JSONL, CSV or Parquet."""
+DocLens claims or its PRM steps, to JSON Lines, a JSON array, CSV or Parquet."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from clinjudge.runs._store import (
     disk_full_reason,
 )
 
-EXPORT_FORMATS = ("jsonl", "csv", "parquet")
+EXPORT_FORMATS = ("jsonl", "json", "csv", "parquet")
 EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps")
 """Tables ``export_run`` writes (a DocLens run's pooled scores come from ``analysis``)."""
 
@@ -30,7 +30,7 @@ EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps")
 FORMAT_BY_SUFFIX = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
-    ".json": "jsonl",
+    ".json": "json",
     ".csv": "csv",
     ".parquet": "parquet",
     ".pq": "parquet",
@@ -38,6 +38,8 @@ FORMAT_BY_SUFFIX = {
 
 _COPY_OPTIONS = {
     "jsonl": "FORMAT json",
+    # One JSON array, as a `.json` name promises (a JSON Lines file is no JSON document).
+    "json": "FORMAT json, ARRAY true",
     "csv": "FORMAT csv, HEADER true",
     "parquet": "FORMAT parquet",
 }
@@ -140,7 +142,7 @@ def copy_query(store: RunStore, query: str, out: str | Path, fmt: str) -> None:
         store: The run store.
         query: A SELECT over the store.
         out: Output path.
-        fmt: ``jsonl``, ``csv`` or ``parquet``.
+        fmt: ``jsonl``, ``json``, ``csv`` or ``parquet``.
     """
     out = Path(out)
     check_output_file(out)
@@ -172,7 +174,7 @@ def write_rows(store: RunStore, rows: list[dict[str, Any]], out: str | Path, fmt
         store: The run store (its connection writes the file).
         rows: The rows, all with the same keys.
         out: Output path (appears only once complete).
-        fmt: ``jsonl``, ``csv`` or ``parquet``.
+        fmt: ``jsonl``, ``json``, ``csv`` or ``parquet``.
 
     Returns:
         Number of rows written.
@@ -191,7 +193,7 @@ def infer_format(out: str | Path, fmt: str | None = None) -> str:
 
     Args:
         out: Output path.
-        fmt: ``jsonl``, ``csv`` or ``parquet``, or None to go by the ending.
+        fmt: ``jsonl``, ``json``, ``csv`` or ``parquet``, or None to go by the ending.
 
     Raises:
         UserError: ``fmt`` is unknown, contradicts the ending, or neither names a format.
@@ -211,7 +213,7 @@ def infer_format(out: str | Path, fmt: str | None = None) -> str:
         known = ", ".join(sorted(FORMAT_BY_SUFFIX))
         raise UserError(
             f"{out}: cannot tell the format from the name (known endings: {known}); "
-            "give the format: jsonl, csv or parquet"
+            f"give the format: {', '.join(EXPORT_FORMATS)}"
         )
     return by_name
 
@@ -241,7 +243,7 @@ def export_run(
         store: The run store.
         run_id: Run id or unique prefix.
         out: Output path.
-        fmt: ``jsonl``, ``csv`` or ``parquet``.
+        fmt: ``jsonl``, ``json``, ``csv`` or ``parquet``.
         table: ``judgments``; ``transcripts`` (every message, discussions included);
             ``claims`` (DocLens claims, statements and verdicts); ``prm_steps`` (PRM step
             scores, of a ``judge prm`` run or a judge run with ``--prm``). A DocLens run's
@@ -302,7 +304,7 @@ def export_claims(store: RunStore, run_id: str, out: str | Path, fmt: str) -> in
         store: The run store.
         run_id: Run id or unique prefix.
         out: Output path (appears only once complete).
-        fmt: ``jsonl``, ``csv`` or ``parquet``.
+        fmt: ``jsonl``, ``json``, ``csv`` or ``parquet``.
 
     Returns:
         Number of rows written.

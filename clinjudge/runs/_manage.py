@@ -53,6 +53,8 @@ class RunCounts:
     cost_known: bool = True
     """False when some successful call had no known price."""
     failures: list[FailureClass] = field(default_factory=list)
+    cached_calls: int = 0
+    """Of ``calls``, those answered from the response cache (no provider call, cost 0)."""
 
     @property
     def items_without_valid_final(self) -> int:
@@ -122,9 +124,12 @@ def run_counts(store: RunStore, run_id: str, agent: str | None = None) -> RunCou
         f"FROM samples WHERE run_id = ? AND {condition} AND sample > 0",
         [rid, *params],
     )[0]
+    # A store opened read-only from before calls.cached existed has no such column.
+    cached = "coalesce(cached, false)" if store.has_column("calls", "cached") else "false"
     calls = store.query(
         "SELECT count(*) AS n, coalesce(sum(cost_usd), 0) AS cost, "
-        "count(*) FILTER (WHERE status = 'ok' AND cost_usd IS NULL) AS unpriced "
+        "count(*) FILTER (WHERE status = 'ok' AND cost_usd IS NULL) AS unpriced, "
+        f"count(*) FILTER (WHERE {cached}) AS cached "
         "FROM calls WHERE run_id = ?",
         [rid],
     )[0]
@@ -143,6 +148,7 @@ def run_counts(store: RunStore, run_id: str, agent: str | None = None) -> RunCou
         cost_usd=float(calls["cost"] or 0.0),
         cost_known=not calls["unpriced"],
         failures=failure_classes(store, rid, agent),
+        cached_calls=int(calls["cached"] or 0),
     )
 
 

@@ -76,6 +76,9 @@ def call_row(
             finish_reason=outcome.finish_reason,
             cached=outcome.cached,
             output_mode=outcome.output_mode,
+            cached_input_tokens=outcome.cached_input_tokens,
+            cache_write_tokens=outcome.cache_write_tokens,
+            cache_saving_usd=outcome.cache_saving_usd,
         )
     return row
 

@@ -14,6 +14,7 @@ and answers which rows to read (``per_page`` and ``offset``), so paging stays th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypedDict, TypeVar, cast
 
@@ -331,20 +332,200 @@ def run_has_ratings(store: RunStore, run_id: str) -> bool:
 ItemShow = Literal["all", "failed", "flagged"]
 """Which of a run's items a listing holds: all, those with a failed sample, those flagged."""
 
+ITEM_SORT_KINDS: tuple[str, ...] = (
+    "position", "item", "score", "diff", "absdiff", "prm_min", "cost", "latency",
+)  # fmt: skip
+"""What a run's item list can be sorted by: position in the run, item id, an attribute's final
+score (``score``), the judge's final minus the physicians' median of an attribute (``diff``; its
+absolute value ``absdiff``, or without an attribute the mean absolute difference over the
+rated attributes), the lowest PRM step score, and the item's summed cost or latency of calls."""
 
-def _item_filter(run_id: str, show: str, reason: str | None) -> tuple[str, list[Any]]:
-    """The condition narrowing a run's items to those with a failed sample (of a reason) or
-    flags."""
-    if show == "failed":
-        sql = "AND i.item_id IN (SELECT item_id FROM samples WHERE run_id = ? AND status <> 'ok'"
-        params: list[Any] = [run_id]
-        if reason:
-            sql += " AND coalesce(error, '(no reason recorded)') = ?"
-            params.append(reason)
-        return sql + ")", params
-    if show == "flagged":
-        return "AND json_array_length(i.flags) > 0", []
-    return "", []
+ATTRIBUTE_SORTS: tuple[str, ...] = ("score", "diff", "absdiff")
+"""Sort kinds that take an attribute (``absdiff`` also works without one)."""
+
+BOUND_OPERATORS: tuple[str, ...] = ("<=", ">=")
+"""Comparisons an attribute filter may use."""
+
+
+@dataclass(frozen=True)
+class ItemFilter:
+    """Conditions narrowing a run's item list; all of them hold together.
+
+    Args:
+        text: Case-insensitive text found in the item id, its summary (the text under
+            evaluation) or reference, or a rationale of one of its judgments or samples.
+        in_notes: Look for ``text`` in the item's source notes too (they are most of a run's
+            text: a search through them reads all of it).
+        failed: Only items with a failed sample (of ``reason``, when given).
+        reason: With ``failed``: only this failure reason (``(no reason recorded)`` for none).
+        flagged: Only items whose text addresses the judge.
+        rated: Only items with physicians' ratings.
+        bounds: ``(attribute, operator, value)``: the final score of the attribute compared
+            with the value (operator one of :data:`BOUND_OPERATORS`).
+    """
+
+    text: str = ""
+    in_notes: bool = False
+    failed: bool = False
+    reason: str | None = None
+    flagged: bool = False
+    rated: bool = False
+    bounds: tuple[tuple[str, str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class ItemSort:
+    """The order of a run's item list.
+
+    Args:
+        kind: One of :data:`ITEM_SORT_KINDS`.
+        attribute: The attribute of ``score``, ``diff`` and ``absdiff``.
+        desc: Largest first. Items without a value come last either way; ties go by position.
+    """
+
+    kind: str = "position"
+    attribute: str | None = None
+    desc: bool = False
+
+
+def _like_pattern(text: str) -> tuple[str, str]:
+    """An ``ILIKE`` pattern finding ``text`` anywhere, its ``%``, ``_`` and ``\\`` taken as
+    themselves, not as wildcards, and the ``ESCAPE`` clause that says so.
+
+    Returns:
+        The pattern and the clause (empty for text without those characters: DuckDB finds a
+        plain ``%text%`` pattern many times faster than one with an escape character).
+    """
+    if not any(ch in text for ch in "%_\\"):
+        return f"%{text}%", ""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%", " ESCAPE '\\'"
+
+
+def _verbatim_in_json(text: str) -> bool:
+    """Whether JSON text holds ``text`` unchanged wherever its decoded strings hold it."""
+    return all(" " <= ch <= "~" and ch not in '"\\' for ch in text)
+
+
+class _Listing:
+    """The SQL of one filtered, sorted item list: every piece from a whitelist, every value a
+    bound parameter (``$name``), so no text of the request becomes SQL."""
+
+    def __init__(self, store: RunStore, run_id: str, sort: ItemSort, filters: ItemFilter):
+        if sort.kind not in ITEM_SORT_KINDS:
+            raise ValueError(f"unknown sort {sort.kind!r}: one of {', '.join(ITEM_SORT_KINDS)}")
+        if sort.kind in ("score", "diff") and not sort.attribute:
+            raise ValueError(f"sort {sort.kind!r} needs an attribute")
+        self.params: dict[str, Any] = {"run": run_id}
+        self.sort_params: dict[str, Any] = {}
+        self.has_flags = store.has_column("items", "flags")
+        self.has_ratings = store.has_table("human_ratings")
+        self.has_steps = store.has_table("prm_steps")
+        self.where = self._conditions(filters)
+        self.join, self.key = self._sort_key(sort)
+        direction = "DESC" if sort.desc else "ASC"
+        self.order = f"sort_value {direction} NULLS LAST, i.position, i.item_id"
+        if sort.kind == "position":
+            self.order = f"i.position {direction} NULLS LAST, i.item_id {direction}"
+        elif sort.kind == "item":
+            self.order = f"i.item_id {direction}"
+
+    def _conditions(self, filters: ItemFilter) -> str:
+        where = ["i.run_id = $run"]
+        if filters.failed:
+            sql = "SELECT item_id FROM samples WHERE run_id = $run AND status <> 'ok'"
+            if filters.reason:
+                sql += " AND coalesce(error, '(no reason recorded)') = $reason"
+                self.params["reason"] = filters.reason
+            where.append(f"i.item_id IN ({sql})")
+        if filters.flagged:
+            where.append("json_array_length(i.flags) > 0" if self.has_flags else "false")
+        if filters.rated:
+            where.append(
+                "i.item_id IN (SELECT item_id FROM human_ratings WHERE score IS NOT NULL)"
+                if self.has_ratings
+                else "false"
+            )
+        for n, (attribute, operator, value) in enumerate(filters.bounds):
+            if operator not in BOUND_OPERATORS:
+                raise ValueError(f"unknown comparison {operator!r}: one of <=, >=")
+            op = "<=" if operator == "<=" else ">="
+            where.append(
+                f"i.item_id IN (SELECT item_id FROM judgments WHERE run_id = $run AND final "
+                f"AND attribute = $attribute_{n} AND value {op} $value_{n})"
+            )
+            self.params[f"attribute_{n}"] = attribute
+            self.params[f"value_{n}"] = float(value)
+        if filters.text:
+            self.params["text"], escape = _like_pattern(filters.text)
+            like = f"ILIKE $text{escape}"
+            found = [f"{field} {like}" for field in ("i.item_id", "i.summary", "i.reference")]
+            notes = "array_to_string(json_extract_string(i.notes, '$[*].text'), ' ')"
+            if filters.in_notes and _verbatim_in_json(filters.text):
+                # Text that JSON writes as is (printable ASCII without quotes or backslashes)
+                # is in the notes' JSON wherever it is in their text: the cheap test on the
+                # JSON first, decoding only the notes that pass it.
+                found.append(f"(CAST(i.notes AS VARCHAR) {like} AND {notes} {like})")
+            elif filters.in_notes:
+                found.append(f"{notes} {like}")
+            for table in ("samples", "judgments"):
+                found.append(
+                    f"i.item_id IN (SELECT item_id FROM {table} WHERE run_id = $run "
+                    f"AND rationale {like})"
+                )
+            where.append("(" + " OR ".join(found) + ")")
+        return " AND ".join(where)
+
+    def _sort_key(self, sort: ItemSort) -> tuple[str, str]:
+        """The join that brings each item's sort value (as ``s.k``) and the value's expression."""
+        kind = sort.kind
+        if sort.attribute and kind in ATTRIBUTE_SORTS and (self.has_ratings or kind == "score"):
+            self.sort_params["sort_attribute"] = sort.attribute
+        if kind in ("position", "item"):
+            return "", "NULL::DOUBLE"
+        if kind == "score":
+            rows = (
+                "SELECT item_id, value AS k FROM judgments WHERE run_id = $run AND final "
+                "AND attribute = $sort_attribute"
+            )
+        elif kind in ("diff", "absdiff") and not self.has_ratings:
+            return "", "NULL::DOUBLE"
+        elif kind in ("diff", "absdiff") and sort.attribute:
+            difference = "j.value - h.m" if kind == "diff" else "abs(j.value - h.m)"
+            rows = (
+                f"SELECT j.item_id, {difference} AS k FROM judgments j JOIN "
+                "(SELECT item_id, median(score) AS m FROM human_ratings "
+                " WHERE attribute = $sort_attribute AND score IS NOT NULL GROUP BY item_id) h "
+                "ON h.item_id = j.item_id "
+                "WHERE j.run_id = $run AND j.final AND j.attribute = $sort_attribute"
+            )
+        elif kind == "absdiff":
+            rows = (
+                "SELECT j.item_id, avg(abs(j.value - h.m)) AS k FROM judgments j JOIN "
+                "(SELECT item_id, attribute, median(score) AS m FROM human_ratings "
+                " WHERE score IS NOT NULL GROUP BY item_id, attribute) h "
+                "ON h.item_id = j.item_id AND h.attribute = j.attribute "
+                "WHERE j.run_id = $run AND j.final GROUP BY j.item_id"
+            )
+        elif kind == "prm_min":
+            if not self.has_steps:
+                return "", "NULL::DOUBLE"
+            rows = "SELECT item_id, min(score) AS k FROM prm_steps WHERE run_id = $run GROUP BY 1"
+        else:  # cost, latency
+            column = "cost_usd" if kind == "cost" else "latency_s"
+            rows = f"SELECT item_id, sum({column}) AS k FROM calls WHERE run_id = $run GROUP BY 1"
+        return f"LEFT JOIN ({rows}) s ON s.item_id = i.item_id", "s.k"
+
+    @property
+    def all_params(self) -> dict[str, Any]:
+        """Parameters of :meth:`select` (those of the conditions and of the sort)."""
+        return {**self.params, **self.sort_params}
+
+    def select(self, flags: str) -> str:
+        return (
+            f"SELECT i.item_id, i.position, i.vendor, i.specialty, {flags} AS flags, "
+            f"{self.key} AS sort_value FROM items i {self.join} WHERE {self.where}"
+        )
 
 
 class ListedItem(TypedDict):
@@ -356,6 +537,8 @@ class ListedItem(TypedDict):
     specialty: str | None
     flags: str | None
     """JSON text (None in a database older than flags)."""
+    sort_value: float | None
+    """The value the list is sorted by (None for position and item id, or when missing)."""
 
 
 def run_items(
@@ -365,37 +548,144 @@ def run_items(
     *,
     show: str = "all",
     reason: str | None = None,
+    sort: ItemSort | None = None,
+    filters: ItemFilter | None = None,
 ) -> tuple[W, list[ListedItem]]:
-    """One window of a run's items, in position order.
+    """One window of a run's items, filtered and sorted in the database.
 
     Args:
         store: The run store.
         run_id: Full run id.
         window: Given the number of items listed, the window to read.
-        show: An :data:`ItemShow` (anything else lists all).
+        show: An :data:`ItemShow` (anything else lists all); adds to ``filters``.
         reason: With ``failed``: only items with a sample failed for this reason (the
             ``reason`` of :func:`run_failure_reasons`).
+        sort: The order (default: by position).
+        filters: Conditions on the items (default: none).
 
     Returns:
         The window, and its items.
+
+    Raises:
+        ValueError: A sort kind or comparison that is not one of the known ones.
     """
-    extra, params = _item_filter(run_id, show, reason)
-    has_flags = store.has_column("items", "flags")
-    if not has_flags and show == "flagged":
-        extra = "AND false"
-    total = _count(
-        store, f"SELECT count(*) AS n FROM items i WHERE i.run_id = ? {extra}", [run_id, *params]
+    filters = filters or ItemFilter()
+    if show == "failed":
+        filters = replace(filters, failed=True, reason=reason or filters.reason)
+    elif show == "flagged":
+        filters = replace(filters, flagged=True)
+    listing = _Listing(store, run_id, sort or ItemSort(), filters)
+    counted = store.con.execute(
+        f"SELECT count(*) FROM items i WHERE {listing.where}", listing.params
+    ).fetchone()
+    shown = window(int(counted[0]) if counted else 0)
+    flags = "i.flags" if listing.has_flags else "NULL"
+    cursor = store.con.execute(
+        f"{listing.select(flags)} ORDER BY {listing.order} LIMIT $limit OFFSET $offset",
+        {**listing.all_params, "limit": shown.per_page, "offset": shown.offset},
     )
-    shown = window(total)
-    flags = "i.flags" if has_flags else "NULL"
-    rows = store.query(
-        f"""
-        SELECT i.item_id, i.position, i.vendor, i.specialty, {flags} AS flags
-        FROM items i WHERE i.run_id = ? {extra}
-        ORDER BY i.position, i.item_id LIMIT ? OFFSET ?""",
-        [run_id, *params, shown.per_page, shown.offset],
-    )
+    names = [d[0] for d in cursor.description]
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     return shown, cast(list[ListedItem], rows)
+
+
+class ListNeighbours(TypedDict):
+    """An item's place in a filtered, sorted item list."""
+
+    previous: str | None
+    next: str | None
+    rank: int
+    """1-based place in the list."""
+    total: int
+    """Items in the list."""
+
+
+def listed_neighbours(
+    store: RunStore, run_id: str, item_id: str, *, sort: ItemSort, filters: ItemFilter
+) -> ListNeighbours | None:
+    """The items before and after an item in a run's item list as :func:`run_items` orders it.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+        item_id: The item.
+        sort: The list's order.
+        filters: The list's conditions.
+
+    Returns:
+        Its neighbours and place; None when the list does not hold the item.
+    """
+    listing = _Listing(store, run_id, sort, filters)
+    cursor = store.con.execute(
+        f"""
+        SELECT previous, next, rank, total FROM (
+            SELECT item_id, lag(item_id) OVER w AS previous, lead(item_id) OVER w AS next,
+                   row_number() OVER w AS rank, count(*) OVER () AS total
+            FROM ({listing.select("NULL")} ) i
+            WINDOW w AS (ORDER BY {listing.order}))
+        WHERE item_id = $item""",
+        {**listing.all_params, "item": item_id},
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return ListNeighbours(previous=row[0], next=row[1], rank=int(row[2]), total=int(row[3]))
+
+
+class ItemExtras(TypedDict):
+    """What a run's item list shows of an item beside its final scores."""
+
+    cost_usd: float | None
+    latency_s: float | None
+    lowest_step: float | None
+    medians: dict[str, float]
+    """The physicians' median per attribute (rated attributes only)."""
+
+
+def item_list_extras(
+    store: RunStore, run_id: str, item_ids: Sequence[str]
+) -> dict[str, ItemExtras]:
+    """Summed cost and latency of calls, lowest PRM step score and physicians' medians of some
+    of a run's items (one page's).
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+        item_ids: The items.
+    """
+    out: dict[str, ItemExtras] = {
+        i: ItemExtras(cost_usd=None, latency_s=None, lowest_step=None, medians={}) for i in item_ids
+    }
+    if not item_ids:
+        return out
+    ids = list(item_ids)
+    # The range is redundant but lets DuckDB skip row groups by their min/max.
+    for row in store.query(
+        "SELECT item_id, sum(cost_usd) AS c, sum(latency_s) AS t FROM calls "
+        "WHERE run_id = ? AND item_id IN (SELECT unnest(?)) AND item_id BETWEEN ? AND ? "
+        "GROUP BY item_id",
+        [run_id, ids, min(ids), max(ids)],
+    ):
+        extras = out[row["item_id"]]
+        extras["cost_usd"], extras["latency_s"] = row["c"], row["t"]
+    if store.has_table("prm_steps"):
+        for row in store.query(
+            "SELECT item_id, min(score) AS lowest FROM prm_steps WHERE run_id = ? "
+            "AND item_id IN (SELECT unnest(?)) GROUP BY item_id",
+            [run_id, ids],
+        ):
+            out[row["item_id"]]["lowest_step"] = row["lowest"]
+    for item_id, medians in physician_medians(store, ids).items():
+        out[item_id]["medians"] = medians
+    return out
+
+
+def run_has_steps(store: RunStore, run_id: str) -> bool:
+    """Whether a run stored PRM step scores (a judge run with PRM evidence, or `prm score`)."""
+    if not store.has_table("prm_steps"):
+        return False
+    sql = "SELECT count(*) FROM (SELECT 1 FROM prm_steps WHERE run_id = ? LIMIT 1)"
+    return bool(_count(store, sql, [run_id]))
 
 
 class FinalScore(TypedDict):
@@ -453,28 +743,64 @@ class ScoredItem(TypedDict):
     """Its lowest step score."""
 
 
+SCORED_SORT_KINDS: tuple[str, ...] = ("position", "item", "prm_min")
+"""What the item list of a PRM scoring run can be sorted by (position is item id order)."""
+
+
 def scored_items(
-    store: RunStore, run_id: str, window: Callable[[int], W]
+    store: RunStore,
+    run_id: str,
+    window: Callable[[int], W],
+    *,
+    sort: ItemSort | None = None,
+    text: str = "",
 ) -> tuple[W, list[ScoredItem]]:
-    """One window of the items of a PRM scoring run, by item id, with their lowest step score.
+    """One window of the items of a PRM scoring run with their lowest step score.
 
     Args:
         store: The run store.
         run_id: Full run id.
         window: Given the number of scored items, the window to read.
+        sort: By item id (``position`` or ``item``) or by lowest step score (``prm_min``).
+        text: Only items whose id or some step's text holds this (case-insensitive).
 
     Returns:
         The window, and its items.
+
+    Raises:
+        ValueError: Another sort kind.
     """
-    sql = "SELECT count(DISTINCT item_id) AS n FROM prm_steps WHERE run_id = ?"
-    shown = window(_count(store, sql, [run_id]))
-    rows = store.query(
-        """
-        SELECT item_id, row_number() OVER (ORDER BY item_id) - 1 AS position,
-               count(DISTINCT candidate) AS candidates, min(score) AS lowest
-        FROM prm_steps WHERE run_id = ? GROUP BY item_id ORDER BY item_id LIMIT ? OFFSET ?""",
-        [run_id, shown.per_page, shown.offset],
+    sort = sort or ItemSort()
+    if sort.kind not in SCORED_SORT_KINDS:
+        raise ValueError(f"unknown sort {sort.kind!r}: one of {', '.join(SCORED_SORT_KINDS)}")
+    direction = "DESC" if sort.desc else "ASC"
+    key = "lowest" if sort.kind == "prm_min" else "item_id"
+    having = "HAVING bool_or(contains(lower(item_id || ' ' || coalesce(text, '')), $text))"
+    params: dict[str, Any] = {"run": run_id}
+    if text:
+        params["text"] = text.lower()
+    grouped = (
+        "SELECT item_id, count(DISTINCT candidate) AS candidates, min(score) AS lowest "
+        f"FROM prm_steps WHERE run_id = $run GROUP BY item_id {having if text else ''}"
     )
+    counted = store.con.execute(f"SELECT count(*) FROM ({grouped})", params).fetchone()
+    shown = window(int(counted[0]) if counted else 0)
+    cursor = store.con.execute(
+        f"""
+        SELECT item_id, position, candidates, lowest FROM (
+            SELECT *, row_number() OVER (ORDER BY item_id) - 1 AS position FROM (
+                SELECT item_id, count(DISTINCT candidate) AS candidates, min(score) AS lowest,
+                       {
+            "bool_or(contains(lower(item_id || ' ' || coalesce(text, '')), $text))"
+            if text
+            else "true"
+        } AS found
+                FROM prm_steps WHERE run_id = $run GROUP BY item_id))
+        WHERE found ORDER BY {key} {direction} NULLS LAST, item_id LIMIT $limit OFFSET $offset""",
+        {**params, "limit": shown.per_page, "offset": shown.offset},
+    )
+    names = [d[0] for d in cursor.description]
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     return shown, cast(list[ScoredItem], rows)
 
 
@@ -654,6 +980,40 @@ def scored_item_neighbours(
     return (found["previous"], found["next"]) if found["n"] else None
 
 
+def scored_listed_neighbours(
+    store: RunStore, run_id: str, item_id: str, *, sort: ItemSort, text: str = ""
+) -> ListNeighbours | None:
+    """:func:`listed_neighbours` for the item list of a PRM scoring run (:func:`scored_items`).
+
+    Raises:
+        ValueError: A sort kind other than :data:`SCORED_SORT_KINDS`.
+    """
+    if sort.kind not in SCORED_SORT_KINDS:
+        raise ValueError(f"unknown sort {sort.kind!r}: one of {', '.join(SCORED_SORT_KINDS)}")
+    direction = "DESC" if sort.desc else "ASC"
+    key = "lowest" if sort.kind == "prm_min" else "item_id"
+    params: dict[str, Any] = {"run": run_id, "item": item_id}
+    found = "true"
+    if text:
+        params["text"] = text.lower()
+        found = "bool_or(contains(lower(item_id || ' ' || coalesce(text, '')), $text))"
+    row = store.con.execute(
+        f"""
+        SELECT previous, next, rank, total FROM (
+            SELECT item_id, lag(item_id) OVER w AS previous, lead(item_id) OVER w AS next,
+                   row_number() OVER w AS rank, count(*) OVER () AS total
+            FROM (SELECT item_id, min(score) AS lowest, {found} AS found
+                  FROM prm_steps WHERE run_id = $run GROUP BY item_id)
+            WHERE found
+            WINDOW w AS (ORDER BY {key} {direction} NULLS LAST, item_id))
+        WHERE item_id = $item""",
+        params,
+    ).fetchone()
+    if row is None:
+        return None
+    return ListNeighbours(previous=row[0], next=row[1], rank=int(row[2]), total=int(row[3]))
+
+
 class ItemRating(TypedDict):
     """A physician's rating of one attribute of an item."""
 
@@ -720,34 +1080,125 @@ class Disagreement(TypedDict):
     """The largest spread of one attribute."""
     unscored: int
     """Attributes some run left without a value."""
+    sort_value: float | None
+    """The value the list is sorted by (the disagreement unless sorted otherwise)."""
+
+
+COMPARE_SORT_KINDS: tuple[str, ...] = ("disagreement", "largest", "spread", "absdiff", "item")
+"""What the items of a comparison can be sorted by: the summed spread across runs (highest
+minus lowest final score, summed over attributes), its largest attribute, one attribute's
+spread (``spread``, with an attribute), the largest gap between a run's final score and the
+physicians' median (``absdiff``: of one attribute, or without one the mean over attributes),
+and item id."""
+
+_COMPARE_GAPS = """,
+    med AS (
+        SELECT item_id, attribute, median(score) AS m FROM human_ratings
+        WHERE score IS NOT NULL AND item_id IN (SELECT item_id FROM shared) GROUP BY ALL),
+    gap AS (
+        SELECT f.item_id, f.attribute, max(abs(f.value - med.m)) AS g
+        FROM f JOIN med ON med.item_id = f.item_id AND med.attribute = f.attribute
+        GROUP BY ALL)
+"""
 
 
 def disagreeing_items(
-    store: RunStore, run_ids: Sequence[str], window: Callable[[int], W]
+    store: RunStore,
+    run_ids: Sequence[str],
+    window: Callable[[int], W],
+    *,
+    sort: str = "disagreement",
+    attribute: str | None = None,
+    desc: bool = True,
 ) -> tuple[W, list[Disagreement]]:
-    """Items every run scored, largest disagreement first, one window of them.
+    """Items every run scored, sorted (largest disagreement first by default), one window.
 
     Args:
         store: The run store.
         run_ids: Full run ids (two or more, each once).
         window: Given the number of shared items, the window to read.
+        sort: One of :data:`COMPARE_SORT_KINDS`.
+        attribute: The attribute of ``spread`` (required) and ``absdiff`` (optional).
+        desc: Largest first (items without a value come last either way).
 
     Returns:
         The window, and its items.
+
+    Raises:
+        ValueError: An unknown sort, or ``spread`` without an attribute.
     """
+    if sort not in COMPARE_SORT_KINDS:
+        raise ValueError(f"unknown sort {sort!r}: one of {', '.join(COMPARE_SORT_KINDS)}")
+    if sort == "spread" and not attribute:
+        raise ValueError("sort 'spread' needs an attribute")
     params: dict[str, Any] = {"runs": list(run_ids), "sample": FINAL_SAMPLE, "agent": FINAL_AGENT}
     counted = store.con.execute(_SHARED_ITEMS + "SELECT count(*) FROM ranked", params).fetchone()
     shown = window(counted[0] if counted else 0)
+    ctes, join, key = _SHARED_ITEMS, "", "NULL::DOUBLE"
+    keyed = dict(params)
+    if sort in ("disagreement", "largest"):
+        key = f"r.{sort}"
+    elif sort == "spread":
+        join = (
+            "LEFT JOIN (SELECT item_id, spread AS k FROM spread WHERE attribute = $attr) s "
+            "ON s.item_id = r.item_id"
+        )
+        key, keyed["attr"] = "s.k", attribute
+    elif sort == "absdiff" and store.has_table("human_ratings"):
+        ctes += _COMPARE_GAPS
+        if attribute:
+            join = (
+                "LEFT JOIN (SELECT item_id, g AS k FROM gap WHERE attribute = $attr) s "
+                "ON s.item_id = r.item_id"
+            )
+            keyed["attr"] = attribute
+        else:
+            join = (
+                "LEFT JOIN (SELECT item_id, avg(g) AS k FROM gap GROUP BY item_id) s "
+                "ON s.item_id = r.item_id"
+            )
+        key = "s.k"
+    direction = "DESC" if desc else "ASC"
+    order = (
+        f"r.item_id {direction}"
+        if sort == "item"
+        else f"{key} {direction} NULLS LAST, r.disagreement DESC, r.largest DESC, r.item_id"
+    )
     cursor = store.con.execute(
-        _SHARED_ITEMS
-        + """SELECT item_id, disagreement, largest, unscored FROM ranked
-             ORDER BY disagreement DESC, largest DESC, item_id LIMIT $limit OFFSET $offset""",
-        {**params, "limit": shown.per_page, "offset": shown.offset},
+        ctes
+        + f"""SELECT r.item_id, r.disagreement, r.largest, r.unscored, {key} AS sort_value
+              FROM ranked r {join}
+              ORDER BY {order} LIMIT $limit OFFSET $offset""",
+        {**keyed, "limit": shown.per_page, "offset": shown.offset},
     )
     return shown, [
-        Disagreement(item_id=item, disagreement=total, largest=largest, unscored=unscored)
-        for item, total, largest, unscored in cursor.fetchall()
+        Disagreement(
+            item_id=item, disagreement=total, largest=largest, unscored=unscored, sort_value=value
+        )
+        for item, total, largest, unscored, value in cursor.fetchall()
     ]
+
+
+def physician_medians(store: RunStore, item_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """The physicians' median score of each rated attribute of some items.
+
+    Args:
+        store: The run store.
+        item_ids: The items (one page's).
+
+    Returns:
+        Item to attribute to median (items and attributes without ratings left out).
+    """
+    out: dict[str, dict[str, float]] = {}
+    if not item_ids or not store.has_table("human_ratings"):
+        return out
+    for row in store.query(
+        "SELECT item_id, attribute, median(score) AS m FROM human_ratings "
+        "WHERE item_id IN (SELECT unnest(?)) AND score IS NOT NULL GROUP BY ALL",
+        [list(item_ids)],
+    ):
+        out.setdefault(row["item_id"], {})[row["attribute"]] = row["m"]
+    return out
 
 
 class RunFinalScore(TypedDict):

@@ -11,13 +11,14 @@ import pytest
 
 from clinjudge.analysis import (
     AuditError,
-    audit_for_run,
+    AuditStatistics,
     bootstrap_mean_ci,
     flag_items,
     holm_adjust,
     paired_comparisons,
     vendor_summaries,
 )
+from clinjudge.analysis import audit_for_run as _audit_for_run
 from clinjudge.inputs import InputError, load_audit_items, parse_flag_rule
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_audit
@@ -28,6 +29,12 @@ from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores
 
 LIKERT = ["citation", "accurate", "thorough", "useful", "organized", "comprehensible", "succinct"]
+
+
+def audit_for_run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``audit_for_run`` as ``judge audit --json`` prints it: the layout these tests pin down
+    (the typed result is read by attribute in tests/analysis/test_typed_results.py)."""
+    return _audit_for_run(*args, **kwargs).to_dict()
 
 
 def _encounters(count: int, vendor: str, skip: tuple[int, ...] = ()) -> list[Item]:
@@ -256,11 +263,11 @@ def test_audit_run_end_to_end(
     cost = audit["cost"]
     assert cost["gamma"]["items"] == 11 and cost["alpha"]["calls"] == 12
     assert cost["alpha"]["latency_per_item_s"] > 0
-    html_text, md_text = render_audit_report(audit)
+    html_text, md_text = render_audit_report(AuditStatistics.model_validate(audit))
     assert "SIMULATED" not in html_text
     assert "<script" not in html_text and "<svg" in html_text
     assert "enc-005" in md_text and "alpha vs beta" in md_text
-    files = write_audit_report(audit, tmp_path / "report")
+    files = write_audit_report(AuditStatistics.model_validate(audit), tmp_path / "report")
     assert files.html.read_text() == html_text
 
 

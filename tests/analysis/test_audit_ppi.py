@@ -225,9 +225,9 @@ def test_the_api_takes_ratings_like_the_cli(tmp_path) -> None:
         db=str(tmp_path / "api.duckdb"), ratings=EXAMPLES / "ratings.jsonl",
     )  # fmt: skip
     assert result.ppi is not None and result.ppi_pairs is not None
-    accurate = {r["vendor"]: r for r in result.ppi if r["attribute"] == "accurate"}
-    assert {r["n"] for r in accurate.values()} == {3}  # the demo rates 3 items per vendor
-    assert all(r["ci_low"] <= r["estimate"] <= r["ci_high"] for r in accurate.values())
+    accurate = {r.vendor: r for r in result.ppi if r.attribute == "accurate"}
+    assert {r.n for r in accurate.values()} == {3}  # the demo rates 3 items per vendor
+    assert all(r.ci_low <= r.estimate <= r.ci_high for r in accurate.values())  # type: ignore[operator]
 
 
 def test_the_viewer_audit_page_uses_imported_ratings(audit_run, tmp_path) -> None:

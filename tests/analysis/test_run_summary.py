@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from clinjudge.analysis import run_summary
+from clinjudge.analysis import run_summary as _run_summary
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.runs import RunStore
@@ -27,7 +27,14 @@ BY_AGENT_KEYS = [
     "tokens_out",
     "cost_usd",
     "latency_s_sum",
+    "cached_input_tokens",  # the provider's prompt cache (#22)
 ]
+
+
+def run_summary(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``run_summary`` as ``--json`` prints it: the layout these tests pin down (the typed result
+    is read by attribute in tests/analysis/test_typed_results.py)."""
+    return _run_summary(*args, **kwargs).to_dict()
 
 
 def _run(tmp_path: Path, config_kw: dict[str, Any], server: FakeOpenAIServer | None) -> Path:

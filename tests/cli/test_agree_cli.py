@@ -165,6 +165,14 @@ def test_agree_standalone_ratings_file(tmp_path: Path) -> None:
     raters_only = invoke("agree", "--ratings", str(path), "--json", "--boot", BOOT)
     assert raters_only.exit_code == 0
     assert "primary" not in json.loads(raters_only.stdout)["pooled"]
+    # Without --json a ratings file gets the table of `judge agree RUN`, not JSON.
+    table = invoke("agree", "--ratings", str(path), "--judge", "llm", "--boot", BOOT)
+    assert table.exit_code == 0, table.stderr
+    assert not table.stdout.lstrip().startswith("{")
+    assert "ICC(3,k)" in table.stdout and "Wilcoxon p" in table.stdout
+    (pooled,) = [line for line in table.stdout.splitlines() if "pooled" in line]
+    cells = [c.strip() for c in pooled.strip("│┃| ").split("│")]
+    assert cells[:3] == ["pooled", "4", "1.000"]  # units, the judge's ICC(3,k) of 1
 
 
 def test_compare_table_and_json(rated_run: str, db_path: Path, items_file: Path) -> None:
@@ -231,3 +239,35 @@ def test_report_command(rated_run: str, db_path: Path, tmp_path: Path) -> None:
     )
     assert compared.exit_code == 0, compared.stderr
     assert 'data-chart="cost-agreement"' in (cmp_out / "report.html").read_text()
+
+
+def test_agree_help_loads_no_statistics_store_or_model_clients() -> None:
+    """`judge agree --help` is as quick as `judge run --help` because the command module
+    imports scipy, the store, the reports and the model clients only when a command runs
+    (bench/startup.py times it)."""
+    import subprocess
+    import sys
+
+    heavy = ("scipy", "duckdb", "clinjudge.runs", "clinjudge.reports", "clinjudge.judges", "openai")
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from clinjudge.cli import app\n"
+        "for command in ('agree', 'compare', 'report'):\n"
+        "    done = CliRunner().invoke(app, [command, '--help'])\n"
+        "    assert done.exit_code == 0, done.output\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_report_help_shows_the_reports_default_row_count() -> None:
+    from clinjudge.reports import DEFAULT_MAX_ITEMS
+
+    shown = invoke("report", "--help", env={"COLUMNS": "200"})
+    line = next(line for line in shown.stdout.splitlines() if "--max-items" in line)
+    following = shown.stdout.split(line, 1)[1].splitlines()[0]
+    assert f"[default: {DEFAULT_MAX_ITEMS}]" in line + following

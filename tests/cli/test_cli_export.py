@@ -119,3 +119,54 @@ def test_transcripts_of_a_discussion(tmp_path: Path, db_path: Path) -> None:
             assert row["round"] == ""
     assert rounds, "a magentic discussion has numbered rounds"
     assert any(r["phase"] == "final" for r in rows)
+
+
+def _jsonl_rows(run: str, db: Path, tmp_path: Path) -> list[dict]:
+    out = tmp_path / "reference.jsonl"
+    assert _export(run, db, out).exit_code == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", ["x.json", "x.JSON"])
+def test_json_name_writes_one_array(run_id: str, db_path: Path, tmp_path: Path, name: str) -> None:
+    out = tmp_path / name
+    result = _export(run_id, db_path, out)
+    assert result.exit_code == 0, result.stderr
+    assert "(json)" in result.stderr
+    rows = json.loads(out.read_text())  # one JSON document, not JSON Lines
+    assert isinstance(rows, list) and len(rows) == 132
+    assert rows == _jsonl_rows(run_id, db_path, tmp_path)
+
+
+def test_format_json_and_jsonl_without_an_ending(
+    run_id: str, db_path: Path, tmp_path: Path
+) -> None:
+    as_array = tmp_path / "scores.out"
+    assert _export(run_id, db_path, as_array, "--format", "json").exit_code == 0
+    rows = json.loads(as_array.read_text())
+    lines = tmp_path / "scores.lines"
+    assert _export(run_id, db_path, lines, "--format", "jsonl").exit_code == 0
+    assert [json.loads(line) for line in lines.read_text().splitlines()] == rows
+    for name in ("x.ndjson", "x.jsonl"):
+        assert _export(run_id, db_path, tmp_path / name).exit_code == 0
+        first = (tmp_path / name).read_text().splitlines()[0]
+        assert json.loads(first)["run_id"] == run_id  # a line is a whole record
+
+
+def test_json_of_other_tables_is_an_array(run_id: str, db_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    result = _export(run_id, db_path, out, "--table", "transcripts")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(out.read_text())
+    count = query(db_path, "SELECT count(*) FROM messages WHERE run_id = ?", [run_id])[0][0]
+    assert len(rows) == count > 0
+    assert {"item_id", "agent", "text"} <= set(rows[0])
+
+
+def test_json_format_contradicting_the_name_is_refused(
+    run_id: str, db_path: Path, tmp_path: Path
+) -> None:
+    for name, fmt in (("x.jsonl", "json"), ("x.json", "jsonl")):
+        result = _export(run_id, db_path, tmp_path / name, "--format", fmt)
+        assert result.exit_code == 2, result.stderr
+        assert not (tmp_path / name).exists()

@@ -42,10 +42,19 @@ def _bad_csv(tmp_path: Path) -> tuple[Path, list[str]]:
     return path, [f"{path}:row 2", "field notes", "not valid JSON"]
 
 
-BAD_INPUTS = [_bad_jsonl_syntax, _missing_field, _bad_csv]
+def _syntax_and_field(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A line that is not JSON, then a line without a summary: both are reported."""
+    path = tmp_path / "both.jsonl"
+    missing = json.dumps({"id": "c", "notes": ["n"], "specialty": "PC"})
+    path.write_text(_good_line("a") + "\n" + '{"id": "b",\n' + missing + "\n")
+    return path, [f"{path}:line 2: not valid JSON", f"{path}:line 3: field summary"]
 
 
-@pytest.mark.parametrize("make_bad", BAD_INPUTS, ids=["jsonl_syntax", "missing_field", "csv"])
+BAD_INPUTS = [_bad_jsonl_syntax, _missing_field, _bad_csv, _syntax_and_field]
+IDS = ["jsonl_syntax", "missing_field", "csv", "syntax_and_field"]
+
+
+@pytest.mark.parametrize("make_bad", BAD_INPUTS, ids=IDS)
 def test_bad_input_exits_2_and_creates_no_db(tmp_path: Path, make_bad) -> None:
     data, expected = make_bad(tmp_path)
     db = tmp_path / "runs" / "x.duckdb"
@@ -59,7 +68,7 @@ def test_bad_input_exits_2_and_creates_no_db(tmp_path: Path, make_bad) -> None:
     assert not db.parent.exists()
 
 
-@pytest.mark.parametrize("make_bad", BAD_INPUTS, ids=["jsonl_syntax", "missing_field", "csv"])
+@pytest.mark.parametrize("make_bad", BAD_INPUTS, ids=IDS)
 def test_bad_input_adds_nothing_to_an_existing_db(
     tmp_path: Path, items_file: Path, db_path: Path, make_bad
 ) -> None:

@@ -99,3 +99,26 @@ def test_without_cache_every_request_goes_out(
     # second sample's requests.
     assert invoke(*args, "--cache", "--samples", "2").exit_code == 0
     assert fake_openai.request_count == 18
+
+
+def test_summary_counts_cache_hits_apart_from_model_calls(
+    fake_openai: FakeOpenAIServer, items_file: Path, db_path: Path
+) -> None:
+    args = [
+        "run", "--data", str(items_file), "--model", "openai/local-judge",
+        "--base-url", fake_openai.base_url, "--db", str(db_path), "--no-progress", "--cache",
+    ]  # fmt: skip
+    first = invoke(*args)
+    assert first.exit_code == 0, first.stderr
+    assert "; 6 model calls; cost" in first.stderr  # nothing cached yet: no cache clause
+    # Sample 1 of each item is in the cache; sample 2 is a new request.
+    before = fake_openai.request_count
+    second = invoke(*args, "--samples", "2")
+    assert second.exit_code == 0, second.stderr
+    sent = fake_openai.request_count - before
+    run_id = second.stdout.strip()
+    cached = scalar(db_path, "SELECT count(*) FROM calls WHERE run_id = ? AND cached", [run_id])
+    assert (sent, cached) == (6, 6)
+    assert f"; {sent} model calls, {cached} replies from the response cache; cost" in (
+        second.stderr
+    )

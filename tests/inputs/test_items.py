@@ -161,8 +161,51 @@ def test_parquet_written_by_duckdb(tmp_path: Path, pdsqi9: Rubric) -> None:
 
 
 def test_malformed_json_line_counts_blank_lines(tmp_path: Path, pdsqi9: Rubric) -> None:
-    path = _jsonl(tmp_path / "bad.jsonl", [_record("a"), "", "", '{"id": "b", "summary": '])
-    assert _problems(path, pdsqi9) == [f"{path}:line 4: not valid JSON"]
+    broken = '{"id": "b", "summary": '
+    path = _jsonl(tmp_path / "bad.jsonl", [_record("a"), "", "", broken])
+    # Expecting a value after "summary": at the end of the line (column 24).
+    assert _problems(path, pdsqi9) == [
+        f"{path}:line 4: not valid JSON (Expecting value at column {len(broken) + 1})"
+    ]
+
+
+def test_json_syntax_errors_do_not_hide_other_problems(tmp_path: Path, pdsqi9: Rubric) -> None:
+    path = _jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            _record("a", summary=None),  # 1: a field problem before the first syntax error
+            '{"id": "b", "summary": "x" "notes": []}',  # 2: a comma missing
+            _record("c"),  # 3: fine
+            _record("d", specialty=None),  # 4: a rubric input missing
+            "{'id': 'e'}",  # 5: single quotes are not JSON
+            _record("c"),  # 6: a duplicate of line 3
+        ],
+    )
+    problems = _problems(path, pdsqi9)
+    assert [p.split(": ")[0] for p in problems] == [
+        f"{path}:line {n}" for n in (1, 2, 4, 5, 6)
+    ]  # every wrong line, in file order
+    assert "field summary" in problems[0]
+    assert "not valid JSON (Expecting ',' delimiter at column 28)" in problems[1]
+    assert "field specialty" in problems[2]
+    assert "not valid JSON (Expecting property name enclosed in double quotes" in problems[3]
+    assert "field id: duplicate id 'c'" in problems[4]
+
+
+def test_syntax_and_field_problems_share_the_limit(tmp_path: Path, pdsqi9: Rubric) -> None:
+    lines: list[Any] = []
+    for n in range(30):  # even lines broken JSON, odd lines without a summary
+        lines.append('{"id": ' if n % 2 == 0 else _record(f"i{n}", summary=None))
+    path = _jsonl(tmp_path / "many.jsonl", lines)
+    with pytest.raises(InputError) as info:
+        load_items(path, pdsqi9)
+    assert len(info.value.problems) == 30
+    shown = str(info.value).splitlines()
+    assert len(shown) == 21 and shown[-1] == "... and 10 more problems"
+    assert [line.split(": ")[0] for line in shown[:20]] == [
+        f"{path}:line {n}" for n in range(1, 21)
+    ]
+    assert "not valid JSON" in shown[0] and "field summary" in shown[1]
 
 
 def test_non_object_line(tmp_path: Path, pdsqi9: Rubric) -> None:

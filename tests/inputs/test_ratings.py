@@ -105,14 +105,7 @@ def test_load_errors_name_file_line_and_field(tmp_path: Path) -> None:
         )
         + "\n"
     )
-    with pytest.raises(InputError) as info:
-        load_ratings(path)
-    assert f"{path}:line 8: not valid JSON" in str(info.value)
-
-    path.write_text("\n".join(path.read_text().splitlines()[:7]) + "\n")
-    with pytest.raises(InputError) as info:
-        load_ratings(path)
-    assert info.value.problems == [
+    expected = [
         f"{path}:line 2: field score: must be a number, got 'high'",
         f"{path}:line 3: field item_id: must not be empty",
         f"{path}:line 4: field score: missing (write null where there is no score)",
@@ -121,6 +114,36 @@ def test_load_errors_name_file_line_and_field(tmp_path: Path) -> None:
         f"{path}:line 7: field rater_id: must be a string, got True",
         f"{path}:line 7: field attribute: must be a string, got [1]",
     ]
+    # The line that is not JSON is reported with the others, not instead of them.
+    with pytest.raises(InputError) as info:
+        load_ratings(path)
+    assert info.value.problems == [
+        *expected,
+        f"{path}:line 8: not valid JSON (Expecting property name enclosed in double quotes "
+        "at column 2)",
+    ]
+
+    path.write_text("\n".join(path.read_text().splitlines()[:7]) + "\n")
+    with pytest.raises(InputError) as info:
+        load_ratings(path)
+    assert info.value.problems == expected
+
+
+def test_syntax_error_first_does_not_hide_rubric_problems(tmp_path: Path, pdsqi9: Rubric) -> None:
+    rows = [
+        '{"item_id": "s1", "rater_id": "h1", "attribute": "accurate", "score": 4',  # unclosed
+        json.dumps({"item_id": "s1", "rater_id": "h1", "attribute": "accurate", "score": 9}),
+        json.dumps({"item_id": "s1", "rater_id": "h1", "attribute": "colour", "score": 1}),
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(InputError) as info:
+        load_ratings(path, pdsqi9)
+    problems = info.value.problems
+    assert [p.split(": ")[0] for p in problems] == [f"{path}:line {n}" for n in (1, 2, 3)]
+    assert "not valid JSON" in problems[0]
+    assert "field score: accurate must be a whole number from 1 to 5, got 9" in problems[1]
+    assert "field attribute: 'colour' is not a key of rubric pdsqi9" in problems[2]
 
 
 def test_load_csv_errors_name_row(tmp_path: Path) -> None:

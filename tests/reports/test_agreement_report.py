@@ -65,7 +65,11 @@ def test_agreement_of_a_judge_equal_to_the_human_median(
     runs: dict[str, str], db_path: Path
 ) -> None:
     with RunStore(db_path, read_only=True) as store:
-        result = agreement_for_run(store, runs["matched"], n_boot=BOOT, seed=1)
+        typed = agreement_for_run(store, runs["matched"], n_boot=BOOT, seed=1)
+    result = typed.to_dict()  # the layout of `judge agree --json`
+    pooled_judge = typed.pooled.judge_vs_physicians
+    assert pooled_judge is not None and pooled_judge.icc is not None
+    assert pooled_judge.icc.value == pytest.approx(1.0)
     assert result["run_id"] == runs["matched"]
     assert result["simulated"] is True
     assert result["raters"] == ["dr_a", "dr_b", "dr_c"]
@@ -111,24 +115,24 @@ def test_compare_rows(runs: dict[str, str], db_path: Path) -> None:
             n_boot=BOOT,
         )
     rows = comparison.rows
-    assert [r["run_id"] for r in rows] == [runs["matched"], runs["other"], runs["unrated"]]
+    assert [r.run_id for r in rows] == [runs["matched"], runs["other"], runs["unrated"]]
     best, other, unrated = rows
-    assert best["icc3k"] == pytest.approx(1.0)
-    assert best["mean_abs_diff"] == 0
-    assert other["icc3k"] is not None and other["icc3k"] < best["icc3k"]
-    assert other["mean_abs_diff"] > 0
-    assert unrated["icc3k"] is None and unrated["items_rated"] == 0
+    assert best.icc3k == pytest.approx(1.0)
+    assert best.mean_abs_diff == 0
+    assert other.icc3k is not None and other.icc3k < best.icc3k
+    assert other.mean_abs_diff > 0
+    assert unrated.icc3k is None and unrated.items_rated == 0
     assert any(runs["unrated"] in note for note in comparison.notes)
     for row in rows:
-        assert row["rubric"] == "pdsqi9 1.0.0"
-        assert row["mode"] == "single"
-        assert row["simulated"] is True
-        assert row["shots"] == 0
-        assert row["failed_samples"] == 0
-        assert row["cost_per_item_usd"] is not None
-        assert row["latency_per_item_s"] is not None and row["latency_per_item_s"] >= 0
-    assert (best["samples"], best["samples_total"]) == (3, 18)
-    assert (unrated["samples"], unrated["samples_total"]) == (1, 3)
+        assert row.rubric == "pdsqi9 1.0.0"
+        assert row.mode == "single"
+        assert row.simulated is True
+        assert row.shots == 0
+        assert row.failed_samples == 0
+        assert row.cost_per_item_usd is not None
+        assert row.latency_per_item_s is not None and row.latency_per_item_s >= 0
+    assert (best.samples, best.samples_total) == (3, 18)
+    assert (unrated.samples, unrated.samples_total) == (1, 3)
     with RunStore(db_path, read_only=True) as store:
         by_cost = compare_runs(store, [runs["matched"]], sort="cost_per_item_usd", n_boot=BOOT)
         assert len(by_cost.rows) == 1
@@ -138,7 +142,7 @@ def test_compare_rows(runs: dict[str, str], db_path: Path) -> None:
 
 def _without_cached_flag(agreements: dict) -> dict:
     return {
-        rid: a if a is None else {k: v for k, v in a.items() if k != "cached"}
+        rid: a if a is None else {k: v for k, v in a.to_dict().items() if k != "cached"}
         for rid, a in agreements.items()
     }
 
@@ -160,7 +164,7 @@ def test_compare_reuses_stored_agreement_until_its_input_changes(
     with RunStore(db_path) as store:
         first = compare_runs(store, ids, n_boot=BOOT)
     assert len(computed) == 2  # the unrated run has nothing to analyse
-    assert not any(a and a["cached"] for a in first.agreements.values())
+    assert not any(a and a.cached for a in first.agreements.values())
     with RunStore(db_path) as store:
         second = compare_runs(store, ids, n_boot=BOOT)
         report_dir = db_path.parent / "cached-report"
@@ -169,7 +173,8 @@ def test_compare_reuses_stored_agreement_until_its_input_changes(
         third = compare_runs(store, ids, n_boot=BOOT)
         fresh = agreement_for_run(store, runs["matched"], n_boot=BOOT, cache=False)
     assert len(computed) == 3  # only the cache=False call
-    assert second.agreements[runs["matched"]]["cached"] is True
+    kept = second.agreements[runs["matched"]]
+    assert kept is not None and kept.cached is True
     assert second.rows == first.rows == third.rows
     assert _without_cached_flag(second.agreements) == _without_cached_flag(first.agreements)
     assert (
@@ -195,10 +200,10 @@ def test_compare_reuses_stored_agreement_until_its_input_changes(
         )
         changed = compare_runs(store, ids, n_boot=BOOT)
     assert len(computed) == 6
-    before = first.agreements[runs["matched"]]["per_attribute"]["accurate"]
-    after = changed.agreements[runs["matched"]]["per_attribute"]["accurate"]
+    before = first.agreements[runs["matched"]].to_dict()["per_attribute"]["accurate"]  # type: ignore[union-attr]
+    after = changed.agreements[runs["matched"]].to_dict()["per_attribute"]["accurate"]  # type: ignore[union-attr]
     assert after["differences"] != before["differences"]
-    assert changed.rows[0]["icc3k"] < 1.0  # the judge no longer equals the human median
+    assert changed.rows[0].icc3k < 1.0  # the judge no longer equals the human median
 
     # A new rater's ratings change it again; an unchanged repeat does not.
     with RunStore(db_path) as store:
@@ -239,7 +244,7 @@ def test_run_report_files(runs: dict[str, str], db_path: Path, tmp_path: Path) -
     out = tmp_path / "report"
     with RunStore(db_path, read_only=True) as store:
         files = write_report(store, [runs["matched"]], out, n_boot=BOOT)
-        agreement = agreement_for_run(store, runs["matched"], n_boot=BOOT)
+        agreement = agreement_for_run(store, runs["matched"], n_boot=BOOT).to_dict()
     with_differences = [a for a, b in agreement["per_attribute"].items() if b["differences"]]
     assert len(with_differences) >= len(AGREEMENT_KEYS) - 1  # synthesized may have no unit
     assert files.html == out / "report.html" and files.html.is_file()
@@ -291,7 +296,7 @@ def test_compare_report_with_a_real_model_run(
         files = write_report(store, ids, out, compare=True, n_boot=BOOT)
         comparison = compare_runs(store, [real], n_boot=BOOT)
     row = comparison.rows[0]
-    assert row["simulated"] is False and row["cost_per_item_usd"] > 0 and row["cost_known"]
+    assert row.simulated is False and row.cost_per_item_usd and row.cost_known
     html = files.html.read_text()
     _assert_self_contained(html)
     assert "SIMULATED" in html  # three of the four runs are simulated

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 
-from clinjudge.analysis import Comparison, doclens_report
+from clinjudge.analysis import AgreementAnalysis, Comparison, ComparisonRow, doclens_report
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.reports import write_report
@@ -490,7 +490,7 @@ def test_forest_axis_is_not_stretched_by_one_wide_interval() -> None:
         },
         "pooled": _block(0.77, 0.66, 0.85),
     }
-    svg = icc_chart(agreement)
+    svg = icc_chart(AgreementAnalysis.from_dict(agreement))
     ticks = [float(t) for t in re.findall(r'font-size="10" text-anchor="middle">(-?[\d.]+)<', svg)]
     assert min(ticks) >= -1.0 and max(ticks) == 1.0
     assert svg.count('class="clipped"') == 1  # only succinct's lower end
@@ -504,15 +504,16 @@ def test_forest_axis_is_not_stretched_by_one_wide_interval() -> None:
     assert len(widths) == 4 and widths[0] > 25
 
 
-def _row(run_id: str, cost: float, icc: float, simulated: bool = False) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "name": f"config-{run_id}",
-        "icc3k": icc,
-        "icc3k_ci95": [icc - 0.1, min(1.0, icc + 0.1)],
-        "cost_per_item_usd": cost,
-        "simulated": simulated,
-    }
+def _row(run_id: str, cost: float, icc: float, simulated: bool = False) -> ComparisonRow:
+    return ComparisonRow(
+        run_id=run_id,
+        name=f"config-{run_id}",
+        rubric="pdsqi9 1.0.0",
+        icc3k=icc,
+        icc3k_ci95=[icc - 0.1, min(1.0, icc + 0.1)],
+        cost_per_item_usd=cost,
+        simulated=simulated,
+    )
 
 
 def _label_boxes(svg: str) -> list[tuple[float, float, str]]:
@@ -646,7 +647,7 @@ def test_scatter_too_crowded_for_names_numbers_points_and_adds_a_legend() -> Non
     assert numbers and all(t.isdigit() for t in numbers) and "41" in numbers
     legend = re.findall(r">(\d+)  (config-[^<(]+?)(?: \(its number did not fit[^<]*)?</text>", svg)
     assert [(int(n), name) for n, name in legend] == [
-        (i + 1, f"config-{r['run_id']}") for i, r in enumerate(rows)
+        (i + 1, f"config-{r.run_id}") for i, r in enumerate(rows)
     ]
     hidden = svg.count("did not fit beside the point")
     assert hidden == len(rows) - len(numbers) > 0

@@ -144,10 +144,11 @@ def test_item_list_is_paged_and_filtered_in_the_database(
         assert f"page {page} of 3" in html
         seen += re.findall(r'<a href="/runs/[^/]+/items/([^"]+)">', html.split('id="items"')[1])
     assert seen == order
+    # An item link carries the list's state (its previous/next follow the list): ?failed=1.
     failed = client.get(f"/runs/{s.single}/?show=failed").text.split('id="items"')[1]
-    assert re.findall(r"/items/([^\"]+)\"", failed) == [FAILING_ID]
+    assert re.findall(r"/items/([^\"?]+)\?failed=1\"", failed) == [FAILING_ID]
     flagged = client.get(f"/runs/{s.single}/?show=flagged").text.split('id="items"')[1]
-    assert re.findall(r"/items/([^\"]+)\"", flagged) == [HOSTILE_ID]
+    assert re.findall(r"/items/([^\"?]+)\?flagged=1\"", flagged) == [HOSTILE_ID]
 
 
 def test_runs_page_sorts_and_filters(client: TestClient, viewer_store: ViewerStore) -> None:

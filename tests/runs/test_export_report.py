@@ -255,7 +255,7 @@ def test_run_summary_counts_tokens_cost_and_latency(db_path: Path) -> None:
                 "judgments": finals,
             }
         )
-        summary = run_summary(store, "s")
+        summary = run_summary(store, "s").to_dict()
         listed = list_runs(store)
     latencies = [c["latency_s"] for c in calls]
     per_item = [1.0 + 0.5 + 2.0, 3.0 + 4.0]
@@ -280,7 +280,7 @@ def test_run_summary_counts_tokens_cost_and_latency(db_path: Path) -> None:
 
 def test_run_summary_of_mock_run(mock_run: str, db_path: Path) -> None:
     with RunStore(db_path, read_only=True) as store:
-        summary = run_summary(store, mock_run)
+        summary = run_summary(store, mock_run).to_dict()
     assert summary["simulated"] is True
     assert summary["status"] == "completed"
     assert summary["items"] == summary["items_ok"] == N_ITEMS
@@ -290,3 +290,33 @@ def test_run_summary_of_mock_run(mock_run: str, db_path: Path) -> None:
     assert summary["tokens_in"] > 0 and summary["tokens_out"] > 0
     assert summary["call_latency_p50_s"] is not None
     assert summary["call_latency_p95_s"] >= summary["call_latency_p50_s"]
+
+
+def test_json_export_is_whole_or_absent(
+    mock_run: str, db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "judgments.json"
+    out.write_text("previous\n")
+    seen: dict[str, Any] = {}
+    real_replace = os.replace
+
+    def checking_replace(src: str | Path, dst: str | Path) -> None:
+        seen["partial"] = json.loads(Path(src).read_text())  # complete before it is moved
+        seen["target"] = Path(dst).read_text()
+        real_replace(src, dst)
+
+    monkeypatch.setattr("clinjudge.runs._export.os.replace", checking_replace)
+    with RunStore(db_path, read_only=True) as store:
+        count = export_run(store, mock_run, out, "json")
+    assert seen["target"] == "previous\n" and len(seen["partial"]) == count
+    assert json.loads(out.read_text()) == seen["partial"]
+
+    def failing_replace(src: str | Path, dst: str | Path) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("clinjudge.runs._export.os.replace", failing_replace)
+    again = tmp_path / "again.json"
+    with RunStore(db_path, read_only=True) as store, pytest.raises(OSError, match="disk full"):
+        export_run(store, mock_run, again, "json")
+    assert not again.exists()
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clinjudge.runs import RunStore, StoreError, now
+from clinjudge.runs import SCHEMA_VERSION, RunStore, StoreError, now
 
 TABLES = {"meta", "runs", "items", "samples", "judgments", "calls", "messages"}
 
@@ -65,7 +65,7 @@ def test_tables_exist(db_path: Path) -> None:
         }
         version = store.query("SELECT value FROM meta WHERE key = 'schema_version'")
     assert names >= TABLES
-    assert version == [{"value": "4"}]
+    assert version == [{"value": str(SCHEMA_VERSION)}]
 
 
 def test_reopening_keeps_data(db_path: Path) -> None:

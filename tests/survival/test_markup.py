@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from clinjudge.analysis import AuditStatistics
 from clinjudge.cli import _audit as audit_cli
 from clinjudge.cli import app
 from tests.factories import make_items, write_jsonl
@@ -95,7 +96,7 @@ def test_audit_summary_prints_vendor_names_as_text(monkeypatch: pytest.MonkeyPat
         "unmatched": [{"encounter_id": "[/]enc", "missing": ["[bold]b[/bold]"]}],
         "simulated": False,
     }
-    audit_cli._print_audit(audit, Path("[/]out"))
+    audit_cli._print_audit(AuditStatistics.model_validate(audit), Path("[/]out"))
     text = _plain(console.export_text())
     for shown in ("[/]vendor", "[bold]b[/bold]", "[/red]accurate", "[/]rule", "[/]enc", "[/]out"):
         assert shown in text, shown

@@ -4,6 +4,7 @@ provider batch API."""
 
 from clinjudge.judges.clients._accounting import (
     COUNT_ENCODING,
+    TokenPrices,
     bundled_model_map,
     call_cost,
     count_message_tokens,
@@ -11,6 +12,7 @@ from clinjudge.judges.clients._accounting import (
     counts_exactly,
     model_map_names,
     price_per_token,
+    token_prices,
 )
 from clinjudge.judges.clients._base_client import GENERIC_MODEL_INFO, SimpleChatCompletionClient
 from clinjudge.judges.clients._batch_api import (
@@ -38,6 +40,7 @@ from clinjudge.judges.clients._model import (
     JudgeModel,
     ModelConfigError,
     build_client,
+    check_credentials,
     to_autogen_messages,
 )
 from clinjudge.judges.clients._settings import (
@@ -82,6 +85,7 @@ __all__ = [
     "batch_price_per_token",
     "batch_supported",
     "build_client",
+    "check_credentials",
     "bundled_model_map",
     "cache_key",
     "call_cost",
@@ -93,6 +97,8 @@ __all__ = [
     "model_map_names",
     "openai_response_format",
     "price_per_token",
+    "TokenPrices",
+    "token_prices",
     "register_simulated_replies",
     "request_line",
     "requested_schema",

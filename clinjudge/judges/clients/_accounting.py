@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,35 +38,139 @@ def model_map_names(settings: ModelSettings) -> list[str]:
     return [settings.model, settings.name, f"{settings.provider}/{settings.name}"]
 
 
+@dataclass(frozen=True)
+class TokenPrices:
+    """Dollars per token of one model.
+
+    Args:
+        input: A prompt token the provider did not serve from its prompt cache.
+        output: A generated token.
+        cached_input: A prompt token read from the provider's prompt cache.
+        cache_write: A prompt token written to the prompt cache (Anthropic).
+    """
+
+    input: float
+    output: float
+    cached_input: float
+    cache_write: float
+
+    def cost(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_input_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> float:
+        """Dollars for one call; ``prompt_tokens`` includes the cached and written ones."""
+        uncached = max(prompt_tokens - cached_input_tokens - cache_write_tokens, 0)
+        return (
+            uncached * self.input
+            + cached_input_tokens * self.cached_input
+            + cache_write_tokens * self.cache_write
+            + completion_tokens * self.output
+        )
+
+    def cache_saving(self, cached_input_tokens: int, cache_write_tokens: int) -> float:
+        """Dollars the prompt cache saved against sending those tokens uncached (negative
+        when writes, which cost more than input, outweigh the reads)."""
+        return cached_input_tokens * (self.input - self.cached_input) + cache_write_tokens * (
+            self.input - self.cache_write
+        )
+
+
+FREE = TokenPrices(0.0, 0.0, 0.0, 0.0)
+
+ANTHROPIC_CACHE_READ = 0.1
+ANTHROPIC_CACHE_WRITE = 1.25
+"""Anthropic's published multipliers of the input price for prompt-cache reads and (5-minute)
+writes, used where litellm's map lists a Claude model without its cache prices (Anthropic's
+prompt-caching pricing page, docs.anthropic.com, as of 2025-11)."""
+
+
+def _cache_prices(
+    settings: ModelSettings, entry: dict[str, Any], input_price: float
+) -> tuple[float, float]:
+    """Cache read and write prices per token from a map entry. A provider that publishes no
+    discount for a model gets none here: cached tokens are then priced as ordinary input."""
+    read = entry.get("cache_read_input_token_cost")
+    write = entry.get("cache_creation_input_token_cost")
+    claude_elsewhere = settings.provider in {"bedrock", "vertex_ai"} and "claude" in settings.name
+    if settings.provider == "anthropic" or claude_elsewhere:
+        read = input_price * ANTHROPIC_CACHE_READ if read is None else read
+        write = input_price * ANTHROPIC_CACHE_WRITE if write is None else write
+    return (
+        input_price if read is None else float(read),
+        input_price if write is None else float(write),
+    )
+
+
+def token_prices(settings: ModelSettings) -> TokenPrices | None:
+    """The model's prices per token, or None when the model has no known price.
+
+    A ``price`` in the settings wins; its unset cache prices fall back to the input price.
+    Otherwise litellm's bundled map supplies all four (its ``cache_read_input_token_cost`` and
+    ``cache_creation_input_token_cost``, e.g. gpt-4o-mini $0.075/M cached against $0.15/M).
+
+    Args:
+        settings: The model's settings.
+    """
+    price = settings.price
+    if price is not None:
+        read = price.cached_input_per_mtok
+        write = price.cache_write_input_per_mtok
+        return TokenPrices(
+            input=price.input_per_mtok / 1e6,
+            output=price.output_per_mtok / 1e6,
+            cached_input=(price.input_per_mtok if read is None else read) / 1e6,
+            cache_write=(price.input_per_mtok if write is None else write) / 1e6,
+        )
+    if settings.is_mock or settings.provider == "hf":  # simulated, or run in this process
+        return FREE
+    prices = bundled_model_map()
+    for name in model_map_names(settings):
+        entry = prices.get(name)
+        if entry and "input_cost_per_token" in entry:
+            input_price = float(entry["input_cost_per_token"])
+            read, write = _cache_prices(settings, entry, input_price)
+            return TokenPrices(
+                input=input_price,
+                output=float(entry.get("output_cost_per_token", 0.0)),
+                cached_input=read,
+                cache_write=write,
+            )
+    return None
+
+
 def price_per_token(settings: ModelSettings) -> tuple[float, float] | None:
     """Dollars per input and per output token, or None when the model has no known price.
 
     Args:
         settings: The model's settings (its ``price`` override wins).
     """
-    if settings.price is not None:
-        return settings.price.input_per_mtok / 1e6, settings.price.output_per_mtok / 1e6
-    if settings.is_mock or settings.provider == "hf":  # simulated, or run in this process
-        return 0.0, 0.0
-    prices = bundled_model_map()
-    for name in model_map_names(settings):
-        entry = prices.get(name)
-        if entry and "input_cost_per_token" in entry:
-            return float(entry["input_cost_per_token"]), float(
-                entry.get("output_cost_per_token", 0.0)
-            )
-    return None
+    prices = token_prices(settings)
+    return None if prices is None else (prices.input, prices.output)
 
 
-def call_cost(settings: ModelSettings, prompt_tokens: int, completion_tokens: int) -> float | None:
+def call_cost(
+    settings: ModelSettings,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_input_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> float | None:
     """Dollar cost of one call, or None when the price is unknown.
 
     Args:
         settings: The model's settings.
-        prompt_tokens: Tokens sent.
+        prompt_tokens: Tokens sent, the cached and cache-written ones included.
         completion_tokens: Tokens generated.
+        cached_input_tokens: Of the prompt, tokens read from the provider's prompt cache.
+        cache_write_tokens: Of the prompt, tokens written to the prompt cache.
     """
-    return cost_at(price_per_token(settings), prompt_tokens, completion_tokens)
+    prices = token_prices(settings)
+    if prices is None:
+        return None
+    return prices.cost(prompt_tokens, completion_tokens, cached_input_tokens, cache_write_tokens)
 
 
 def cost_at(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from autogen_core import CancellationToken, FunctionCall
@@ -133,7 +134,45 @@ def check_token_count(name: str, value: Any) -> int:
     return int(count)
 
 
-def reply_usage(usage: Any) -> RequestUsage | None:
+@dataclass
+class PromptUsage(RequestUsage):
+    """Usage with the provider's prompt-cache counts (``prompt_tokens`` includes both).
+
+    Args:
+        cached_input_tokens: Prompt tokens read from the provider's prompt cache.
+        cache_write_tokens: Prompt tokens written to it (Anthropic's cache creation).
+    """
+
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+def prompt_cache_counts(usage: Mapping[str, Any], prompt_tokens: int) -> tuple[int, int]:
+    """Cached and cache-written prompt tokens of a usage block, at most ``prompt_tokens``.
+
+    OpenAI and Azure report ``prompt_tokens_details.cached_tokens``; Anthropic (as litellm
+    returns it) ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, both already
+    counted in ``prompt_tokens``. A count above the prompt is cut to it: the reply is billed,
+    so it is kept, and no share of a prompt can exceed the whole.
+
+    Args:
+        usage: The decoded ``usage`` object.
+        prompt_tokens: The call's validated prompt tokens.
+    """
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, Mapping) else {}
+    read = usage.get("cache_read_input_tokens")
+    if read is None:
+        read = details.get("cached_tokens")
+    write = usage.get("cache_creation_input_tokens")
+    if write is None:
+        write = details.get("cache_creation_tokens")
+    cached = min(check_token_count("cached_tokens", read), prompt_tokens)
+    written = min(check_token_count("cache_creation_input_tokens", write), prompt_tokens - cached)
+    return cached, written
+
+
+def reply_usage(usage: Any) -> PromptUsage | None:
     """The usage block of a chat-completions reply, validated; None when absent.
 
     Args:
@@ -141,9 +180,13 @@ def reply_usage(usage: Any) -> RequestUsage | None:
     """
     if not isinstance(usage, dict):
         return None
-    return RequestUsage(
-        prompt_tokens=check_token_count("prompt_tokens", usage.get("prompt_tokens")),
+    prompt_tokens = check_token_count("prompt_tokens", usage.get("prompt_tokens"))
+    cached, written = prompt_cache_counts(usage, prompt_tokens)
+    return PromptUsage(
+        prompt_tokens=prompt_tokens,
         completion_tokens=check_token_count("completion_tokens", usage.get("completion_tokens")),
+        cached_input_tokens=cached,
+        cache_write_tokens=written,
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
+import orjson
 from autogen_core.models import CreateResult, LLMMessage, ModelInfo
 from autogen_core.tools import Tool, ToolSchema
 
@@ -104,7 +105,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         session = self._get_session()
-        payload = json.dumps(body)
+        payload = _dumps(body)
         # A redirect would carry the prompt to another origin: refuse it, never follow it.
         async with session.post(
             self._url, data=payload, headers=self._headers, allow_redirects=False
@@ -115,7 +116,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
             if resp.status >= 400:
                 raise status_fault(resp.status, raw.decode("utf-8", "replace")[:300], resp.headers)
         try:
-            return json.loads(raw)
+            return _loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ProviderFault(
                 f"malformed response: body is not JSON ({exc})", retryable=True
@@ -144,6 +145,23 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
+
+
+def _dumps(body: dict[str, Any]) -> bytes | str:
+    """The request body as JSON; orjson is several times faster than json on prompts of many
+    kilobytes (what json cannot take either, e.g. an integer beyond 64 bits, goes to json)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body)
+
+
+def _loads(raw: bytes) -> Any:
+    """A reply body decoded with orjson; json decides (and words the error) when orjson refuses."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 def _to_result(data: Any) -> CreateResult:

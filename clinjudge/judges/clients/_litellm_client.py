@@ -81,6 +81,7 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         self._max_reply_bytes = max_reply_bytes
         self._client: Any | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._marks_cache = _caches_marked_prefixes(model, self._kwargs.get("api_base"))
 
     def _pooled_client(self) -> Any | None:
         # One client per event loop: connections are reused, and never across loops.
@@ -151,8 +152,11 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         client = self._pooled_client()
         if client is not None:
             kwargs.setdefault("client", client)
+        converted = to_openai_messages(messages)
+        if self._marks_cache:
+            converted = mark_cache_prefix(converted)
         response = await litellm.acompletion(
-            model=self._model, messages=to_openai_messages(messages), num_retries=0, **kwargs
+            model=self._model, messages=converted, num_retries=0, **kwargs
         )
         # Zero usage in the result tells the caller to estimate tokens and mark them estimated.
         return openai_result(response.model_dump())
@@ -171,6 +175,54 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         client, self._client, self._client_loop = self._client, None, None
         if client is not None:
             await _close(client)
+
+
+CACHE_CONTROL = {"type": "ephemeral"}
+"""Anthropic's marker of a cacheable prefix (a 5-minute cache)."""
+
+
+def _caches_marked_prefixes(model: str, api_base: str | None) -> bool:
+    """Whether litellm's route for ``model`` is Anthropic's API, which caches only prefixes
+    marked with ``cache_control`` (OpenAI-style providers cache on their own)."""
+    import litellm
+
+    try:
+        provider = litellm.get_llm_provider(model, api_base=api_base)[1]
+    except Exception:  # noqa: BLE001 - litellm reports an unknown provider on the call
+        return False
+    return provider == "anthropic"
+
+
+def mark_cache_prefix(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mark the end of the shared prefix for Anthropic's prompt cache.
+
+    The prompts put what every item shares first (system message: rubric, persona,
+    instructions) and the item after it, so the cache breakpoint goes on the system message;
+    every later request with the same system text then reads it from the cache (at a tenth
+    of the input price) instead of paying for it again. Anthropic ignores a marked prefix
+    shorter than its minimum (1,024 tokens on most models), so marking costs nothing there.
+
+    Args:
+        messages: OpenAI-format messages (not changed).
+
+    Returns:
+        The messages, the last of the leading system messages' text as one content block
+        with ``cache_control``.
+    """
+    # The leading system messages; one later in a conversation follows item text.
+    leading = 0
+    while leading < len(messages) and messages[leading].get("role") == "system":
+        leading += 1
+    if leading == 0:
+        return messages
+    last_system = leading - 1
+    message = messages[last_system]
+    content = message.get("content")
+    if not isinstance(content, str) or not content:
+        return messages
+    marked = dict(message)
+    marked["content"] = [{"type": "text", "text": content, "cache_control": CACHE_CONTROL}]
+    return [*messages[:last_system], marked, *messages[last_system + 1 :]]
 
 
 def _unguarded(model: str, provider: str) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
@@ -22,11 +23,18 @@ from autogen_core.models import (
 )
 
 from clinjudge.errors import UserError
-from clinjudge.judges.clients._accounting import call_cost, count_message_tokens, count_tokens
+from clinjudge.judges.clients._accounting import (
+    call_cost,
+    count_message_tokens,
+    count_tokens,
+    token_prices,
+)
 from clinjudge.judges.clients._base_client import (
     GENERIC_MODEL_INFO,
+    PromptUsage,
     check_token_count,
     message_text,
+    prompt_cache_counts,
 )
 from clinjudge.judges.clients._cache import ResponseCache, cache_key
 from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
@@ -90,6 +98,14 @@ class CallOutcome:
     output_mode: OutputMode | None = None
     """How the reply was constrained: ``json_schema``, ``json_object`` or ``off`` (None: no
     request was sent, e.g. a cache hit)."""
+    cached_input_tokens: int = 0
+    """Of ``prompt_tokens``, those the provider read from its prompt cache (billed at the
+    cached-input price)."""
+    cache_write_tokens: int = 0
+    """Of ``prompt_tokens``, those written to the provider's prompt cache (Anthropic)."""
+    cache_saving_usd: float | None = None
+    """Dollars the provider's prompt cache saved on this call against full input prices
+    (negative when cache writes cost more than they saved; None: price unknown)."""
 
 
 def _sampling_args(settings: ModelSettings) -> dict[str, Any]:
@@ -121,6 +137,45 @@ def _api_key(settings: ModelSettings, required: bool) -> str | None:
             "api_key_env in the config (the key itself is never written to config or database)"
         )
     return key
+
+
+def check_credentials(settings: ModelSettings) -> None:
+    """Raise what building the model's client would raise for a missing API key or endpoint,
+    without building it: a run checks every model this way before it is stored.
+
+    Args:
+        settings: Model settings.
+
+    Raises:
+        ModelConfigError: The key's environment variable is unset, the Azure endpoint is
+            missing, or a stored base_url lost its credentials.
+    """
+    provider = settings.provider
+    if settings.is_mock or provider == "hf":
+        return
+    _check_stored_url(settings)
+    if provider in OPENAI_PROVIDERS:
+        direct = settings.client == "direct" or (
+            settings.client == "auto" and settings.base_url is not None
+        )
+        _api_key(settings, required=not direct and settings.base_url is None)
+    elif provider in AZURE_PROVIDERS:
+        if not (settings.base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")):
+            raise ModelConfigError(
+                f"model {settings.model}: set base_url or AZURE_OPENAI_ENDPOINT to the Azure "
+                "endpoint"
+            )
+        _api_key(settings, required=True)
+    # litellm providers find their keys themselves (each under its own variable names).
+
+
+def _check_stored_url(settings: ModelSettings) -> None:
+    if settings.carries_redacted_credentials:
+        raise ModelConfigError(
+            f"model {settings.model}: its base_url held credentials, which are never stored "
+            f"({settings.base_url}); put the key in an environment variable named by "
+            "api_key_env and give base_url without it"
+        )
 
 
 def _http_client(settings: ModelSettings) -> Any:
@@ -158,9 +213,56 @@ def _openai_client(settings: ModelSettings) -> ChatCompletionClient:
         get_info(settings.name)
     except (KeyError, ValueError):
         optional["model_info"] = GENERIC_MODEL_INFO
-    return OpenAIChatCompletionClient(
-        model=settings.name, api_key=key, **optional, **_autogen_client_args(settings)
+    return _reporting_usage(
+        OpenAIChatCompletionClient(
+            model=settings.name, api_key=key, **optional, **_autogen_client_args(settings)
+        )
     )
+
+
+_SDK_USAGE: ContextVar[list[Any] | None] = ContextVar("clinjudge_sdk_usage", default=None)
+"""Where the SDK under an autogen-ext client leaves each reply's usage object, per call."""
+
+
+def _reporting_usage(client: ChatCompletionClient) -> ChatCompletionClient:
+    """Let an autogen-ext OpenAI or Azure client's replies report their whole usage.
+
+    autogen-ext keeps only prompt and completion tokens of a reply, dropping
+    ``prompt_tokens_details.cached_tokens``; the SDK client under it is wrapped so that each
+    reply's usage object reaches :meth:`JudgeModel._attempt` through a context variable (set
+    per call; the SDK runs in a task that inherits it).
+    """
+    sdk = getattr(client, "_client", None)
+    if sdk is None:
+        return client
+    for owner, name in ((sdk.chat.completions, "create"), (sdk.beta.chat.completions, "parse")):
+        original = getattr(owner, name)
+
+        async def reporting(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            reply = await _original(*args, **kwargs)
+            sink = _SDK_USAGE.get()
+            if sink is not None:
+                sink.append(getattr(reply, "usage", None))
+            return reply
+
+        setattr(owner, name, reporting)
+    return client
+
+
+def _with_sdk_usage(result: CreateResult, sink: list[Any]) -> CreateResult:
+    """autogen-ext's result with the prompt-cache counts of the reply its SDK received."""
+    usage = sink[-1] if sink else None
+    dump = getattr(usage, "model_dump", None)
+    if dump is None or result.usage is None:
+        return result
+    cached, written = prompt_cache_counts(dump(), result.usage.prompt_tokens)
+    full = PromptUsage(
+        prompt_tokens=result.usage.prompt_tokens,
+        completion_tokens=result.usage.completion_tokens,
+        cached_input_tokens=cached,
+        cache_write_tokens=written,
+    )
+    return result.model_copy(update={"usage": full})
 
 
 def _direct_client(settings: ModelSettings) -> ChatCompletionClient:
@@ -185,14 +287,16 @@ def _azure_client(settings: ModelSettings) -> ChatCompletionClient:
             f"model {settings.model}: set base_url or AZURE_OPENAI_ENDPOINT to the Azure endpoint"
         )
     version = settings.api_version or os.environ.get("OPENAI_API_VERSION") or "2024-10-21"
-    return AzureOpenAIChatCompletionClient(
-        azure_deployment=settings.name,
-        model=settings.price_as or settings.name,
-        azure_endpoint=endpoint,
-        api_version=version,
-        api_key=_api_key(settings, required=True),
-        model_info=GENERIC_MODEL_INFO,
-        **_autogen_client_args(settings),
+    return _reporting_usage(
+        AzureOpenAIChatCompletionClient(
+            azure_deployment=settings.name,
+            model=settings.price_as or settings.name,
+            azure_endpoint=endpoint,
+            api_version=version,
+            api_key=_api_key(settings, required=True),
+            model_info=GENERIC_MODEL_INFO,
+            **_autogen_client_args(settings),
+        )
     )
 
 
@@ -233,12 +337,7 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
         from clinjudge.judges.clients._hf_client import hf_client
 
         return hf_client(settings, rubric)
-    if settings.carries_redacted_credentials:
-        raise ModelConfigError(
-            f"model {settings.model}: its base_url held credentials, which are never stored "
-            f"({settings.base_url}); put the key in an environment variable named by "
-            "api_key_env and give base_url without it"
-        )
+    _check_stored_url(settings)
     remember_url_secrets(settings.base_url)
     if provider in OPENAI_PROVIDERS:
         use_direct = settings.client == "direct" or (
@@ -503,13 +602,16 @@ class JudgeModel:
             json_output = True
         elif mode == "off" and isinstance(json_output, bool):
             json_output = None
+        sink: list[Any] = []
+        token = _SDK_USAGE.set(sink)
         try:
-            return await asyncio.wait_for(
-                self.client.create(
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the call as one more
+            # task, a cost on every model call.
+            async with asyncio.timeout(self.settings.timeout):
+                result = await self.client.create(
                     messages, tools=tools, json_output=json_output, extra_create_args=extra
-                ),
-                timeout=self.settings.timeout,
-            )
+                )
+            return _with_sdk_usage(result, sink) if sink else result
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - every provider fault is classified
@@ -519,6 +621,8 @@ class JudgeModel:
             if fault.usage is not None:
                 fault.cost_usd = call_cost(self.settings, *fault.usage)
             raise fault from exc
+        finally:
+            _SDK_USAGE.reset(token)
 
     def _outcome(
         self, messages: Sequence[LLMMessage], result: CreateResult, latency: float
@@ -535,19 +639,29 @@ class JudgeModel:
         completion_tokens = check_token_count(
             "completion_tokens", usage.completion_tokens if usage else 0
         )
+        cached, written = 0, 0
+        if isinstance(usage, PromptUsage):
+            cached, written = usage.cached_input_tokens, usage.cache_write_tokens
         estimated = not prompt_tokens
         if estimated:
             prompt_tokens = count_message_tokens([message_text(m) for m in messages])
             completion_tokens = count_tokens(text)
+            cached, written = 0, 0
+        prices = token_prices(self.settings)
         return CallOutcome(
             text=text,
             finish_reason=result.finish_reason,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             tokens_estimated=estimated,
-            cost_usd=call_cost(self.settings, prompt_tokens, completion_tokens),
+            cost_usd=prices.cost(prompt_tokens, completion_tokens, cached, written)
+            if prices
+            else None,
             latency_s=latency,
             result=result,
+            cached_input_tokens=cached,
+            cache_write_tokens=written,
+            cache_saving_usd=prices.cache_saving(cached, written) if prices else None,
         )
 
     async def close(self) -> None:

@@ -26,12 +26,24 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Price(BaseModel):
-    """Dollar prices per million tokens, overriding litellm's price map."""
+    """Dollar prices per million tokens, overriding litellm's price map.
+
+    Args:
+        input_per_mtok: Prompt tokens the provider did not serve from its prompt cache.
+        output_per_mtok: Generated tokens.
+        cached_input_per_mtok: Prompt tokens read from the provider's prompt cache (OpenAI
+            and Azure ``cached_tokens``, Anthropic ``cache_read_input_tokens``); unset, they
+            are priced as ordinary input (no discount assumed).
+        cache_write_input_per_mtok: Prompt tokens written to the cache (Anthropic
+            ``cache_creation_input_tokens``); unset, priced as ordinary input.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    cache_write_input_per_mtok: float | None = Field(default=None, ge=0)
 
 
 class ModelSettings(BaseModel):

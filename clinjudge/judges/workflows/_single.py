@@ -20,7 +20,7 @@ from clinjudge.rubrics import (
     parse_judgment,
     render_messages,
     render_repair,
-    rubric_json_schema,
+    shared_reply_schema,
 )
 
 REPAIR_MAX_TOKENS = 4096
@@ -194,7 +194,7 @@ async def judge_single_sample(
     )
     # Every call of this sample (repairs too) asks for replies following the rubric's schema;
     # the call function passes through the runner, so the schema rides on the context.
-    schema = rubric_json_schema(rubric, explanations=explanations)
+    schema = shared_reply_schema(rubric, explanations=explanations)
     with structured_reply(rubric.name, schema):
         return await _judge_with_repairs(turns, rubric, call, max_repairs)
 

@@ -24,4 +24,23 @@ document.addEventListener("DOMContentLoaded", function () {
   };
   window.addEventListener("hashchange", reveal);
   reveal();
+  // On an item page, j / k (or the right / left arrow) open the next / previous item of the
+  // list it was opened from; never while typing in a field or with a modifier key held.
+  var next = document.getElementById("item-next");
+  var prev = document.getElementById("item-prev");
+  if (next || prev) {
+    document.addEventListener("keydown", function (event) {
+      if (event.defaultPrevented || event.altKey || event.ctrlKey || event.metaKey) return;
+      var field = event.target && event.target.closest &&
+        event.target.closest("input, textarea, select, [contenteditable]");
+      if (field) return;
+      var link = null;
+      if (event.key === "j" || event.key === "ArrowRight") link = next;
+      else if (event.key === "k" || event.key === "ArrowLeft") link = prev;
+      if (link) {
+        event.preventDefault();
+        window.location.href = link.href;
+      }
+    });
+  }
 });

@@ -1,0 +1,60 @@
+"""A run keeps the objects from before it out of the garbage collector's passes and gives them
+back when it ends (issue 27)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from clinjudge.judges import ModelSettings
+from clinjudge.orchestration import RunConfig, _session, create_run, execute_run, prepare_run
+from clinjudge.runs import RunStore
+from tests.factories import make_items, write_jsonl
+
+
+def _run(tmp_path, monkeypatch) -> tuple[list[int], int]:
+    """A small simulated run; the freeze count while its final scores are written."""
+    seen: list[int] = []
+    real = _session.finalize_run
+
+    def finalize_run(*args, **kwargs):
+        seen.append(gc.get_freeze_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_session, "finalize_run", finalize_run)
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(4))
+    config = RunConfig(
+        data=str(data), db=str(tmp_path / "x.duckdb"), judge=ModelSettings(model="mock/judge")
+    )
+    prepared = prepare_run(config)
+    with RunStore(config.db) as store:
+        run_id = create_run(store, prepared)
+        tally = execute_run(store, run_id, prepared, show_progress=False)
+    return seen, tally.ok
+
+
+@pytest.fixture
+def no_freeze():
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_objects_are_frozen_during_the_run_and_thawed_after(tmp_path, monkeypatch, no_freeze):
+    seen, ok = _run(tmp_path, monkeypatch)
+    assert ok == 4
+    assert len(seen) == 1 and seen[0] > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_callers_own_freeze_is_left_alone(tmp_path, monkeypatch, no_freeze):
+    kept = [object() for _ in range(10)]
+    gc.freeze()
+    before = gc.get_freeze_count()
+    seen, ok = _run(tmp_path, monkeypatch)
+    assert ok == 4 and kept
+    # Nothing more frozen for the run (a freeze would take the thousands of objects made since,
+    # the prepared run among them; a few frozen ones come and go), and nothing thawed after it.
+    assert len(seen) == 1 and abs(seen[0] - before) < 100
+    assert abs(gc.get_freeze_count() - before) < 100
