@@ -7,7 +7,11 @@ typer only, and the API loads when the command runs. `judge agree --help` likewi
 module imports the statistics, the store and the report writer inside the commands, and
 `clinjudge.analysis` loads its modules on first use (3-5 s before, with scipy, the store and the
 model clients imported for the help text). `judge runs list` (on an empty store) must
-stay under 1 s: the store loads without the model clients or the statistics.
+stay under 1 s: the store loads without the model clients or the statistics. `judge runs show`
+of a 5-item run (#24: under 0.5 s) reads the run's rubric without scipy and loads the DocLens
+analysis only for a DocLens run. `judge export` of a 1,000-item run (#24: under 1 s of CPU) is
+timed too, with its CPU seconds (user + system of the child). Both runs are judged through the
+fake OpenAI server of the tests (a simulated run's notice loads the model clients, ~1 s).
 
     python bench/startup.py [--repeat 7]
 """
@@ -39,13 +43,36 @@ TARGETS = {
     "judge run --help": 0.5,
     "judge agree --help": 0.5,
     "judge runs list": 1.0,
+    "judge runs show": 0.5,
 }
+CPU_TARGETS = {"judge export (1,000 items)": 1.0}
+
+
+_CPU: dict[str, list[float]] = {}
+"""CPU seconds (user + system) of each case's child processes, per run."""
 
 
 def _seconds(command: list[str]) -> float:
+    before = os.times()
     started = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True, env={**os.environ, "COLUMNS": "100"})
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    after = os.times()
+    user = after.children_user - before.children_user
+    system = after.children_system - before.children_system
+    _CPU.setdefault(" ".join(command), []).append(user + system)
+    return elapsed
+
+
+def _stored_run(db: Path, items: int, base_url: str) -> str:
+    """A single-judge run of ``items`` items in ``db``, judged through the fake OpenAI server
+    at ``base_url`` (a real provider's run: not simulated); its id."""
+    import clinjudge
+    from tests.factories import make_items, write_jsonl
+
+    data = write_jsonl(db.with_suffix(".jsonl"), make_items(items))
+    result = clinjudge.evaluate(data, model="openai/gpt-4o-mini", base_url=base_url, db=db)
+    return result.run_id
 
 
 def main() -> None:
@@ -55,8 +82,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "empty.duckdb"
         RunStore(db).close()
-        cases = {**CASES, "judge runs list": [JUDGE, "runs", "list", "--db", str(db)]}
-        _report(_medians(cases, repeat))
+        small, big = Path(folder) / "small.duckdb", Path(folder) / "big.duckdb"
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's tests
+        from tests.fake_openai import FakeOpenAIServer
+
+        os.environ.pop("OPENAI_API_KEY", None)  # the loopback server needs none
+        with FakeOpenAIServer() as server:
+            small_run = _stored_run(small, 5, server.base_url)
+            big_run = _stored_run(big, 1000, server.base_url)
+        out = str(Path(folder) / "export.jsonl")
+        cases = {
+            **CASES,
+            "judge runs list": [JUDGE, "runs", "list", "--db", str(db)],
+            "judge runs show": [JUDGE, "runs", "show", small_run, "--db", str(small)],
+            "judge export (1,000 items)": [
+                JUDGE, "export", big_run, "--out", out, "--db", str(big), "--force",
+            ],
+        }  # fmt: skip
+        _report(_medians(cases, repeat), cases)
 
 
 def _medians(cases: dict[str, list[str]], repeat: int) -> dict[str, float]:
@@ -69,14 +112,19 @@ def _medians(cases: dict[str, list[str]], repeat: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def _report(medians: dict[str, float]) -> None:
+def _report(medians: dict[str, float], cases: dict[str, list[str]]) -> None:
     base = medians["python -c pass"]
-    print(f"{'case':<20} {'median s':>9} {'x python -c pass':>17}")
+    # The first run of each case warmed the file cache: its CPU time is left out too.
+    cpu = {name: statistics.median(_CPU[" ".join(cases[name])][1:]) for name in cases}
+    print(f"{'case':<27} {'median s':>9} {'x python -c pass':>17} {'CPU s':>7}")
     for name, seconds in medians.items():
-        print(f"{name:<20} {seconds:>9.3f} {seconds / base:>17.1f}")
+        print(f"{name:<27} {seconds:>9.3f} {seconds / base:>17.1f} {cpu[name]:>7.3f}")
     for name, target in TARGETS.items():
         verdict = "ok" if medians[name] < target else "over"
         print(f"{name}: {medians[name]:.3f} s ({verdict}: target < {target} s)")
+    for name, target in CPU_TARGETS.items():
+        verdict = "ok" if cpu[name] < target else "over"
+        print(f"{name}: {cpu[name]:.3f} s of CPU ({verdict}: target < {target} s)")
 
 
 if __name__ == "__main__":

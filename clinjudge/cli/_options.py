@@ -168,6 +168,11 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     S("prm_section", str | None, PRM, "--prm: part of the summary scored: all, "
       "assessment_plan or a heading name (default: the preset's; assessment_plan for "
       "prm-clinic)."),
+    S("ray", str | None, PRM, "--prm: score every item's summary on Ray before judging "
+      "starts (one model replica per GPU): local (start one here), auto (this machine's "
+      "cluster) or HOST:PORT. Scales PRM scoring only; needs the ray extra.", "in-process"),
+    S("ray_replicas", int | None, PRM, "--ray: model replicas.",
+      "one per GPU of the cluster, else 1", extra={"min": 1}),
     S("doclens", list[str] | None, DOCLENS, "doclens setting KEY=VALUE (repeatable), e.g. "
       "citation_base=1, uncited=zero, max_citations=3, min_claims=2, nli_truncate_words=500, "
       "compat=official; see docs/doclens.md.", "see docs/doclens.md"),

@@ -24,6 +24,7 @@ from clinjudge.cli._outcome import deciding_agent
 from clinjudge.cli._prompt_cache_view import with_prompt_cache
 from clinjudge.cli._scores_view import score_summary, scores_table
 from clinjudge.errors import UserError
+from clinjudge.rubrics import Rubric
 from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_TABLES,
@@ -31,6 +32,7 @@ from clinjudge.runs import (
     delete_run,
     export_run,
     infer_format,
+    is_claims_run,
     rename_run,
     run_counts,
     runs_overview,
@@ -192,12 +194,24 @@ def _gate_coercions(store: Any, run_id: str) -> dict[str, int]:
 def _final_scores(store: Any, run_id: str) -> list[dict[str, Any]] | None:
     """Per attribute on a point scale: n, mean, median and items per scale point of the final
     scores (None for a run without a rubric, e.g. a `judge prm` scoring run)."""
-    from clinjudge.analysis import run_rubric, score_distributions
+    from clinjudge.analysis import score_distributions
 
-    run = store.get_run(run_id)
-    if run.get("rubric_json") is None:
+    data = store.get_run(run_id).get("rubric_json")
+    if data is None:
         return None
-    return score_summary(score_distributions(store, run_id, run_rubric(run)))
+    # Read here rather than through analysis.run_rubric, whose module loads scipy (1 s).
+    rubric = Rubric.model_validate(json.loads(data) if isinstance(data, str) else data)
+    return score_summary(score_distributions(store, run_id, rubric))
+
+
+def _doclens(store: Any, run_id: str, compat: str | None) -> dict[str, Any] | None:
+    """A DocLens run's scores (None for any other run). The DocLens analysis, and the model
+    clients under it, load only for such a run or an explicit ``--doclens-compat``."""
+    if compat is None and not is_claims_run(store.get_run(run_id)):
+        return None
+    from clinjudge.analysis import doclens_report
+
+    return doclens_report(store, run_id, compat)
 
 
 @runs_app.command("show")
@@ -209,12 +223,11 @@ def show_command(
 ) -> None:
     """Items ok/failed, tokens, cost and latency percentiles of a run, then per role and agent,
     then each attribute's final scores (n, mean, median, items per scale point)."""
-    from clinjudge.analysis import doclens_report, run_summary
-    from clinjudge.judges import SIMULATED_NOTICE
+    from clinjudge.analysis import run_summary
 
     with open_store(db, read_only=True) as store:
         summary = run_summary(store, run_id).to_dict()
-        doclens = doclens_report(store, run_id, doclens_compat)
+        doclens = _doclens(store, summary["run_id"], doclens_compat)
         agent = deciding_agent(summary["mode"])
         counts = run_counts(store, summary["run_id"], agent) if agent else None
         coerced = _gate_coercions(store, summary["run_id"])
@@ -232,6 +245,9 @@ def show_command(
         # Scores given where the rubric's gate says null (synthesized with abstraction 0).
         summary["gate_coerced"] = coerced
     if summary["simulated"]:
+        # Imported only here: clinjudge.judges loads the model clients (about 1 s).
+        from clinjudge.judges import SIMULATED_NOTICE
+
         summary["notice"] = SIMULATED_NOTICE
     if doclens is not None:
         summary["doclens"] = doclens
@@ -303,10 +319,6 @@ def export_command(
 ) -> None:
     """Export judgments (one row per item_id, sample, agent, attribute), discussions, DocLens
     claims or scores, or PRM steps; the file appears only once it is complete."""
-    # Imported here, as in `runs show`: `judge runs list` stays well under a second.
-    from clinjudge.analysis import export_doclens_scores
-    from clinjudge.judges import SIMULATED_NOTICE
-
     # First: a folder (or link, FIFO...) at --out is refused alike with or without --force,
     # and before its name is read for a format.
     check_output_file(out, make_folder=False)
@@ -320,10 +332,15 @@ def export_command(
         fail(f"{out} exists; pass --force to replace it", EXIT_USAGE)
     with open_store(db, read_only=True) as store:
         if table == DOCLENS_SCORES:
+            # Imported here: the DocLens analysis loads the model clients (about 1 s).
+            from clinjudge.analysis import export_doclens_scores
+
             count = export_doclens_scores(store, run_id, out, fmt, doclens_compat)
         else:
             count = export_run(store, run_id, out, fmt, table)
         simulated = bool(store.get_run(run_id)["simulated"])
     console.print(f"wrote {count} rows to {escape(str(out))} ({fmt})")
     if simulated:
+        from clinjudge.judges import SIMULATED_NOTICE
+
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/] (column 'simulated' is true)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from clinjudge.judges.doclens import NLIError, load_nli
 from clinjudge.judges.workflows import prm_scorer
 from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.prm_bridge import PRMRunSettings, require_ray
 from clinjudge.rubrics import Rubric
 
 
@@ -23,10 +24,25 @@ def check_prm_config(config: RunConfig, rubric: Rubric) -> None:
     if rubric.method != "scores":
         raise ConfigError(f"prm: rubric {rubric.name} is judged by claims; PRM evidence needs a "
                           "scoring rubric")  # fmt: skip
+    if config.prm.ray is not None:
+        check_ray(config.prm)
     try:
         prm_scorer(config.prm)
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"prm model {config.prm.model}: {exc}") from exc
+
+
+def check_ray(settings: PRMRunSettings) -> None:
+    """``prm.ray`` needs Ray here, and the model on the workers (not a vLLM server).
+
+    Raises:
+        RayDependencyError: Ray is not installed (one line naming the ``ray`` extra).
+        ConfigError: ``prm.url`` is set as well.
+    """
+    if settings.url:
+        raise ConfigError("--ray loads the PRM on the Ray workers; it does not combine with "
+                          "--prm-url")  # fmt: skip
+    require_ray()
 
 
 def check_doclens_config(config: RunConfig) -> None:

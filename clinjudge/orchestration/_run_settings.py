@@ -32,6 +32,8 @@ _PRM_OPTIONS = {
     "prm_url": "url",
     "prm_device": "device",
     "prm_section": "section",
+    "ray": "ray",
+    "ray_replicas": "ray_replicas",
 }
 # Settings only one mode reads, by mode: {key in the mode's nested section: RunConfig field}.
 # Flat names (``panel_aggregate``, ``rounds``...) and nested sections (``panel: {aggregate:
@@ -112,10 +114,14 @@ def prm_settings(settings: Any, options: Mapping[str, Any]) -> dict[str, Any] | 
 
     Args:
         settings: The config file's ``prm`` value.
-        options: ``model``, ``preset``, ``url``, ``device``, ``section`` (None: not given).
+        options: ``model``, ``preset``, ``url``, ``device``, ``section``, ``ray``,
+            ``ray_replicas`` (None: not given).
     """
     merged = {"model": settings} if isinstance(settings, str) else dict(settings or {})
     merged.update({k: v for k, v in options.items() if v is not None})
+    if "model" not in merged and {"ray", "ray_replicas"} & merged.keys():
+        raise ConfigError("--ray scales PRM scoring only: give it with --prm MODEL (API and hf "
+                          "judges run without Ray)")  # fmt: skip
     if merged and "model" not in merged:
         raise ConfigError("PRM settings (preset, url, device, section) need a PRM model (prm)")
     return merged or None

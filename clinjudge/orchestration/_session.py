@@ -36,7 +36,7 @@ from clinjudge.judges import (
     token_prices,
 )
 from clinjudge.judges.doclens import doclens_estimate_prompts
-from clinjudge.judges.workflows import workflow_for
+from clinjudge.judges.workflows import prescore_evidence, workflow_for
 from clinjudge.orchestration._cache_estimate import PromptCacheTally, cache_style
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import ModelPool, resolve_run_personas
@@ -591,6 +591,8 @@ async def execute_run_async(
 
     async def work() -> RunTally:
         try:
+            # --prm with --ray: the items' PRM evidence is scored on Ray before judging starts.
+            prescore_evidence(judge.shared_state, config.prm, [u.item for u in units])
             return await runner.run(units)
         finally:
             await judge.close()

@@ -41,6 +41,7 @@ from clinjudge.prm_bridge._presets import (
     parse_overrides,
     preset_names,
 )
+from clinjudge.prm_bridge._ray_evidence import ScoredEvidence, evidence_on_ray, ray_spec
 from clinjudge.prm_bridge._ray_runner import (
     RAY_EXTRA,
     RAY_FAULTS_ENV,
@@ -84,11 +85,13 @@ from clinjudge.prm_bridge._tool import (
     PRMVerifierAgent,
     evidence_rows,
     evidence_text,
+    item_chain,
     item_context,
     make_prm_tool,
     score_item,
     score_text,
     shared_scorer,
+    with_result,
 )
 from clinjudge.prm_bridge._vllm import VLLMPRM
 
@@ -125,6 +128,11 @@ __all__ = [
     "require_ray",
     "score_on_ray",
     "stored_result",
+    "ScoredEvidence",
+    "evidence_on_ray",
+    "ray_spec",
+    "item_chain",
+    "with_result",
     "chain_from_text",
     "evidence_rows",
     "evidence_text",

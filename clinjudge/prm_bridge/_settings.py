@@ -27,6 +27,10 @@ class PRMRunSettings(BaseModel):
         url: A vLLM pooling server to ask instead of loading the model in this process.
         served_model: The model's name on that server.
         verifier: In ``magentic``, seat a PRM verifier agent that reports first.
+        ray: Score every item's summary on Ray before judging starts (``--ray``): ``local``
+            starts a Ray here (or uses the one this process joined), ``auto`` joins this
+            machine's cluster, ``HOST:PORT`` that one. Needs the ``ray`` extra.
+        ray_replicas: Model replicas on Ray; default one per GPU of the cluster, else one.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -43,3 +47,5 @@ class PRMRunSettings(BaseModel):
     url: str | None = None
     served_model: str | None = None
     verifier: bool = True
+    ray: str | None = Field(default=None, min_length=1)
+    ray_replicas: int | None = Field(default=None, ge=1)

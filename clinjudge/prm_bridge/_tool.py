@@ -23,10 +23,11 @@ from autogen_core.tools import FunctionTool
 from pydantic import BaseModel, Field
 
 from clinjudge.prm_bridge._aggregate import DEFAULT_THRESHOLD
-from clinjudge.prm_bridge._backend import DEFAULT_BATCH_TOKENS, PRMScorer, StepScore
+from clinjudge.prm_bridge._backend import DEFAULT_BATCH_TOKENS, ChainScore, PRMScorer, StepScore
 from clinjudge.prm_bridge._inputs import Segmenter, chain_from_text
-from clinjudge.prm_bridge._presets import make_format
+from clinjudge.prm_bridge._presets import PRMFormat, make_format
 from clinjudge.prm_bridge._rows import step_rows
+from clinjudge.prm_bridge._segment import Chain
 from clinjudge.rubrics import Item
 
 PRM_TOOL_NAME = "prm_step_scores"
@@ -153,23 +154,51 @@ def score_text(
         section: Part of the text scored (``all``, ``assessment_plan``, a heading); default:
             the format's. A text without it gets an error naming the headings found.
     """
-    question, documents = item_context(item)
     evidence = PRMEvidence(
         item_id=item.id, model=scorer.model_name, format=scorer.format.name, threshold=threshold
     )
     try:
-        chain = chain_from_text(
-            item.id,
-            text or item.summary,
-            segmenter or scorer.format.segmenter,
-            question=question,
-            documents=documents,
-            section=section or scorer.format.section,
-        )
+        chain = item_chain(item, scorer.format, text, segmenter=segmenter, section=section)
     except ValueError as exc:
         evidence.error = str(exc)
         return evidence
     [result] = scorer.score([chain], threshold)
+    return with_result(evidence, result)
+
+
+def item_chain(
+    item: Item,
+    fmt: PRMFormat,
+    text: str | None = None,
+    *,
+    segmenter: Segmenter | None = None,
+    section: str | None = None,
+) -> Chain:
+    """The chain the PRM scores for an item's summary (or ``text``).
+
+    Args:
+        item: The item under judgment.
+        fmt: The PRM format (its segmenter and section are the defaults).
+        text: Text to score instead of the summary.
+        segmenter: Default: the format's.
+        section: Part of the text scored; default: the format's.
+
+    Raises:
+        ValueError: The text has no step to score (or lacks the section).
+    """
+    question, documents = item_context(item)
+    return chain_from_text(
+        item.id,
+        text or item.summary,
+        segmenter or fmt.segmenter,
+        question=question,
+        documents=documents,
+        section=section or fmt.section,
+    )
+
+
+def with_result(evidence: PRMEvidence, result: ChainScore) -> PRMEvidence:
+    """The evidence with a chain's scores filled in (in place; returned for chaining)."""
     evidence.steps = result.steps
     evidence.flagged = [s.index for s in result.flagged_steps]
     evidence.aggregates = result.aggregates

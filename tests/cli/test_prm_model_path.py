@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli._helpers import invoke
-
-pytest.importorskip("transformers")
+from tests.requirements import require_module
 
 
 @pytest.fixture
@@ -27,6 +26,7 @@ def chains(tmp_path: Path) -> Path:
 def test_missing_local_path_is_named(
     model: str, chains: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require_module("transformers")  # without it the missing extra is reported first
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models").mkdir()  # an existing folder makes models/prm a local path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -39,6 +39,7 @@ def test_missing_local_path_is_named(
 def test_hub_id_goes_to_the_hub(
     chains: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require_module("transformers")
     monkeypatch.chdir(tmp_path)  # no folder named someorg here
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is not reachable from tests
     result = invoke("prm", "score", "--model", "someorg/some-prm", "--input", str(chains))

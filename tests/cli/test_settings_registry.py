@@ -35,7 +35,7 @@ from tests.factories import make_items, write_jsonl
 HEAVY = ("duckdb", "autogen_core", "scipy", "litellm", "openai", "pyarrow", "numpy")
 # Options that name a part of a section rather than a field (run_config_from knows them).
 COMPOSITE = {"config", "role_model", "doclens", "nli", "timeout_retries"}
-COMPOSITE |= {"prm", "prm_preset", "prm_url", "prm_device", "prm_section"}
+COMPOSITE |= {"prm", "prm_preset", "prm_url", "prm_device", "prm_section", "ray", "ray_replicas"}
 
 
 def _model_default(name: str) -> object:

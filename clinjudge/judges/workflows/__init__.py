@@ -20,7 +20,12 @@ from clinjudge.judges.workflows._panel import (
     panel_personas,
     panel_workflow,
 )
-from clinjudge.judges.workflows._prm_evidence import item_evidence, prm_scorer, prompt_evidence
+from clinjudge.judges.workflows._prm_evidence import (
+    item_evidence,
+    prescore_evidence,
+    prm_scorer,
+    prompt_evidence,
+)
 from clinjudge.judges.workflows._registry import (
     Workflow,
     register_claims_workflow,
@@ -61,6 +66,7 @@ __all__ = [
     "panel_personas",
     "panel_workflow",
     "prm_scorer",
+    "prescore_evidence",
     "prompt_evidence",
     "register_claims_workflow",
     "register_workflow",
