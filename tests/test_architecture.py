@@ -344,3 +344,47 @@ def test_sql_lives_only_in_runs(tmp_path: Path) -> None:
     }
     root = _planted_tree(tmp_path, planted)
     assert sql_outside_runs(root) == {"analysis/_planted.py": [2, 4, 5]}
+
+
+# Front doors export what other packages, the benchmarks and the docs use; the rest stays in the
+# private modules (tests import those directly). ``analysis`` loads lazily and is left out.
+NARROW_FRONT_DOORS = ("prm_bridge", "runs", "orchestration", "judges", "judges.doclens",
+                      "judges.workflows", "rubrics", "inputs", "reports", "personas")  # fmt: skip
+
+
+def _exported(package: str) -> list[str]:
+    tree = ast.parse((ROOT / package.replace(".", "/") / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__":
+            return [ast.literal_eval(e) for e in node.value.elts]  # type: ignore[attr-defined]
+    return []
+
+
+def _used_outside(package: str) -> set[str]:
+    """Words of every module outside ``package`` (and of bench/), a cheap superset of what
+    they import from it."""
+    own = ROOT / package.replace(".", "/")
+    files = [p for p in ROOT.rglob("*.py") if own not in p.parents]
+    files += list((ROOT.parent / "bench").glob("*.py"))
+    words: set[str] = set()
+    for path in files:
+        text = path.read_text()
+        if f"clinjudge.{package}" in text or f"import {package.rsplit('.', 1)[-1]}" in text:
+            words |= set(re.findall(r"\w+", text))
+    return words
+
+
+@pytest.mark.parametrize("package", NARROW_FRONT_DOORS)
+def test_front_doors_export_only_what_is_used(package: str) -> None:
+    docs = ROOT.parent / "docs"
+    texts = [p.read_text() for p in docs.glob("*.md")] + [(ROOT.parent / "README.md").read_text()]
+    documented = set(re.findall(r"\w+", "\n".join(texts)))
+    module = __import__(f"clinjudge.{package}", fromlist=["_"])
+    used = _used_outside(package) | documented
+    unused = []
+    for name in _exported(package):
+        value = getattr(module, name)
+        is_error = isinstance(value, type) and issubclass(value, BaseException)
+        if name not in used and not is_error and not name.startswith("register_"):
+            unused.append(name)
+    assert unused == [], f"clinjudge.{package} exports names nothing outside it uses: {unused}"

@@ -4,7 +4,6 @@ flag rules as written.
 """
 
 from clinjudge.inputs._flag_rules import (
-    DEFAULT_FLAG_RULES,
     PRM_ATTRIBUTE,
     FlagRule,
     FlagRuleError,
@@ -12,14 +11,8 @@ from clinjudge.inputs._flag_rules import (
     number_text,
     parse_flag_rule,
 )
-from clinjudge.inputs._ratings import (
-    ITEM_ID_ALIAS,
-    HumanRating,
-    is_null_score,
-    load_ratings,
-)
+from clinjudge.inputs._ratings import HumanRating, load_ratings
 from clinjudge.inputs._records import (
-    MAX_REPORTED_ERRORS,
     InputError,
     check_rubric_inputs,
     load_items,
@@ -27,7 +20,6 @@ from clinjudge.inputs._records import (
     validate_records,
 )
 from clinjudge.inputs._vendors import (
-    ID_SEPARATOR,
     AuditItems,
     audit_item_id,
     load_audit_items,
@@ -36,21 +28,16 @@ from clinjudge.inputs._vendors import (
 
 __all__ = [
     "AuditItems",
-    "DEFAULT_FLAG_RULES",
     "FlagRule",
     "FlagRuleError",
     "HumanRating",
-    "ITEM_ID_ALIAS",
     "PRM_ATTRIBUTE",
     "default_flag_rules",
     "number_text",
     "parse_flag_rule",
-    "ID_SEPARATOR",
     "InputError",
-    "MAX_REPORTED_ERRORS",
     "audit_item_id",
     "check_rubric_inputs",
-    "is_null_score",
     "load_audit_items",
     "load_items",
     "load_ratings",

@@ -8,38 +8,21 @@ from clinjudge.personas._registry import (
     PersonaError,
     builtin_persona_sets,
     builtin_personas,
-    get_persona,
     load_persona_file,
     load_persona_set,
     load_personas,
-    parse_persona_text,
     resolve_personas,
 )
-from clinjudge.personas._schema import (
-    NAME_MAX_LENGTH,
-    NAME_PATTERN,
-    RESERVED_NAMES,
-    Persona,
-    PersonaSet,
-    Role,
-    Stance,
-)
+from clinjudge.personas._schema import Persona, PersonaSet
 
 __all__ = [
-    "NAME_MAX_LENGTH",
-    "NAME_PATTERN",
-    "RESERVED_NAMES",
     "Persona",
     "PersonaError",
     "PersonaSet",
-    "Role",
-    "Stance",
     "builtin_persona_sets",
     "builtin_personas",
-    "get_persona",
     "load_persona_file",
     "load_persona_set",
     "load_personas",
-    "parse_persona_text",
     "resolve_personas",
 ]

@@ -7,31 +7,22 @@ server-drawn SVG; every response carries a Content-Security-Policy that forbids 
 ``export_site`` writes the same pages as a static folder that opens from disk.
 """
 
-from clinjudge.reports._agreement_report import comparison_cells, render_report, write_report
-from clinjudge.reports._audit_report import render_audit_report, write_audit_report
-from clinjudge.reports._document import ReportFiles, fmt_ci, fmt_num, fmt_p, fmt_seconds, fmt_usd
+from clinjudge.reports._agreement_report import comparison_cells, write_report
+from clinjudge.reports._audit_report import write_audit_report
+from clinjudge.reports._document import fmt_ci, fmt_num, fmt_p
 from clinjudge.reports._scores_section import DEFAULT_MAX_ITEMS
 from clinjudge.reports._viewer_app import ViewerServer, create_app, is_loopback
-from clinjudge.reports._viewer_export import (
-    ExportError,
-    ExportSummary,
-    FolderNotEmpty,
-    export_site,
-)
+from clinjudge.reports._viewer_export import ExportError, FolderNotEmpty, export_site
 from clinjudge.reports._viewer_pages import PageNotFound, Viewer
-from clinjudge.reports._viewer_render import CSP
-from clinjudge.reports._viewer_store import DatabaseBusy, DatabaseMissing, read_store
+from clinjudge.reports._viewer_store import DatabaseBusy, DatabaseMissing
 
 __all__ = [
-    "CSP",
     "DEFAULT_MAX_ITEMS",
     "DatabaseBusy",
     "DatabaseMissing",
     "ExportError",
-    "ExportSummary",
     "FolderNotEmpty",
     "PageNotFound",
-    "ReportFiles",
     "Viewer",
     "ViewerServer",
     "comparison_cells",
@@ -40,12 +31,7 @@ __all__ = [
     "fmt_ci",
     "fmt_num",
     "fmt_p",
-    "fmt_seconds",
-    "fmt_usd",
     "is_loopback",
-    "read_store",
-    "render_audit_report",
-    "render_report",
     "write_audit_report",
     "write_report",
 ]

@@ -1,14 +1,12 @@
 """Rubrics: schema, built-in instruments, prompt rendering and reply parsing."""
 
 from clinjudge.rubrics._combine import median_scores
-from clinjudge.rubrics._injection import InjectionFlag, detect_injection, scan_item
+from clinjudge.rubrics._injection import detect_injection, scan_item
 from clinjudge.rubrics._item import Item, SourceNote
 from clinjudge.rubrics._json_schema import (
-    RATIONALE_MAX_LENGTH,
     STRUCTURED_OUTPUT_KEY,
     bounded_text,
     closed_object,
-    json_schema_args,
     rubric_json_schema,
     schema_name,
     schema_shape,
@@ -44,11 +42,8 @@ from clinjudge.rubrics._render import (
 )
 from clinjudge.rubrics._schema import (
     Attribute,
-    Gate,
     Polarity,
-    Provenance,
     Rubric,
-    RubricSettings,
     ScaleKind,
     alias_forms,
     normalise_key,
@@ -56,11 +51,9 @@ from clinjudge.rubrics._schema import (
 
 __all__ = [
     "median_scores",
-    "RATIONALE_MAX_LENGTH",
     "STRUCTURED_OUTPUT_KEY",
     "bounded_text",
     "closed_object",
-    "json_schema_args",
     "rubric_json_schema",
     "schema_name",
     "schema_shape",
@@ -68,16 +61,12 @@ __all__ = [
     "PROMPT_VERSION",
     "Attribute",
     "ChatTurn",
-    "Gate",
-    "InjectionFlag",
     "Item",
     "JudgmentParseError",
     "ParsedJudgment",
     "Polarity",
-    "Provenance",
     "Rubric",
     "RubricError",
-    "RubricSettings",
     "ScaleKind",
     "Shot",
     "SourceNote",

@@ -2,40 +2,26 @@
 management, ratings, the response cache, exports and merges.
 """
 
-from clinjudge.runs._aggregate import FINAL_AGENT, final_rows, finalize_run
+from clinjudge.runs._aggregate import FINAL_AGENT, finalize_run
 from clinjudge.runs._export import (
-    EXPORT_FORMATS,
     EXPORT_TABLES,
     check_output_file,
-    copy_query,
-    export_claims,
     export_run,
     infer_format,
     is_claims_run,
     write_rows,
 )
-from clinjudge.runs._manage import (
-    DECIDING_AGENT_SQL,
-    FailureClass,
-    RunCounts,
-    delete_run,
-    failure_classes,
-    rename_run,
-    run_counts,
-    runs_overview,
-    status_label,
-)
-from clinjudge.runs._merge import MergeSummary, TableMerge, merge_databases
+from clinjudge.runs._manage import delete_run, rename_run, run_counts, runs_overview, status_label
+from clinjudge.runs._merge import merge_databases
 from clinjudge.runs._prm_runs import (
     add_prm_results,
     begin_prm_run,
     end_prm_run,
-    prm_call_row,
     stored_prm_calls,
     stored_prm_scores,
     write_prm_run,
 )
-from clinjudge.runs._provider_batches import BATCH_DDL, ensure_batch_tables, is_batch_run
+from clinjudge.runs._provider_batches import ensure_batch_tables, is_batch_run
 from clinjudge.runs._ratings import (
     HumanRating,
     ImportSummary,
@@ -50,36 +36,21 @@ from clinjudge.runs._rows import (
     call_row,
     item_from_row,
     item_row,
-    judgment_rows,
-    sample_row,
-    transcript_rows,
     verdict_rows,
     workflow_rows,
 )
-from clinjudge.runs._store import (
-    DB_ENV,
-    DEFAULT_DB,
-    FINAL_SAMPLE,
-    SCHEMA_VERSION,
-    RunStore,
-    StoreError,
-    default_db,
-    now,
-)
+from clinjudge.runs._store import DB_ENV, DEFAULT_DB, RunStore, StoreError, default_db, now
 
 # What the viewer and its export read (judge view).
 from clinjudge.runs._viewer_reads import (
     ATTRIBUTE_SORTS,
-    BOUND_OPERATORS,
     COMPARE_SORT_KINDS,
     ITEM_SORT_KINDS,
     RUN_SORTS,
     SCORED_SORT_KINDS,
     ItemFilter,
-    ItemShow,
     ItemSort,
     ItemTable,
-    Window,
     checkpoint_copy,
     disagreeing_items,
     final_scores,
@@ -138,21 +109,8 @@ from clinjudge.runs._provider_batches import (
 )
 from clinjudge.runs._ratings import final_scores_of_rated, human_ratings_of_run, rated_item_count
 from clinjudge.runs._reads import (
-    AgentCalls,
     AuditScoreRow,
-    CallTotals,
-    ErrorCount,
-    FailureReason,
-    FinalItemCounts,
-    FlaggedItem,
-    ItemCallMeans,
-    ItemCallQuantiles,
-    ItemPage,
-    ReplyCopies,
-    RunListRow,
-    SampleCounts,
     ScoreCount,
-    VendorCallTotals,
     audit_score_rows,
     call_totals,
     calls_by_agent,
@@ -178,56 +136,35 @@ from clinjudge.runs._reads import (
 
 # isort: split
 # The provider prompt-cache columns of calls (#22).
-from clinjudge.runs._prompt_cache_reads import (
-    AgentPromptCache,
-    PromptCacheTotals,
-    prompt_cache_by_agent,
-    prompt_cache_totals,
-    records_prompt_cache,
-)
+from clinjudge.runs._prompt_cache_reads import prompt_cache_by_agent, prompt_cache_totals
 
 __all__ = [
     "DB_ENV",
-    "DECIDING_AGENT_SQL",
     "DEFAULT_DB",
-    "EXPORT_FORMATS",
     "EXPORT_TABLES",
     "FINAL_AGENT",
-    "FINAL_SAMPLE",
-    "FailureClass",
     "HumanRating",
     "ImportSummary",
-    "MergeSummary",
-    "RunCounts",
     "RunStore",
-    "SCHEMA_VERSION",
     "SampleKey",
     "StoreError",
-    "TableMerge",
     "call_row",
     "check_output_file",
     "ensure_batch_tables",
     "is_batch_run",
-    "BATCH_DDL",
-    "copy_query",
     "default_db",
     "delete_run",
-    "export_claims",
     "export_run",
-    "failure_classes",
-    "final_rows",
     "finalize_run",
     "import_ratings",
     "infer_format",
     "is_claims_run",
     "item_from_row",
     "item_row",
-    "judgment_rows",
     "load_human_ratings",
     "load_response_cache",
     "merge_databases",
     "now",
-    "prm_call_row",
     "add_prm_results",
     "begin_prm_run",
     "end_prm_run",
@@ -239,25 +176,19 @@ __all__ = [
     "runs_overview",
     "status_label",
     "stored_ratings_for_run",
-    "sample_row",
     "save_response_cache",
-    "transcript_rows",
     "verdict_rows",
     "workflow_rows",
     "write_prm_run",
     "write_rows",
-    # What the viewer and its export read (judge view).
     "ATTRIBUTE_SORTS",
-    "BOUND_OPERATORS",
     "COMPARE_SORT_KINDS",
     "ITEM_SORT_KINDS",
     "RUN_SORTS",
     "SCORED_SORT_KINDS",
     "ItemFilter",
-    "ItemShow",
     "ItemSort",
     "ItemTable",
-    "Window",
     "checkpoint_copy",
     "disagreeing_items",
     "final_scores",
@@ -291,22 +222,8 @@ __all__ = [
     "scored_listed_neighbours",
     "stored_item",
     "stored_items_by_id",
-    # What the statistics (analysis) and provider batch runs read and write (#24).
-    "AgentCalls",
     "AuditScoreRow",
-    "CallTotals",
-    "ErrorCount",
-    "FailureReason",
-    "FinalItemCounts",
-    "FlaggedItem",
-    "ItemCallMeans",
-    "ItemCallQuantiles",
-    "ItemPage",
-    "ReplyCopies",
-    "RunListRow",
-    "SampleCounts",
     "ScoreCount",
-    "VendorCallTotals",
     "audit_score_rows",
     "batch_requests",
     "call_totals",
@@ -346,10 +263,6 @@ __all__ = [
     "top_sample_errors",
     "update_batch",
     "vendor_call_totals",
-    # prompt cache (#22)
-    "AgentPromptCache",
-    "PromptCacheTotals",
     "prompt_cache_by_agent",
     "prompt_cache_totals",
-    "records_prompt_cache",
 ]

@@ -22,7 +22,8 @@ from clinjudge.analysis import audit_for_run as _audit_for_run
 from clinjudge.inputs import InputError, load_audit_items, parse_flag_rule
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_audit
-from clinjudge.reports import render_audit_report, write_audit_report
+from clinjudge.reports import write_audit_report
+from clinjudge.reports._audit_report import render_audit_report
 from clinjudge.rubrics import Item, Rubric
 from clinjudge.runs import RunStore
 from tests.factories import write_jsonl

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from clinjudge.orchestration import RunProgress
+from clinjudge.orchestration._progress import RunProgress
 from tests.cli._helpers import invoke, scalar
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer

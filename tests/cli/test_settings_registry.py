@@ -27,7 +27,8 @@ from clinjudge.cli._options import (
     signature,
     with_settings,
 )
-from clinjudge.judges import ModelSettings, ReasoningEffort
+from clinjudge.judges import ModelSettings
+from clinjudge.judges.clients._settings import ReasoningEffort
 from clinjudge.orchestration import RetryPolicy, RunConfig, run_config_from
 from tests.cli._helpers import invoke
 from tests.factories import make_items, write_jsonl

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from clinjudge.inputs import HumanRating, InputError, is_null_score, load_ratings
+from clinjudge.inputs import HumanRating, InputError, load_ratings
+from clinjudge.inputs._ratings import is_null_score
 from clinjudge.rubrics import Rubric
 
 ROWS = [

@@ -23,8 +23,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from clinjudge.judges import JudgeModel, LiteLLMChatCompletionClient, ModelSettings, ProviderFault
+from clinjudge.judges import JudgeModel, ModelSettings, ProviderFault
 from clinjudge.judges.clients import ReplySchema, request_line, structured_reply
+from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges.doclens._prompts import (
     citation_schema,
     claim_schema,

@@ -17,13 +17,13 @@ from clinjudge.judges import (
     BatchClient,
     ModelConfigError,
     ModelSettings,
-    Price,
     ProviderFault,
-    batch_price_per_token,
-    call_cost,
     price_per_token,
 )
+from clinjudge.judges.clients import batch_price_per_token
+from clinjudge.judges.clients._accounting import call_cost
 from clinjudge.judges.clients._batch_api import parse_result_line
+from clinjudge.judges.clients._settings import Price
 from clinjudge.orchestration import (
     ConfigError,
     RetryPolicy,
@@ -32,9 +32,9 @@ from clinjudge.orchestration import (
     create_run,
     estimate_batch_run,
     estimate_run,
-    execute_batch_run,
     prepare_run,
 )
+from clinjudge.orchestration._batch_run import execute_batch_run
 from clinjudge.rubrics import render_messages
 from clinjudge.runs import RunStore, is_batch_run
 from tests.factories import make_items, write_jsonl

@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from clinjudge.judges import ModelSettings, Price
+from clinjudge.judges import ModelSettings
+from clinjudge.judges.clients._settings import Price
 from clinjudge.orchestration import (
     RetryPolicy,
     RunConfig,

@@ -11,7 +11,8 @@ import pytest
 import clinjudge
 from clinjudge.judges import ModelSettings
 from clinjudge.judges.doclens import doclens_estimate_prompts
-from clinjudge.orchestration import ModelPool, RunConfig, prepare_run
+from clinjudge.orchestration import RunConfig, prepare_run
+from clinjudge.orchestration._context import ModelPool
 from clinjudge.personas import resolve_personas
 from clinjudge.rubrics import load_rubric
 from tests.cli._helpers import invoke

@@ -13,9 +13,6 @@ from rich.console import Console
 
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import (
-    FakeClock,
-    ModelPool,
-    RateLimiter,
     RetryPolicy,
     RunConfig,
     SampleRunner,
@@ -23,6 +20,8 @@ from clinjudge.orchestration import (
     missing_work,
     prepare_run,
 )
+from clinjudge.orchestration._context import ModelPool
+from clinjudge.orchestration._limits import FakeClock, RateLimiter
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from clinjudge.judges import ModelSettings
-from clinjudge.judges.workflows import register_workflow, single_workflow
-from clinjudge.judges.workflows._registry import _WORKFLOWS
+from clinjudge.judges.workflows import register_workflow
+from clinjudge.judges.workflows._registry import _WORKFLOWS, single_workflow
 from clinjudge.orchestration import (
     ConfigError,
     RetryPolicy,

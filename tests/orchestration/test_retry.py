@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from clinjudge.judges import CallOutcome, JudgeModel, ModelSettings, ProviderFault
-from clinjudge.orchestration import RetryPolicy, call_with_retries
+from clinjudge.orchestration import RetryPolicy
+from clinjudge.orchestration._retry import call_with_retries
 from clinjudge.rubrics import ChatTurn, Rubric, render_messages
 from tests.factories import make_items
 from tests.fake_openai import FakeOpenAIServer, Fault

@@ -24,14 +24,15 @@ from clinjudge.orchestration import (
     RetryPolicy,
     RunConfig,
     SampleRunner,
-    WorkUnit,
     create_run,
     execute_run,
     missing_work,
     prepare_run,
 )
+from clinjudge.orchestration._sample_runner import WorkUnit
 from clinjudge.rubrics import JudgmentParseError, Rubric, parse_judgment
-from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore
+from clinjudge.runs import FINAL_AGENT, RunStore
+from clinjudge.runs._store import FINAL_SAMPLE
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault
 

@@ -15,17 +15,15 @@ from clinjudge.personas import (
     Persona,
     PersonaError,
     PersonaSet,
-    Role,
-    Stance,
     builtin_persona_sets,
     builtin_personas,
-    get_persona,
     load_persona_file,
     load_persona_set,
     load_personas,
-    parse_persona_text,
     resolve_personas,
 )
+from clinjudge.personas._registry import get_persona, parse_persona_text
+from clinjudge.personas._schema import Role, Stance
 
 PRACTICE = ["analytical_perfectionist", "efficient_multitasker", "collaborative_team_player"]
 SCORING = ["high_scorer", "low_scorer", "middle_scorer"]

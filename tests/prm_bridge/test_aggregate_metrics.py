@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from clinjudge.prm_bridge import AGGREGATES, aggregate, all_aggregates, best_candidate, evaluate
+from clinjudge.prm_bridge import AGGREGATES, aggregate, best_candidate, evaluate
+from clinjudge.prm_bridge._aggregate import all_aggregates
 
 
 def test_aggregates_by_hand():

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from clinjudge.prm_bridge import (
-    Chain,
-    PRMFormatError,
-    Step,
-    encode,
-    make_format,
-    parse_overrides,
-    render,
+from clinjudge.prm_bridge import Chain, PRMFormatError, Step, make_format, parse_overrides, render
+from clinjudge.prm_bridge._render import encode, keep_documents
+from clinjudge.prm_bridge._segment import (
     split_chain,
     split_note,
     split_sentences,
     steps_from_note_json,
 )
-from clinjudge.prm_bridge._render import keep_documents
 from tests.prm_bridge._tiny import RESERVED, build_tokenizer
 
 R = {n: RESERVED[n - 1] for n in range(1, 9)}

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from clinjudge.judges.workflows import prm_scorer
-from clinjudge.prm_bridge import RAY_FAULTS_ENV, PRMRunSettings
+from clinjudge.prm_bridge import PRMRunSettings
+from clinjudge.prm_bridge._ray_runner import RAY_FAULTS_ENV
 from clinjudge.rubrics import Item
 from tests.cli._helpers import invoke, query
 from tests.factories import write_jsonl

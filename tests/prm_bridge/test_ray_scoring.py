@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clinjudge.prm_bridge import RAY_FAULTS_ENV
+from clinjudge.prm_bridge._ray_runner import RAY_FAULTS_ENV
 from tests.cli._helpers import invoke, query, scalar
 from tests.prm_bridge._tiny import save_tiny
 from tests.requirements import require_module

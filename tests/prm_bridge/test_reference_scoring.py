@@ -15,14 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from clinjudge.prm_bridge import (
-    Chain,
-    Step,
-    TransformersPRM,
-    aggregate,
-    chain_from_text,
-    make_format,
-)
+from clinjudge.prm_bridge import Chain, Step, TransformersPRM, aggregate, make_format
+from clinjudge.prm_bridge._inputs import chain_from_text
 from tests.prm_bridge._tiny import (
     RESERVED,
     isolate_positions,

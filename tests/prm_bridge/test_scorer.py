@@ -203,7 +203,7 @@ def test_full_logits_fallback_matches_the_head_shortcut(medprm_random):
 
 
 def test_already_tagged_medprm_solution_scores_like_clean_steps(medprm_random):
-    from clinjudge.prm_bridge import split_chain
+    from clinjudge.prm_bridge._segment import split_chain
 
     scorer = TransformersPRM(str(medprm_random), make_format("medprm"), device="cpu")
     preamble, texts = split_chain("Step 1: first claim ки Step 2: second claim ки")

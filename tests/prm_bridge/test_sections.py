@@ -13,14 +13,10 @@ from pathlib import Path
 import pytest
 
 from clinjudge.inputs import InputError
-from clinjudge.prm_bridge import (
-    SectionError,
-    chain_from_text,
-    heading_of,
-    load_chains,
-    segment_note,
-    select_sections,
-)
+from clinjudge.prm_bridge import SectionError, load_chains
+from clinjudge.prm_bridge._inputs import chain_from_text
+from clinjudge.prm_bridge._sections import heading_of, select_sections
+from clinjudge.prm_bridge._segment import segment_note
 
 PC, NC, EON = ("problem_completeness", ""), ("note_completeness", ""), ("end_of_note", "")
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clinjudge.prm_bridge import Chain, PRMModelError, Step, encode, make_format
+from clinjudge.prm_bridge import Chain, PRMModelError, Step, make_format
+from clinjudge.prm_bridge._render import encode
 from clinjudge.prm_bridge._vllm import VLLMPRM, pooling_endpoint
 from tests.prm_bridge._tiny import build_tokenizer
 

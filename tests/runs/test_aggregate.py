@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import FINAL_AGENT, FINAL_SAMPLE, RunStore, final_rows, finalize_run
+from clinjudge.runs import FINAL_AGENT, RunStore, finalize_run
+from clinjudge.runs._aggregate import final_rows
+from clinjudge.runs._store import FINAL_SAMPLE
 
 
 def _sample(**values: float | None) -> dict[str, float | None]:

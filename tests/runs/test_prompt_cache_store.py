@@ -12,9 +12,11 @@ from typing import Any
 import duckdb
 import pytest
 
-from clinjudge.judges import ModelSettings, Price
+from clinjudge.judges import ModelSettings
+from clinjudge.judges.clients._settings import Price
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
-from clinjudge.runs import SCHEMA_VERSION, RunStore, prompt_cache_totals
+from clinjudge.runs import RunStore, prompt_cache_totals
+from clinjudge.runs._store import SCHEMA_VERSION
 from tests.cli._helpers import invoke
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from clinjudge.runs import SCHEMA_VERSION, RunStore, StoreError, now
+from clinjudge.runs import RunStore, StoreError, now
+from clinjudge.runs._store import SCHEMA_VERSION
 
 TABLES = {"meta", "runs", "items", "samples", "judgments", "calls", "messages"}
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from autogen_core.models import UserMessage
 
-from clinjudge.judges import ModelSettings, ProviderFault, build_client, classify_fault
+from clinjudge.judges import ModelSettings, ProviderFault
+from clinjudge.judges.clients._faults import classify_fault
+from clinjudge.judges.clients._model import build_client
 from clinjudge.rubrics import load_rubric
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl

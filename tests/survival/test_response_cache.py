@@ -21,15 +21,17 @@ import pytest
 from autogen_core.models import LLMMessage, SystemMessage, UserMessage
 from pydantic import BaseModel
 
-from clinjudge.judges import ModelSettings, ResponseCache, cache_key
+from clinjudge.judges import ModelSettings, ResponseCache
 from clinjudge.judges.clients._cache import (
     KEY_VERSION,
     NOT_IN_KEY,
     CacheEntry,
+    cache_key,
     cache_payload,
 )
 from clinjudge.orchestration import _session as session
-from clinjudge.runs import SCHEMA_VERSION, RunStore
+from clinjudge.runs import RunStore
+from clinjudge.runs._store import SCHEMA_VERSION
 from tests.cli._helpers import JUDGE, invoke, query, scalar
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault, _last_user_text, pdsqi9_scores

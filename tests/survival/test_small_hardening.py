@@ -23,7 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from clinjudge.cli import app
-from clinjudge.judges import ModelSettings, classify_fault
+from clinjudge.judges import ModelSettings
+from clinjudge.judges.clients._faults import classify_fault
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
@@ -91,7 +92,8 @@ def test_resume_of_a_run_whose_url_held_a_key_says_what_to_do(tmp_path: Path) ->
     dumped = settings.model_dump(mode="json")
     assert CANARY not in str(dumped) and "deployment=x" in dumped["base_url"]
     reloaded = ModelSettings.model_validate(dumped)
-    from clinjudge.judges import ModelConfigError, build_client
+    from clinjudge.judges import ModelConfigError
+    from clinjudge.judges.clients._model import build_client
     from clinjudge.rubrics import load_rubric
 
     with pytest.raises(ModelConfigError, match="never stored"):

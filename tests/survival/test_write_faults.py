@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from clinjudge.orchestration import (
-    ModelPool,
     RunWriteError,
     SampleRunner,
     create_run,
@@ -27,6 +26,7 @@ from clinjudge.orchestration import (
     missing_work,
     prepare_run,
 )
+from clinjudge.orchestration._context import ModelPool
 from clinjudge.runs import RunStore
 from tests.factories import make_items, small_tmpfs, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault

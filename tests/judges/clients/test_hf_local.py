@@ -22,13 +22,14 @@ import pytest
 from autogen_core.models import SystemMessage, UserMessage
 
 import clinjudge
-from clinjudge.judges.clients import ModelConfigError, ModelSettings, build_client
+from clinjudge.judges.clients import ModelConfigError, ModelSettings
 from clinjudge.judges.clients._hf_batcher import MicroBatcher
 from clinjudge.judges.clients._hf_client import (
     HFChatCompletionClient,
     ModelSource,
     resolve_source,
 )
+from clinjudge.judges.clients._model import build_client
 from clinjudge.rubrics import Rubric, load_rubric, parse_judgment, rubric_json_schema
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
@@ -88,7 +89,7 @@ def test_model_names_resolve_to_local_files_or_hub_ids(tmp_path: Path) -> None:
 
 
 def test_build_client_picks_the_local_client_and_prices_it_at_zero(tmp_path: Path) -> None:
-    from clinjudge.judges.clients import call_cost
+    from clinjudge.judges.clients._accounting import call_cost
 
     (tmp_path / "config.json").write_text("{}")
     settings = ModelSettings(model=f"hf/{tmp_path}", max_tokens=77, temperature=0)

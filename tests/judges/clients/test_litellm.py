@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 from autogen_core.models import CreateResult, SystemMessage, UserMessage
 
-from clinjudge.judges import (
-    CallOutcome,
-    JudgeModel,
-    LiteLLMChatCompletionClient,
-    ModelSettings,
-    ProviderFault,
-)
+from clinjudge.judges import CallOutcome, JudgeModel, ModelSettings, ProviderFault
+from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
 from tests.factories import make_items
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault

@@ -7,13 +7,8 @@ import json
 
 import pytest
 
-from clinjudge.judges import (
-    SIMULATED_NOTICE,
-    CallOutcome,
-    JudgeModel,
-    ModelSettings,
-    simulated_scores,
-)
+from clinjudge.judges import SIMULATED_NOTICE, CallOutcome, JudgeModel, ModelSettings
+from clinjudge.judges.clients._mock_client import simulated_scores
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
 from tests.factories import make_items
 

@@ -24,13 +24,13 @@ from clinjudge.judges import (
     JudgeModel,
     ModelConfigError,
     ModelSettings,
-    Price,
     ProviderFault,
     SimpleChatCompletionClient,
-    classify_fault,
     count_message_tokens,
     count_tokens,
 )
+from clinjudge.judges.clients._faults import classify_fault
+from clinjudge.judges.clients._settings import Price
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
 from tests.factories import make_items
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault
@@ -499,8 +499,9 @@ def test_other_config_errors(monkeypatch, pdsqi9):
 def test_client_selection(monkeypatch, pdsqi9):
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-    from clinjudge.judges import LiteLLMChatCompletionClient, MockChatCompletionClient
     from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
+    from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
+    from clinjudge.judges.clients._mock_client import MockChatCompletionClient
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
     url = "http://127.0.0.1:9/v1"

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from clinjudge.judges import JudgeModel, ModelSettings, Price, call_cost, token_prices
+from clinjudge.judges import JudgeModel, ModelSettings, token_prices
+from clinjudge.judges.clients._accounting import call_cost
+from clinjudge.judges.clients._settings import Price
 from clinjudge.rubrics import ChatTurn, Rubric
 from tests.fake_openai import FakeOpenAIServer
 

@@ -16,8 +16,9 @@ from autogen_core.models import (
 )
 from autogen_core.tools import FunctionTool
 
-from clinjudge.judges import LiteLLMChatCompletionClient, ProviderFault
+from clinjudge.judges import ProviderFault
 from clinjudge.judges.clients._base_client import openai_result, to_openai_messages
+from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 
 
 async def prm_steps(item_id: str) -> str:

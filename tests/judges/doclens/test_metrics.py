@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clinjudge.judges.doclens import Tally, citation_tallies, claim_tally, counted_citations
+from clinjudge.judges.doclens import Tally
+from clinjudge.judges.doclens._metrics import citation_tallies, claim_tally, counted_citations
 
 
 def test_claim_tally_counts_failures_as_not_entailed() -> None:

@@ -186,7 +186,8 @@ def test_doclens_run_with_nli_model(always_entails: Path, tmp_path: Path) -> Non
 
 
 def test_bad_nli_model_is_a_config_error(tmp_path: Path) -> None:
-    from clinjudge.orchestration import ConfigError, check_doclens_config
+    from clinjudge.orchestration import ConfigError
+    from clinjudge.orchestration._preflight import check_doclens_config
 
     require_module("transformers")  # without it the missing extra is reported first
 

@@ -14,7 +14,6 @@ from clinjudge.judges.workflows import workflow_for
 from clinjudge.judges.workflows._magentic import ORCHESTRATOR_AGENT, magentic_workflow
 from clinjudge.judges.workflows._magentic_chair import match_speaker, read_ledger
 from clinjudge.orchestration import (
-    ModelPool,
     RetryPolicy,
     RunConfig,
     SampleContext,
@@ -22,6 +21,7 @@ from clinjudge.orchestration import (
     execute_run,
     prepare_run,
 )
+from clinjudge.orchestration._context import ModelPool
 from clinjudge.runs import FINAL_AGENT, RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault

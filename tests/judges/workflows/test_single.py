@@ -15,9 +15,9 @@ from clinjudge.judges import (
     ProviderFault,
     SampleVerdict,
     draw_shots,
-    judge_single_sample,
 )
 from clinjudge.judges.workflows import repair_max_tokens
+from clinjudge.judges.workflows._single import judge_single_sample
 from clinjudge.rubrics import (
     ChatTurn,
     Item,
