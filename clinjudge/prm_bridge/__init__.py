@@ -7,6 +7,9 @@ evaluate against labels (PRMScore) and store the steps in DuckDB. torch and tran
 imported only when a model is loaded (``pip install 'clinjudge[prm]'``).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from clinjudge.prm_bridge._aggregate import AGGREGATES, aggregate, best_candidate
 from clinjudge.prm_bridge._backend import ChainScore, PRMModelError, PRMScorer, token_batches
 from clinjudge.prm_bridge._inputs import SEGMENTERS, Segmenter, load_chains
@@ -17,7 +20,6 @@ from clinjudge.prm_bridge._presets import (
     make_format,
     parse_overrides,
 )
-from clinjudge.prm_bridge._ray_evidence import ScoredEvidence, evidence_on_ray
 from clinjudge.prm_bridge._ray_runner import (
     RayDependencyError,
     RayOptions,
@@ -33,17 +35,47 @@ from clinjudge.prm_bridge._scorer import PRMDependencyError, TransformersPRM
 from clinjudge.prm_bridge._sections import SectionError
 from clinjudge.prm_bridge._segment import Chain, Step
 from clinjudge.prm_bridge._settings import PRMRunSettings
-from clinjudge.prm_bridge._tool import (
-    PRM_VERIFIER_NAME,
-    PRMEvidence,
-    PRMVerifierAgent,
-    evidence_rows,
-    evidence_text,
-    make_prm_tool,
-    score_item,
-    shared_scorer,
-)
-from clinjudge.prm_bridge._vllm import VLLMPRM
+
+if TYPE_CHECKING:
+    from clinjudge.prm_bridge._ray_evidence import ScoredEvidence, evidence_on_ray
+    from clinjudge.prm_bridge._tool import (
+        PRM_VERIFIER_NAME,
+        PRMEvidence,
+        PRMVerifierAgent,
+        evidence_rows,
+        evidence_text,
+        make_prm_tool,
+        score_item,
+        shared_scorer,
+    )
+    from clinjudge.prm_bridge._vllm import VLLMPRM
+
+# The AutoGen tool, the verifier agent and the vLLM client pull in autogen_agentchat and HTTP
+# clients: loaded on first use, so the store (which imports this package for step rows) and the
+# commands that only read it start fast.
+_LAZY = {
+    "ScoredEvidence": "_ray_evidence",
+    "evidence_on_ray": "_ray_evidence",
+    "PRM_VERIFIER_NAME": "_tool",
+    "PRMEvidence": "_tool",
+    "PRMVerifierAgent": "_tool",
+    "evidence_rows": "_tool",
+    "evidence_text": "_tool",
+    "make_prm_tool": "_tool",
+    "score_item": "_tool",
+    "shared_scorer": "_tool",
+    "VLLMPRM": "_vllm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'clinjudge.prm_bridge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"clinjudge.prm_bridge.{module}"), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
 
 __all__ = [
     "PRM_VERIFIER_NAME",
