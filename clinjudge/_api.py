@@ -587,6 +587,12 @@ async def _judge(
     """Tell ``on_start``, produce the missing samples (directly or through a provider batch)
     and count what the run holds. ``store`` stays open (and locked) throughout."""
     config = prepared.config
+    finished = resumed and store.get_run(run_id)["status"] == "completed"
+    nothing_left = finished and not missing_work(store, run_id, prepared)
+    if resumed and not nothing_left:
+        # A key unset since the run began is bad settings: refused before the run restarts
+        # (no call, the stored run left as it was, not marked failed again).
+        _check_keys(config)
     if judging.on_start is not None:
         start = RunStart(
             run_id=run_id,
@@ -598,8 +604,7 @@ async def _judge(
         )
         judging.on_start(start)
     agent = workflow_for(config.mode, prepared.rubric)[0]
-    finished = resumed and store.get_run(run_id)["status"] == "completed"
-    if finished and not missing_work(store, run_id, prepared):
+    if nothing_left:
         return _result(store, run_id, agent, already_complete=True)
     tally = await execute_run_async(
         store,

@@ -114,3 +114,41 @@ def test_audit_without_key_is_refused_and_its_dry_run_needs_none(tmp_path: Path)
     dry = invoke(*args, "--dry-run")
     assert dry.exit_code == 0, dry.stderr
     assert not db.exists()
+
+
+def test_resume_without_the_key_leaves_the_run_as_it_was(
+    items_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run with work left (stopped at its budget), resumed after its key was unset: refused
+    before any call, the stored run unchanged (not marked failed again)."""
+    db = tmp_path / "runs.duckdb"
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": str(items_file),
+                "db": str(db),
+                # The budget is below one sample's expected cost: no call is ever sent (the
+                # model needs its key: no base_url).
+                "judge": {
+                    "model": "openai/gpt-4o-mini",
+                    "api_key_env": "CJ_TEST_KEY",
+                    "price": {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0},
+                },
+                "max_cost": 0.5,
+                "concurrency": 1,
+            }
+        )
+    )
+    monkeypatch.setenv("CJ_TEST_KEY", "test-key")
+    first = invoke("run", "--config", str(config), "--no-progress")
+    before = _runs(db)
+    ((run_id, status),) = before
+    assert status == "budget_exhausted", first.stderr
+    samples = query(db, "SELECT count(*) FROM samples")
+    monkeypatch.delenv("CJ_TEST_KEY")
+    result = invoke("run", "--resume", run_id, "--db", str(db), "--no-progress")
+    assert result.exit_code == 2, result.stderr
+    assert "CJ_TEST_KEY" in result.stderr and "--resume" not in result.stderr
+    assert _runs(db) == before
+    assert query(db, "SELECT count(*) FROM samples") == samples

@@ -5,6 +5,8 @@ LLM judge (single, panel or discussion) or an NLI model, and citations are check
 numbered source. Importing this package registers the claim workflows of ``method: claims``
 rubrics and the mock provider's DocLens replies."""
 
+# Imported for its registration (the magentic workflow; DocLens's simulated replies).
+from clinjudge.judges.doclens import _simulated  # noqa: F401
 from clinjudge.judges.doclens._citations import source_units
 from clinjudge.judges.doclens._context import DocLensContext
 from clinjudge.judges.doclens._metrics import ENTAILED, FAILED, Tally

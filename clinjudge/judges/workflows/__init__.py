@@ -3,6 +3,8 @@ discussion, and the contract between a workflow and the runner that calls it.
 
 Importing this package registers the ``single``, ``panel`` and ``magentic`` modes."""
 
+# Imported for its registration (the magentic workflow; DocLens's simulated replies).
+from clinjudge.judges.workflows import _magentic  # noqa: F401
 from clinjudge.judges.workflows._contract import (
     DECIDING_AGENTS,
     JUDGE_AGENT,

@@ -106,7 +106,8 @@ def test_without_the_prm_extra_an_hf_model_fails_its_calls_with_the_install_hint
     script = WITHOUT_PRM_EXTRA + (
         "import asyncio, sys\n"
         "from autogen_core.models import UserMessage\n"
-        "from clinjudge.judges.clients import ModelSettings, ProviderFault, build_client\n"
+        "from clinjudge.judges.clients import ModelSettings, ProviderFault\n"
+        "from clinjudge.judges.clients._model import build_client\n"
         "from clinjudge.rubrics import load_rubric\n"
         f"client = build_client(ModelSettings(model='hf/{tmp_path}'), load_rubric('pdsqi9'))\n"
         "try:\n"
