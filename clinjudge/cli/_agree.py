@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from clinjudge.analysis import SORT_COLUMNS
+from clinjudge.cli._options import DocLensCompatOption
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -42,15 +43,6 @@ StoreDbOption = Annotated[
     ),
 ]
 """--db read when the command runs (``runs.default_db``), so --help loads no store."""
-
-DocLensCompatOption = Annotated[
-    str | None,
-    typer.Option(
-        "--doclens-compat",
-        help="DocLens scores by clinjudge's rules or the official evaluator's arithmetic "
-        "(clinjudge or official; default: the run's own doclens.compat).",
-    ),
-]
 
 
 def _db(db: str | None) -> str:

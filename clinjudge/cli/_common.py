@@ -64,16 +64,6 @@ def open_store(path: str, *, read_only: bool = False) -> RunStore:
         fail(str(exc), EXIT_USAGE)
 
 
-DocLensCompatOption = Annotated[
-    str | None,
-    typer.Option(
-        "--doclens-compat",
-        help="DocLens scores by clinjudge's rules or the official evaluator's arithmetic "
-        "(clinjudge or official; default: the run's own doclens.compat).",
-    ),
-]
-
-
 FLAGS = {
     **{setting.name: setting.flag for setting in RUN_SETTINGS},
     "judge.model": "--model",

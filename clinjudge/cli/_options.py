@@ -24,6 +24,17 @@ import typer
 
 from clinjudge.cli._help import PANELS
 
+# A read-side option (runs show, export, report, agree), kept here where no store is imported.
+DocLensCompatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--doclens-compat",
+        help="DocLens scores by clinjudge's rules or the official evaluator's arithmetic "
+        "(clinjudge or official; default: the run's own doclens.compat).",
+    ),
+]
+
+
 PROGRESS_SECONDS_ENV = "CLINJUDGE_PROGRESS_SECONDS"
 """--progress-every's variable (the library reads it too, when no interval is given)."""
 BATCH_POLL_SECONDS = 10.0

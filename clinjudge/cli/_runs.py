@@ -12,7 +12,6 @@ from rich.table import Table
 
 from clinjudge.cli._common import (
     EXIT_USAGE,
-    DocLensCompatOption,
     StoreDbOption,
     console,
     fail,
@@ -20,6 +19,7 @@ from clinjudge.cli._common import (
     stdout,
 )
 from clinjudge.cli._doclens_view import doclens_table
+from clinjudge.cli._options import DocLensCompatOption
 from clinjudge.cli._outcome import deciding_agent
 from clinjudge.cli._prompt_cache_view import with_prompt_cache
 from clinjudge.cli._scores_view import score_summary, scores_table

@@ -10,7 +10,6 @@ groups the chains of concurrent samples as they happen to wait.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +17,20 @@ import pytest
 
 from clinjudge.judges.workflows import prm_scorer
 from clinjudge.prm_bridge import PRMRunSettings
-from clinjudge.prm_bridge._ray_runner import RAY_FAULTS_ENV
 from clinjudge.rubrics import Item
 from tests.cli._helpers import invoke, query
 from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores
+from tests.prm_bridge._ray_support import local_ray
 from tests.requirements import require_module
 
 
 @pytest.fixture(scope="module")
 def ray_session(tmp_path_factory):
     """The fault folder of a Ray started for this module (its workers read it)."""
-    ray = require_module("ray")
-    require_module("ray.data")
     faults = tmp_path_factory.mktemp("faults")
-    saved = os.environ.get(RAY_FAULTS_ENV)
-    os.environ[RAY_FAULTS_ENV] = str(faults)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
+    with local_ray(faults):
         yield faults
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop(RAY_FAULTS_ENV, None)
-        else:
-            os.environ[RAY_FAULTS_ENV] = saved
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from clinjudge.prm_bridge._ray_runner import RAY_FAULTS_ENV
 from tests.cli._helpers import invoke, query, scalar
+from tests.prm_bridge._ray_support import local_ray
 from tests.prm_bridge._tiny import save_tiny
-from tests.requirements import require_module
 
 N_IDS = 12  # two candidates each: 24 chains
 
@@ -29,20 +28,9 @@ N_IDS = 12  # two candidates each: 24 chains
 @pytest.fixture(scope="module")
 def ray_session(tmp_path_factory):
     """(GCS address, fault folder) of a Ray started for this module."""
-    ray = require_module("ray")
-    require_module("ray.data")
     faults = tmp_path_factory.mktemp("faults")
-    saved = os.environ.get(RAY_FAULTS_ENV)
-    os.environ[RAY_FAULTS_ENV] = str(faults)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray.get_runtime_context().gcs_address, faults
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop(RAY_FAULTS_ENV, None)
-        else:
-            os.environ[RAY_FAULTS_ENV] = saved
+    with local_ray(faults) as address:
+        yield address, faults
 
 
 @pytest.fixture(scope="module")
