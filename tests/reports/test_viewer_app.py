@@ -240,7 +240,7 @@ def test_run_totals_match_judge_runs_show(viewer_store: ViewerStore) -> None:
         for run_id in filter(None, (s.single, s.magentic, s.doclens, s.audit, s.prm)):
             run, rubric = run_and_rubric(store, run_id)
             ours = run_totals(store, run_id, rubric)
-            reference = run_summary(store, run_id)
+            reference = run_summary(store, run_id).to_dict()
             for key in ("items_ok", "items_failed", "samples_ok", "samples_failed", "calls",
                         "calls_failed", "tokens_in", "tokens_out", "calls_unpriced",
                         "item_latency_p50_s", "item_latency_p95_s"):  # fmt: skip
@@ -298,7 +298,7 @@ def test_runs_page_counts_items_like_runs_show(
 
     with RunStore(viewer_store.db, read_only=True) as store:
         for run in runs_page(store, per_page=100)["runs"]:
-            reference = run_summary(store, run["run_id"])
+            reference = run_summary(store, run["run_id"]).to_dict()
             assert run.get("items_ok", 0) == reference["items_ok"], run["run_id"]
             assert run.get("items_failed", 0) == reference["items_failed"], run["run_id"]
 

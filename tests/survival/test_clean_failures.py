@@ -465,7 +465,7 @@ def test_api_refuses_wrong_arguments_naming_the_parameter(
     _refused(lambda: run.agreement(seed=True), "seed")
     _refused(lambda: clinjudge.resume(run_id, db=db, max_cost=-1.0), "max_cost")
     _refused(lambda: clinjudge.load_run(run_id, db=3), "db")  # type: ignore[arg-type]
-    assert clinjudge.compare(run_id, db=db, n_boot=5).rows[0]["run_id"] == run_id
+    assert clinjudge.compare(run_id, db=db, n_boot=5).rows[0].run_id == run_id
 
 
 def test_resume_with_a_missing_database_creates_nothing(
