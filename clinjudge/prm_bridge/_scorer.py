@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from clinjudge._util import torch_device
 from clinjudge.errors import UserError
 from clinjudge.prm_bridge._backend import DEFAULT_BATCH_TOKENS, PRMModelError, PRMScorer
 from clinjudge.prm_bridge._presets import PRMFormat
@@ -86,23 +87,12 @@ def load_tokenizer(model: str) -> Any:
 
 def resolve_device(device: str) -> str:
     """``auto`` means CUDA when available, else CPU."""
-    torch = require_torch()
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise PRMModelError(f"device {device!r} asked for, but CUDA is not available")
-    return device
+    return torch_device.resolve_device(device, require_torch(), PRMModelError)
 
 
 def resolve_dtype(dtype: str, device: str) -> Any:
     """``auto`` means bfloat16 on GPU and float32 on CPU."""
-    torch = require_torch()
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    names = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    if dtype not in names:
-        raise PRMModelError(f"unknown dtype {dtype!r}; choose auto, bfloat16, float16 or float32")
-    return names[dtype]
+    return torch_device.resolve_dtype(dtype, device, require_torch(), PRMModelError)
 
 
 def resolve_attention(attn: str, device: str, dtype: Any) -> str:

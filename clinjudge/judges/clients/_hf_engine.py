@@ -46,6 +46,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from clinjudge._util import torch_device
 from clinjudge.judges.clients._hf_client import ModelSource
 from clinjudge.judges.clients._hf_constraint import (
     Closers,
@@ -134,26 +135,17 @@ def resolve_device(device: str) -> str:
     Args:
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (any torch device string).
     """
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise LocalModelError(f"device {device!r} asked for, but CUDA is not available")
-    return device
+    return torch_device.resolve_device(device, torch, LocalModelError)
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """``auto``: bfloat16 on a GPU, float32 on the CPU (where bfloat16 decodes slower).
+    """``auto``: bfloat16 on a GPU, float32 on the CPU.
 
     Args:
         dtype: ``auto``, ``bfloat16``, ``float16`` or ``float32``.
         device: The resolved device.
     """
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    names = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    if dtype not in names:
-        raise LocalModelError(f"unknown dtype {dtype!r}; choose auto, bfloat16, float16, float32")
-    return names[dtype]
+    return torch_device.resolve_dtype(dtype, device, torch, LocalModelError)  # type: ignore[no-any-return]
 
 
 class _Cancelled(StoppingCriteria):
