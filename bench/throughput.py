@@ -448,8 +448,11 @@ def main() -> None:
         growth = (large.peak_rss_mb - small.peak_rss_mb) / (n2 - n1) * 1000
         print(
             f"  peak RSS {small.peak_rss_mb:.0f} -> {large.peak_rss_mb:.0f} MB: "
-            f"{growth:.1f} MB per 1,000 more items"
+            f"{growth:.1f} MB per 1,000 more items, ratio "
+            f"{large.peak_rss_mb / small.peak_rss_mb:.2f} for {n2 / n1:.0f}x the items "
+            "(flat: 1.00)"
         )
+        figures["peak_rss_ratio"] = round(large.peak_rss_mb / small.peak_rss_mb, 3)
         figures["marginal_cpu_ms"] = round(marginal, 3)
     if saturation is not None:
         bare_rate, bare_cpu, rate, cpu_each, ok = saturation

@@ -67,6 +67,7 @@ from clinjudge.runs import (
     is_batch_run,
     load_human_ratings,
     run_counts,
+    run_table,
     status_label,
 )
 from clinjudge.runs import import_ratings as store_ratings
@@ -388,20 +389,13 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({self.run_id!r}, status={self.info.get('status')!r}, db={self.db!r})"
 
-    def _table(self, table: str, order: str) -> pa.Table:
+    def _table(self, table: str) -> pa.Table:
         with RunStore(self.db, read_only=True) as store:
-            if not store.has_table(table):
-                return pa.table({})
-            relation = store.con.cursor().sql(
-                f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order}", params=[self.run_id]
-            )
-            # DuckDB 2 names it to_arrow_table; 1.x calls it arrow.
-            fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
-            return fetch()
+            return run_table(store, self.run_id, table)
 
     def items(self) -> pa.Table:
         """The judged items (notes, text under evaluation, reference, vendor, flags)."""
-        return self._table("items", "position")
+        return self._table("items")
 
     def judgments(self, *, final: bool | None = None) -> pa.Table:
         """Scores in long form: one row per (item, sample, agent, attribute).
@@ -411,18 +405,18 @@ class Run:
                 None for both.
         """
         final = _flag("final", final, optional=True)
-        table = self._table("judgments", "item_id, sample, agent, attribute")
+        table = self._table("judgments")
         if final is None or table.num_rows == 0:
             return table
         return table.filter(pa.compute.equal(table["final"], final))
 
     def calls(self) -> pa.Table:
         """Every model call: role, agent, model, tokens, cost, latency, status, error."""
-        return self._table("calls", "started_at, call_id")
+        return self._table("calls")
 
     def messages(self) -> pa.Table:
         """Transcripts: panel members' and MagenticOne discussion messages."""
-        return self._table("messages", "item_id, sample, agent, seq")
+        return self._table("messages")
 
     def agreement(self, *, n_boot: int = 1000, seed: int = 0) -> AgreementResult:
         """Agreement of this run's judge with the physicians' ratings in the store.

@@ -278,11 +278,6 @@ _SQL = re.compile(
 SQL_EXEMPT = {
     # Reads input files (JSONL, CSV, Parquet) through DuckDB, not the store.
     "inputs/_records.py",
-    # Not moved into runs yet (#24 part 3, outside analysis and batch runs).
-    "_api.py",
-    "cli/_runs.py",
-    "orchestration/_retry.py",
-    "orchestration/_session.py",
 }
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         vendor_summaries,
     )
     from clinjudge.analysis._audit_result import (
+        AuditPlan,
         AuditStatistics,
         PPIMean,
     )
@@ -65,6 +66,9 @@ if TYPE_CHECKING:
         COMPATS,
         official_pooled,
         run_compat,
+    )
+    from clinjudge.analysis._doclens_result import (
+        DocLensReport,
     )
     from clinjudge.analysis._doclens_scores import (
         METRICS,
@@ -95,7 +99,9 @@ if TYPE_CHECKING:
         score_distributions,
     )
     from clinjudge.analysis._summary_result import (
+        ItemScores,
         RunSummary,
+        ScoreDistribution,
     )
 
     # Plain reads, kept under their old names here: the queries are runs' (#24).
@@ -103,7 +109,11 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "RunSummary": "_summary_result",
+    "ScoreDistribution": "_summary_result",
+    "ItemScores": "_summary_result",
+    "AuditPlan": "_audit_result",
     "AuditStatistics": "_audit_result",
+    "DocLensReport": "_doclens_result",
     "PPIMean": "_audit_result",
     "AgreementAnalysis": "_agreement_result",
     "AgreementError": "_agreement_run",
@@ -169,7 +179,11 @@ _RUNS = {"final_score_counts", "flagged_items", "has_prm_steps", "list_runs"}
 
 __all__ = [
     "RunSummary",
+    "ScoreDistribution",
+    "ItemScores",
+    "AuditPlan",
     "AuditStatistics",
+    "DocLensReport",
     "PPIMean",
     "AgreementAnalysis",
     "AgreementError",

@@ -27,7 +27,7 @@ from clinjudge.analysis._audit_ppi import (
     ppi_vendor_rows,
     sampling_warnings,
 )
-from clinjudge.analysis._audit_result import AuditStatistics
+from clinjudge.analysis._audit_result import AuditPlan, AuditStatistics
 from clinjudge.analysis._stats import wilcoxon_paired
 from clinjudge.errors import UserError
 from clinjudge.inputs import (
@@ -435,9 +435,13 @@ def _locations(rows: Sequence[AuditScoreRow]) -> dict[str, tuple[str, str]]:
 
 def audit_plan(
     store: RunStore, run_id: str, *, size: int = 40, seed: int = 0, correlation: float = 0.7
-) -> dict[str, Any]:
+) -> AuditPlan:
     """A seeded random sample of each vendor's judged items for physicians to rate, and the
     interval half-widths to expect from it (PPI++ and physicians alone).
+
+    The :class:`AuditPlan` holds ``run_id``, ``size``, ``sample`` (vendor, encounter id and
+    item id of each item to rate), ``expected`` (per vendor and attribute, the half-widths with
+    ``n`` rated and ``N`` judge-only items), ``seed`` and ``correlation``.
 
     Args:
         store: The run store.
@@ -457,7 +461,7 @@ def audit_plan(
     plan = plan_sample(scores, vendors, attributes, size=size, seed=seed, correlation=correlation)
     for row in plan["sample"]:
         row["item_id"] = audit_item_id(row["vendor"], row["encounter_id"])
-    return {"run_id": run["run_id"], "size": size, **plan}
+    return AuditPlan.model_validate({"run_id": run["run_id"], "size": size, **plan})
 
 
 def _addressed(

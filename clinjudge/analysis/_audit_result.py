@@ -221,3 +221,41 @@ class AuditStatistics(Result):
     def to_pandas(self) -> pd.DataFrame:
         """:meth:`to_arrow` as a pandas DataFrame (needs pandas)."""
         return to_pandas(self.to_arrow())
+
+
+class PlannedItem(Result):
+    """An item of the sample for physicians to rate."""
+
+    vendor: str
+    encounter_id: str
+    item_id: str
+    """The stored item id (``vendor::encounter_id``)."""
+
+
+class ExpectedWidth(Result):
+    """Expected 95% CI half-widths of one vendor and attribute once the sample is rated."""
+
+    vendor: str
+    attribute: str
+    n: int = 0
+    """Items in the sample with a judge score."""
+    N: int = 0
+    """Items scored by the judge only."""
+    ppi_half_width: float
+    """Judge-corrected (PPI++) physicians' mean."""
+    classical_half_width: float
+    """Physicians' ratings alone."""
+
+
+class AuditPlan(Result):
+    """A seeded random sample of each vendor's judged items for physicians to rate, and the
+    interval half-widths to expect (:func:`audit_plan`, ``judge audit plan --json``)."""
+
+    run_id: str
+    size: int
+    """Items asked for per vendor (fewer where a vendor has fewer judged items)."""
+    sample: list[PlannedItem] = []
+    expected: list[ExpectedWidth] = []
+    seed: int = 0
+    correlation: float
+    """The assumed judge-physician correlation."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from clinjudge._util.modes import deciding_agent as mode_deciding_agent
 from clinjudge.analysis._doclens_official import COMPATS, official_pooled, run_compat
+from clinjudge.analysis._doclens_result import DocLensMetrics, DocLensReport, DocLensSection
 from clinjudge.judges.doclens import Tally
 from clinjudge.runs import (
     RunStore,
@@ -32,9 +34,19 @@ TOTAL = "total"
 
 
 def deciding_agent(store: RunStore, run_id: str) -> str | None:
-    """The agent whose claims rows hold a run's decisions (the one with extraction rows)."""
+    """The agent whose claims rows hold a run's decisions: its mode's deciding agent (the one
+    table, ``_util/modes.py``) when that agent wrote claim extraction rows, else None; for a
+    mode this process does not know, the one agent with extraction rows.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+    """
     agents = claim_extraction_agents(store, run_id)
-    return agents[0] if len(agents) == 1 else None
+    agent = mode_deciding_agent(store.get_run(run_id)["mode"])
+    if agent is None:
+        return agents[0] if len(agents) == 1 else None
+    return agent if agent in agents else None
 
 
 def _metrics(row: dict[str, Any]) -> dict[str, float | None]:
@@ -105,10 +117,12 @@ def macro_scores(store: RunStore, run_id: str) -> dict[str, float | None]:
     return {key: means.get(key) for key in METRICS}
 
 
-def doclens_report(
-    store: RunStore, run_id: str, compat: str | None = None
-) -> dict[str, Any] | None:
+def doclens_report(store: RunStore, run_id: str, compat: str | None = None) -> DocLensReport | None:
     """Pooled and macro DocLens scores of a run, or None when its rubric is not a claim rubric.
+
+    The :class:`DocLensReport` holds the ``agent`` whose verdicts count, the ``compat``
+    arithmetic, ``pooled`` (a :class:`DocLensSection` per section, then ``total``) and
+    ``macro`` (the mean of the per-instance scores).
 
     Args:
         store: The run store.
@@ -130,12 +144,12 @@ def doclens_report(
         pooled = official_pooled(store, rid, agent, TOTAL) if agent else []
     else:
         pooled = pooled_scores(store, rid)
-    return {
-        "agent": agent,
-        "compat": compat,
-        "pooled": pooled,
-        "macro": macro_scores(store, rid),
-    }
+    return DocLensReport(
+        agent=agent,
+        compat=compat,
+        pooled=[DocLensSection.model_validate(row) for row in pooled],
+        macro=DocLensMetrics.model_validate(macro_scores(store, rid)),
+    )
 
 
 def export_doclens_scores(
@@ -156,6 +170,6 @@ def export_doclens_scores(
     report = doclens_report(store, run_id, compat)
     if report is None:
         raise StoreError(f"run {run_id!r} does not use a claim rubric (DocLens); nothing to export")
-    head = {"agent": report["agent"], "compat": report["compat"]}
-    rows = [{**head, **row} for row in report["pooled"]] or [{**head, "section": TOTAL}]
+    head = {"agent": report.agent, "compat": report.compat}
+    rows = [{**head, **row.to_dict()} for row in report.pooled] or [{**head, "section": TOTAL}]
     return write_rows(store, rows, Path(out), fmt)

@@ -8,9 +8,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from clinjudge.analysis._summary_result import RunSummary
+from clinjudge.analysis._summary_result import (
+    ItemScoreRow,
+    ItemScores,
+    RunSummary,
+    ScoreDistribution,
+)
 from clinjudge.inputs import PRM_ATTRIBUTE, FlagRule
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import (
@@ -75,8 +78,16 @@ def _median_of_counts(counts: dict[float, int]) -> float | None:
     total = sum(counts.values())
     if not total:
         return None
-    expanded = np.repeat(np.asarray(values, dtype=float), [counts[v] for v in values])
-    return float(np.median(expanded))
+    # Walk the cumulative counts instead of expanding them: no numpy on `judge runs show`.
+    middle = [(total - 1) // 2, total // 2]
+    picked: list[float] = []
+    seen = 0
+    for value in values:
+        seen += counts[value]
+        while middle and middle[0] < seen:
+            picked.append(float(value))
+            middle.pop(0)
+    return (picked[0] + picked[1]) / 2
 
 
 def score_distributions(
@@ -85,12 +96,13 @@ def score_distributions(
     rubric: Rubric,
     *,
     final_counts: Sequence[ScoreCount] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ScoreDistribution]:
     """Counts of each attribute's final scores, in rubric order.
 
-    Each entry holds the attribute's ``key``, ``name``, ``scale``, ``min``, ``max``, ``counts``
-    (value -> items), ``n`` (items with a number), ``null`` (valid judgments without a number,
-    e.g. a gated attribute), ``failed`` (items whose judgment failed), ``mean`` and ``median``.
+    Each :class:`ScoreDistribution` holds the attribute's ``key``, ``name``, ``scale``,
+    ``min``, ``max``, ``counts`` (value -> items), ``n`` (items with a number), ``null`` (valid
+    judgments without a number, e.g. a gated attribute), ``failed`` (items whose judgment
+    failed), ``mean`` and ``median``.
 
     Args:
         store: The run store.
@@ -108,21 +120,19 @@ def score_distributions(
                 counts[float(r["value"])] = counts.get(float(r["value"]), 0) + int(r["n"])
         n = sum(counts.values())
         out.append(
-            {
-                "key": attribute.key,
-                "name": attribute.name,
-                "scale": attribute.scale.value,
-                "min": attribute.min,
-                "max": attribute.max,
-                "counts": dict(sorted(counts.items())),
-                "n": n,
-                "null": sum(
-                    int(r["n"]) for r in mine if r["status"] == "ok" and r["value"] is None
-                ),
-                "failed": sum(int(r["n"]) for r in mine if r["status"] != "ok"),
-                "mean": sum(v * c for v, c in counts.items()) / n if n else None,
-                "median": _median_of_counts(counts),
-            }
+            ScoreDistribution(
+                key=attribute.key,
+                name=attribute.name,
+                scale=attribute.scale.value,
+                min=attribute.min,
+                max=attribute.max,
+                counts=dict(sorted(counts.items())),
+                n=n,
+                null=sum(int(r["n"]) for r in mine if r["status"] == "ok" and r["value"] is None),
+                failed=sum(int(r["n"]) for r in mine if r["status"] != "ok"),
+                mean=sum(v * c for v, c in counts.items()) / n if n else None,
+                median=_median_of_counts(counts),
+            )
         )
     return out
 
@@ -175,7 +185,7 @@ def item_scores(
     rules: Sequence[FlagRule] = (),
     *,
     limit: int | None = 200,
-) -> dict[str, Any]:
+) -> ItemScores:
     """Final scores per item with failure reasons and flags, items needing attention first.
 
     Items whose judgment failed, that were not judged, or that are flagged (text addressing
@@ -189,8 +199,9 @@ def item_scores(
         limit: Most rows to return (None: all).
 
     Returns:
-        ``total``, ``failed``, ``unjudged``, ``flagged``, ``injected``, ``partial`` (items with
-        some failed samples), ``rule_counts`` (rule text -> items), ``rows`` and ``limit``.
+        :class:`ItemScores`: ``total``, ``failed``, ``unjudged``, ``flagged``, ``injected``,
+        ``partial`` (items with some failed samples), ``rule_counts`` (rule text -> items),
+        ``rows`` (an :class:`ItemScoreRow` each) and ``limit``.
     """
     page = item_page(store, run_id, rules, limit)
     counts = page.counts
@@ -199,29 +210,29 @@ def item_scores(
     for r in page.rows:
         mine = values.get(r["item_id"], {})
         rows.append(
-            {
-                "item_id": r["item_id"],
-                "vendor": r["vendor"],
-                "section": r["section"],
-                "excerpt": r["excerpt"],
-                "text_chars": r["text_chars"],
-                "status": "not judged" if r["unjudged"] else "failed" if r["failed"] else "ok",
-                "values": mine,
-                "reason": failure_reason(r),
-                "flags": _flag_texts(r, rules, mine),
-            }
+            ItemScoreRow(
+                item_id=r["item_id"],
+                vendor=r["vendor"],
+                section=r["section"],
+                excerpt=r["excerpt"],
+                text_chars=r["text_chars"],
+                status="not judged" if r["unjudged"] else "failed" if r["failed"] else "ok",
+                values=mine,
+                reason=failure_reason(r),
+                flags=_flag_texts(r, rules, mine),
+            )
         )
-    return {
-        "total": int(counts["total"]),
-        "failed": int(counts["failed"]),
-        "unjudged": int(counts["unjudged"]),
-        "flagged": int(counts["flagged"]),
-        "injected": int(counts["injected"]),
-        "partial": int(counts["partial"]),
-        "rule_counts": {rule.text: int(counts[f"rule_{i}"]) for i, rule in enumerate(rules)},
-        "rows": rows,
-        "limit": limit,
-    }
+    return ItemScores(
+        total=int(counts["total"]),
+        failed=int(counts["failed"]),
+        unjudged=int(counts["unjudged"]),
+        flagged=int(counts["flagged"]),
+        injected=int(counts["injected"]),
+        partial=int(counts["partial"]),
+        rule_counts={rule.text: int(counts[f"rule_{i}"]) for i, rule in enumerate(rules)},
+        rows=rows,
+        limit=limit,
+    )
 
 
 def failures_by_reason(store: RunStore, run_id: str, examples: int = 5) -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
-"""The typed summary of one run (``judge runs show``)."""
+"""The typed summary of one run (``judge runs show``), its score distributions and its
+per-item table."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from clinjudge.analysis._result_base import Result
@@ -62,3 +64,71 @@ class RunSummary(Result):
     top_errors: list[ErrorTally] = []
     flagged_items: list[dict[str, Any]] = []
     """Items whose text addresses the judge: ``item_id`` and its ``flags`` (name, field)."""
+
+
+class ScoreDistribution(Result):
+    """One attribute's final scores over a run's items (:func:`score_distributions`)."""
+
+    key: str
+    name: str
+    scale: str
+    """``likert``, ``binary`` or ``proportion`` (the rubric's scale kind)."""
+    min: int
+    max: int
+    counts: dict[float, int] = {}
+    """Score -> items with it, ascending (keys are strings in ``to_dict()``, as in JSON)."""
+    n: int = 0
+    """Items with a number."""
+    null: int = 0
+    """Valid judgments without a number (e.g. a gated attribute)."""
+    failed: int = 0
+    """Items whose judgment failed."""
+    mean: float | None = None
+    median: float | None = None
+
+    def _old_key(self, key: str) -> Any:
+        warnings.warn(
+            f"reading {type(self).__name__} by key ({key!r}) is deprecated: use its attributes "
+            "(or .to_dict() for plain data)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        # The old dict's scores were numbers; the JSON dump makes them strings.
+        return self.counts if key == "counts" else self.to_dict()[key]
+
+
+class ItemScoreRow(Result):
+    """One item of the per-item table: its final scores, status, failure reason and flags."""
+
+    item_id: str
+    vendor: str | None = None
+    section: str | None = None
+    excerpt: str | None = None
+    """The start of the item's text."""
+    text_chars: int | None = None
+    status: str
+    """``ok``, ``failed`` or ``not judged``."""
+    values: dict[str, float | None] = {}
+    """Attribute -> final score (None when null)."""
+    reason: str = ""
+    """Why the item has no (or a weaker) judgment; empty when nothing failed."""
+    flags: list[str] = []
+    """Why the item is flagged (text addressing the judge, flag rules that fire)."""
+
+
+class ItemScores(Result):
+    """The per-item table of a run (:func:`item_scores`): items needing attention first, at
+    most ``limit`` rows; the counts cover every item."""
+
+    total: int = 0
+    failed: int = 0
+    unjudged: int = 0
+    flagged: int = 0
+    injected: int = 0
+    """Items whose text addresses the judge (``items.flags``)."""
+    partial: int = 0
+    """Items with some failed samples."""
+    rule_counts: dict[str, int] = {}
+    """Flag rule text -> items it flags."""
+    rows: list[ItemScoreRow] = []
+    limit: int | None = None

@@ -281,27 +281,24 @@ def plan_command(
     except UserError as exc:
         fail(user_error_text(exc), EXIT_USAGE)
     if out is not None:
-        lines = [
-            json.dumps({"vendor": r["vendor"], "item_id": r["encounter_id"]})
-            for r in plan["sample"]
-        ]
+        lines = [json.dumps({"vendor": r.vendor, "item_id": r.encounter_id}) for r in plan.sample]
         _write_sample(out, "\n".join(lines) + "\n")
     if as_json:
-        sys.stdout.write(json.dumps(plan, indent=2) + "\n")
+        sys.stdout.write(json.dumps(plan.to_dict(), indent=2) + "\n")
         return
     table = _vendor_table(
         f"Expected 95% CI half-widths with {size} rated items per vendor",
         ("PPI++", "physicians only"),
     )
-    for row in plan["expected"]:
+    for row in plan.expected:
         table.add_row(
-            *_vendor_cells(row["vendor"], row["attribute"], row["n"], row["N"]),
-            f"±{row['ppi_half_width']:.2f}",
-            f"±{row['classical_half_width']:.2f}",
+            *_vendor_cells(row.vendor, row.attribute, row.n, row.N),
+            f"±{row.ppi_half_width:.2f}",
+            f"±{row.classical_half_width:.2f}",
         )
     console.print(table)
     console.print(
-        f"{len(plan['sample'])} items to rate (seed {seed}, assumed correlation {correlation})"
+        f"{len(plan.sample)} items to rate (seed {seed}, assumed correlation {correlation})"
         + (f"; written to {escape(str(out))}" if out else "; --out FILE writes them")
     )
 

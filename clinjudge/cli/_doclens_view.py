@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from clinjudge.analysis import DocLensReport
 
 _ROWS = (
     ("items", "items"),
@@ -29,28 +32,23 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def doclens_table(report: dict[str, Any]) -> Table:
+def doclens_table(report: DocLensReport) -> Table:
     """Pooled (micro) DocLens scores: one column per section and the total (metrics as rows,
     so a few sections fit a terminal), then the per-instance mean.
 
     Args:
-        report: What :func:`clinjudge.runs.doclens_report` returns.
+        report: What :func:`clinjudge.analysis.doclens_report` returns.
     """
-    compat = report.get("compat", "clinjudge")
-    arithmetic = "official DocLens arithmetic" if compat == "official" else "clinjudge rules"
+    arithmetic = "official DocLens arithmetic" if report.compat == "official" else "clinjudge rules"
     table = Table(
-        title=f"DocLens pooled (micro) scores, agent {report['agent'] or '-'} ({arithmetic})"
+        title=f"DocLens pooled (micro) scores, agent {report.agent or '-'} ({arithmetic})"
     )
     table.add_column("metric")
-    columns = []
-    for row in report["pooled"]:
-        failed = row["reference_failed"] + row["output_failed"] + row["statements_failed"]
-        columns.append({**row, "failed": failed})
-        table.add_column(str(row["section"]), justify="right")
+    for row in report.pooled:
+        table.add_column(str(row.section), justify="right")
     for key, label in _ROWS:
-        table.add_row(label, *(_cell(column.get(key)) for column in columns))
-    macro = report["macro"]
+        table.add_row(label, *(_cell(getattr(row, key)) for row in report.pooled))
     table.caption = "mean of per-instance scores (not DocLens's pooling): " + ", ".join(
-        f"{key} {_cell(value)}" for key, value in macro.items()
+        f"{key} {_cell(value)}" for key, value in report.macro.to_dict().items()
     )
     return table

@@ -179,9 +179,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     S("prm_section", str | None, PRM, "--prm: part of the summary scored: all, "
       "assessment_plan or a heading name (default: the preset's; assessment_plan for "
       "prm-clinic)."),
-    S("ray", str | None, PRM, "--prm: score every item's summary on Ray before judging "
-      "starts (one model replica per GPU): local (start one here), auto (this machine's "
-      "cluster) or HOST:PORT. Scales PRM scoring only; needs the ray extra.", "in-process"),
+    S("ray", str | None, PRM, "Run model replicas on Ray (one per GPU): an hf/ judge's "
+      "batches, and with --prm every item's PRM scoring before judging starts. local (start "
+      "one here), auto (this machine's cluster) or HOST:PORT. API judges scale with --shard "
+      "instead; needs the ray extra.", "in-process"),
     S("ray_replicas", int | None, PRM, "--ray: model replicas.",
       "one per GPU of the cluster, else 1", extra={"min": 1}),
     S("doclens", list[str] | None, DOCLENS, "doclens setting KEY=VALUE (repeatable), e.g. "

@@ -21,16 +21,6 @@ if TYPE_CHECKING:  # the API loads with the run, never for `judge runs list`
 _DETAIL_CHARS = 200
 
 
-def deciding_agent(mode: str) -> str | None:
-    """The agent whose verdicts are a run's samples (None for runs without judge samples)."""
-    from clinjudge.judges.workflows import workflow_for
-
-    try:
-        return workflow_for(mode)[0]
-    except ValueError:  # e.g. `judge prm` scoring runs
-        return None
-
-
 def parse_allow_failures(spec: str) -> tuple[int | None, float | None]:
     """``N`` or ``P%`` as (count, percent); exits with a usage error otherwise.
 

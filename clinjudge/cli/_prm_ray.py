@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from clinjudge._util.ray_cluster import error_line
 from clinjudge.cli._common import EXIT_FAILURE, EXIT_USAGE, console, fail, open_store
 from clinjudge.cli._options import PROGRESS_SECONDS_ENV
 from clinjudge.runs import now
@@ -60,14 +60,6 @@ def _samples(chains: Sequence[Any]) -> list[int]:
         seen[chain.id] = seen.get(chain.id, 0) + 1
         out.append(seen[chain.id])
     return out
-
-
-def _cause(exc: Exception) -> str:
-    """One line for a Ray failure: the innermost ``...Error: message`` line of its text (Ray
-    wraps a worker's traceback, e.g. a model that cannot load there), else the first line."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    causes = [line for line in lines if re.match(r"^[\w.]*(Error|Exception): ", line)]
-    return causes[-1] if causes else f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _same_path(stored: str | None, given: str) -> bool:
@@ -222,7 +214,7 @@ def _drive(
                                     model=model, started=started)  # fmt: skip
     except Exception as exc:  # Ray's own errors (a batch that failed for good) included
         resume = f"; the batches stored so far stay: --resume {run_id}" if run_id else ""
-        fail(f"ray: scoring failed: {_cause(exc)}{resume}", EXIT_FAILURE)
+        fail(f"ray: scoring failed: {error_line(exc)}{resume}", EXIT_FAILURE)
     for name, figures in summary.get("replicas", {}).items():
         console.print(
             f"ray: replica {escape(name)}: {figures['chains']} chains, "

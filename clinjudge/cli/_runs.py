@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from clinjudge._util.modes import deciding_agent
 from clinjudge.cli._common import (
     EXIT_USAGE,
     StoreDbOption,
@@ -20,7 +21,6 @@ from clinjudge.cli._common import (
 )
 from clinjudge.cli._doclens_view import doclens_table
 from clinjudge.cli._options import DocLensCompatOption
-from clinjudge.cli._outcome import deciding_agent
 from clinjudge.cli._prompt_cache_view import with_prompt_cache
 from clinjudge.cli._scores_view import score_summary, scores_table
 from clinjudge.errors import UserError
@@ -31,6 +31,7 @@ from clinjudge.runs import (
     check_output_file,
     delete_run,
     export_run,
+    gate_coercions,
     infer_format,
     is_claims_run,
     rename_run,
@@ -38,6 +39,9 @@ from clinjudge.runs import (
     runs_overview,
     status_label,
 )
+
+if TYPE_CHECKING:
+    from clinjudge.analysis import DocLensReport
 
 DOCLENS_SCORES = "doclens"
 """The export table of a DocLens run's pooled scores (computed, not stored)."""
@@ -179,18 +183,6 @@ def _models_table(models: dict[str, Any]) -> Table:
     return table
 
 
-def _gate_coercions(store: Any, run_id: str) -> dict[str, int]:
-    """Per attribute, replies whose score was stored as null because its gate says null."""
-    if not store.has_column("judgments", "raw_value"):
-        return {}
-    rows = store.query(
-        "SELECT attribute, count(*) AS n FROM judgments WHERE run_id = ? "
-        "AND raw_value IS NOT NULL AND value IS NULL GROUP BY attribute ORDER BY attribute",
-        [run_id],
-    )
-    return {r["attribute"]: int(r["n"]) for r in rows}
-
-
 def _final_scores(store: Any, run_id: str) -> list[dict[str, Any]] | None:
     """Per attribute on a point scale: n, mean, median and items per scale point of the final
     scores (None for a run without a rubric, e.g. a `judge prm` scoring run)."""
@@ -204,7 +196,7 @@ def _final_scores(store: Any, run_id: str) -> list[dict[str, Any]] | None:
     return score_summary(score_distributions(store, run_id, rubric))
 
 
-def _doclens(store: Any, run_id: str, compat: str | None) -> dict[str, Any] | None:
+def _doclens(store: Any, run_id: str, compat: str | None) -> DocLensReport | None:
     """A DocLens run's scores (None for any other run). The DocLens analysis, and the model
     clients under it, load only for such a run or an explicit ``--doclens-compat``."""
     if compat is None and not is_claims_run(store.get_run(run_id)):
@@ -230,7 +222,7 @@ def show_command(
         doclens = _doclens(store, summary["run_id"], doclens_compat)
         agent = deciding_agent(summary["mode"])
         counts = run_counts(store, summary["run_id"], agent) if agent else None
-        coerced = _gate_coercions(store, summary["run_id"])
+        coerced = gate_coercions(store, summary["run_id"])
         summary = with_prompt_cache(store, summary)
         scores = _final_scores(store, summary["run_id"]) if doclens is None else None
     if counts is not None:
@@ -250,7 +242,7 @@ def show_command(
 
         summary["notice"] = SIMULATED_NOTICE
     if doclens is not None:
-        summary["doclens"] = doclens
+        summary["doclens"] = doclens.to_dict()
     if scores:
         summary["scores"] = scores
     if as_json:

@@ -3,10 +3,15 @@ rubrics; DocLens runs have their own table)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    # Only for annotations: `judge runs show` loads the analysis when it has scores to show.
+    from clinjudge.analysis import ScoreDistribution
 
 BARS = "▁▂▃▄▅▆▇█"
 """Eight heights of a sparkline bar, lowest first."""
@@ -33,17 +38,16 @@ def sparkline(counts: list[int]) -> str:
     return "".join(out)
 
 
-def point_counts(entry: dict[str, Any]) -> list[int]:
+def point_counts(entry: ScoreDistribution) -> list[int]:
     """Items at each scale point of one attribute, from its ``min`` to its ``max``.
 
     Args:
         entry: One attribute of :func:`clinjudge.analysis.score_distributions`.
     """
-    counts = {float(k): int(v) for k, v in entry["counts"].items()}
-    return [counts.get(float(v), 0) for v in range(int(entry["min"]), int(entry["max"]) + 1)]
+    return [entry.counts.get(float(v), 0) for v in range(entry.min, entry.max + 1)]
 
 
-def score_summary(distributions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def score_summary(distributions: Sequence[ScoreDistribution]) -> list[dict[str, Any]]:
     """What `judge runs show --json` prints under ``scores``: per attribute on a point scale,
     ``n``, ``mean``, ``median``, ``null``, ``failed`` and ``counts`` (scale point -> items, every
     point of the scale listed).
@@ -53,18 +57,18 @@ def score_summary(distributions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     out = []
     for entry in distributions:
-        if entry["scale"] == "proportion":
+        if entry.scale == "proportion":
             continue  # computed shares (DocLens): no scale points to count
-        points = range(int(entry["min"]), int(entry["max"]) + 1)
+        points = range(entry.min, entry.max + 1)
         out.append(
             {
-                "attribute": entry["key"],
-                "scale": entry["scale"],
-                "n": entry["n"],
-                "mean": entry["mean"],
-                "median": entry["median"],
-                "null": entry["null"],
-                "failed": entry["failed"],
+                "attribute": entry.key,
+                "scale": entry.scale,
+                "n": entry.n,
+                "mean": entry.mean,
+                "median": entry.median,
+                "null": entry.null,
+                "failed": entry.failed,
                 "counts": dict(zip((str(p) for p in points), point_counts(entry), strict=True)),
             }
         )

@@ -133,6 +133,21 @@ class RunConfig(BaseModel):
             raise ValueError("shots > 0 needs a shot_pool file")
         return self
 
+    @model_validator(mode="after")
+    def _ray_runs_hf_models(self) -> RunConfig:
+        named = [("judge", self.judge), *((f"roles.{k}", v) for k, v in self.roles.items())]
+        for where, settings in named:
+            if settings is None:
+                continue
+            if settings.ray is not None and settings.provider != "hf":
+                raise ValueError(
+                    f"{where}.ray: only hf/ models run on Ray, not {settings.model} (an API "
+                    "judge scales with --shard)"
+                )
+            if settings.ray_replicas is not None and settings.ray is None:
+                raise ValueError(f"{where}.ray_replicas needs {where}.ray (--ray)")
+        return self
+
     @property
     def simulated(self) -> bool:
         """True when any configured model (the judge's or a role's) is the simulated ``mock/``

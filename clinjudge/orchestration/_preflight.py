@@ -10,7 +10,8 @@ from clinjudge.rubrics import Rubric
 
 
 def check_prm_config(config: RunConfig, rubric: Rubric) -> None:
-    """Load the PRM before anything is written, so a bad model is a configuration error.
+    """Load the PRM before anything is written, so a bad model is a configuration error (and
+    check that Ray is installed when a model runs on it).
 
     Args:
         config: The run configuration.
@@ -19,6 +20,7 @@ def check_prm_config(config: RunConfig, rubric: Rubric) -> None:
     Raises:
         ConfigError: The PRM cannot be used.
     """
+    check_ray_models(config)
     if config.prm is None:
         return
     if rubric.method != "scores":
@@ -43,6 +45,16 @@ def check_ray(settings: PRMRunSettings) -> None:
         raise ConfigError("--ray loads the PRM on the Ray workers; it does not combine with "
                           "--prm-url")  # fmt: skip
     require_ray()
+
+
+def check_ray_models(config: RunConfig) -> None:
+    """``hf/`` models with ``ray`` need Ray here (the replicas load the model on the workers).
+
+    Raises:
+        RayDependencyError: Ray is not installed (one line naming the ``ray`` extra).
+    """
+    if any(s is not None and s.ray is not None for s in (config.judge, *config.roles.values())):
+        require_ray()
 
 
 def check_doclens_config(config: RunConfig) -> None:

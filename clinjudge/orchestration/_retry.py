@@ -12,7 +12,7 @@ from tenacity.wait import wait_exponential_jitter
 from clinjudge.judges import TIMED_OUT, CallOutcome, JudgeModel, ModelSettings, ProviderFault
 from clinjudge.orchestration._config import RetryPolicy
 from clinjudge.rubrics import ChatTurn
-from clinjudge.runs import RunStore
+from clinjudge.runs import RunStore, calls_with_error
 
 AttemptRecorder = Callable[[datetime, CallOutcome | None, ProviderFault | None], None]
 
@@ -44,10 +44,7 @@ def timed_out_calls(store: RunStore, run_id: str) -> int:
         store: The run store.
         run_id: Full run id.
     """
-    rows = store.query(
-        "SELECT count(*) AS n FROM calls WHERE run_id = ? AND error = ?", [run_id, TIMED_OUT]
-    )
-    return int(rows[0]["n"] or 0) if rows else 0
+    return calls_with_error(store, run_id, TIMED_OUT)
 
 
 def timeout_advice(settings: ModelSettings, concurrency: int) -> str:

@@ -32,9 +32,11 @@ _PRM_OPTIONS = {
     "prm_url": "url",
     "prm_device": "device",
     "prm_section": "section",
-    "ray": "ray",
-    "ray_replicas": "ray_replicas",
 }
+# Options that put a model on Ray: the PRM (``--prm``) and every hf/ judge model.
+_RAY_OPTIONS = ("ray", "ray_replicas")
+RAY_PROVIDERS = {"hf"}
+"""Providers whose models run as Ray replicas with ``--ray`` (the in-process ``hf/`` judge)."""
 # Settings only one mode reads, by mode: {key in the mode's nested section: RunConfig field}.
 # Flat names (``panel_aggregate``, ``rounds``...) and nested sections (``panel: {aggregate:
 # mean}``, ``magentic: {rounds: 2}``) set the same fields; either given in another mode is an
@@ -59,6 +61,7 @@ _SPECIAL = {
     "doclens",
     "nli",
     *_PRM_OPTIONS,
+    *_RAY_OPTIONS,
     *MODE_SECTIONS,
     *_RETRY_OPTIONS,
 }
@@ -114,17 +117,52 @@ def prm_settings(settings: Any, options: Mapping[str, Any]) -> dict[str, Any] | 
 
     Args:
         settings: The config file's ``prm`` value.
-        options: ``model``, ``preset``, ``url``, ``device``, ``section``, ``ray``,
-            ``ray_replicas`` (None: not given).
+        options: ``model``, ``preset``, ``url``, ``device``, ``section`` (None: not given).
     """
     merged = {"model": settings} if isinstance(settings, str) else dict(settings or {})
     merged.update({k: v for k, v in options.items() if v is not None})
-    if "model" not in merged and {"ray", "ray_replicas"} & merged.keys():
-        raise ConfigError("--ray scales PRM scoring only: give it with --prm MODEL (API and hf "
-                          "judges run without Ray)")  # fmt: skip
     if merged and "model" not in merged:
-        raise ConfigError("PRM settings (preset, url, device, section) need a PRM model (prm)")
+        raise ConfigError("PRM settings (preset, url, device, section, ray) need a PRM model "
+                          "(prm)")  # fmt: skip
     return merged or None
+
+
+def _on_ray(settings: Mapping[str, Any]) -> bool:
+    return str(settings.get("model", "")).split("/", 1)[0].lower() in RAY_PROVIDERS
+
+
+def place_ray(
+    ray: Mapping[str, Any],
+    prm: dict[str, Any] | None,
+    judge: dict[str, Any],
+    roles: dict[str, Any],
+) -> None:
+    """Put ``--ray`` and ``--ray-replicas`` where they apply: the PRM (``--prm``) and every
+    ``hf/`` model of the run (the judge's, the roles'); in place.
+
+    Args:
+        ray: ``ray`` and ``ray_replicas`` given as options (None: not given).
+        prm: The ``prm`` section (None: no PRM).
+        judge: The judge's model settings.
+        roles: Model settings per agent or role.
+
+    Raises:
+        ConfigError: No PRM and no ``hf/`` model: nothing there runs on Ray.
+    """
+    given = {k: v for k, v in ray.items() if v is not None}
+    if not given:
+        return
+    local = [s for s in (judge, *roles.values()) if isinstance(s, dict) and _on_ray(s)]
+    if prm is None and not local:
+        raise ConfigError(f"--ray runs --prm scoring and hf/ judge models on Ray, and this "
+                          f"run has neither (judge model {judge.get('model')}); API judges "
+                          "scale with --shard instead")  # fmt: skip
+    if prm is not None:
+        prm.update(given)
+    for target in local:
+        # --ray-replicas alone sizes what already runs on Ray (e.g. the file's judge.ray).
+        if "ray" in given or target.get("ray") is not None:
+            target.update(given)
 
 
 def role_models(
@@ -148,6 +186,9 @@ def role_models(
         settings = {**judge, **dict(merged.get(agent.strip()) or {}), "model": model.strip()}
         if model.split("/", 1)[0] != str(judge.get("model", "")).split("/", 1)[0]:
             settings.pop("base_url", None)
+        if not _on_ray(settings):  # the judge's Ray settings are for hf/ models only
+            settings.pop("ray", None)
+            settings.pop("ray_replicas", None)
         merged[agent.strip()] = settings
     return merged
 
@@ -270,6 +311,8 @@ def run_config_from(options: Mapping[str, Any], *, source: str | None = None) ->
     merged["roles"] = role_models(
         merged.get("roles") or {}, options.get("role_model") or (), judge_settings
     )
+    place_ray({name: options.get(name) for name in _RAY_OPTIONS}, merged["prm"],
+              judge_settings, merged["roles"])  # fmt: skip
     retry = retry_settings(
         merged.get("retry"), {key: options.get(name) for name, key in _RETRY_OPTIONS.items()}
     )

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,7 +159,10 @@ class SampleRunner:
         self._buffer: dict[str, list[dict[str, Any]]] = {}
         self._buffered = 0
         self._last_flush = time.monotonic()
-        self._writer: asyncio.Task[None] | None = None
+        self._writer: asyncio.Future[None] | None = None
+        self._write_thread: ThreadPoolExecutor | None = None
+        """One long-lived thread writes every batch (not a pool thread each time: each new
+        thread that writes gets its own malloc arena, and the process kept them all)."""
         self._writing: dict[str, list[dict[str, Any]]] = {}
         self._writing_count = 0
         self._unwritten: list[tuple[dict[str, list[dict[str, Any]]], int]] = []
@@ -341,8 +345,10 @@ class SampleRunner:
             # Write in a thread so the event loop keeps serving model calls meanwhile.
             self._writing_count = self._buffered
             self._writing = self._take_buffer()
-            self._writer = asyncio.create_task(
-                asyncio.to_thread(self.store.write_batch, self._writing)
+            if self._write_thread is None:
+                self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="clinjudge-store")
+            self._writer = asyncio.get_running_loop().run_in_executor(
+                self._write_thread, self.store.write_batch, self._writing
             )
 
     def _collect_writer(self) -> None:
@@ -470,7 +476,10 @@ class SampleRunner:
             asyncio.create_task(self._worker(queue))
             for _ in range(min(self.config.concurrency, max(len(units), 1)))
         ]
+        cache_bound = contextlib.ExitStack()
         try:
+            # DuckDB caches what it writes: bounded, its memory stops growing with the run.
+            cache_bound.enter_context(self.store.bounded_cache())
             await asyncio.gather(*workers)
         except asyncio.CancelledError:
             self.tally.interrupted = True
@@ -484,6 +493,10 @@ class SampleRunner:
             try:
                 await self._finish_writes()
             finally:
+                cache_bound.close()
+                if self._write_thread is not None:
+                    self._write_thread.shutdown(wait=False)
+                    self._write_thread = None
                 if progress is not None:
                     progress.stop()
         if self.breaker is not None:

@@ -67,7 +67,9 @@ from clinjudge.runs import (
     item_row,
     load_response_cache,
     now,
+    run_item_rows,
     save_response_cache,
+    stored_samples,
 )
 
 logger = logging.getLogger(__name__)
@@ -354,8 +356,7 @@ def load_stored_run(store: RunStore, run_id: str) -> tuple[str, PreparedRun]:
     config = RunConfig.model_validate(stored)
     personas = _stored_personas(run["run_id"], config, persona_data)
     rubric = parse_rubric_text(json.dumps(run["rubric_json"]), f"{run['run_id']}.json")
-    rows = store.query("SELECT * FROM items WHERE run_id = ? ORDER BY position", [run["run_id"]])
-    items = [item_from_row(r) for r in rows]
+    items = [item_from_row(r) for r in run_item_rows(store, run["run_id"])]
     return run["run_id"], PreparedRun(config, rubric, items, shots, personas=personas)
 
 
@@ -383,13 +384,7 @@ def missing_work(store: RunStore, run_id: str, prepared: PreparedRun) -> list[Wo
         run_id: The run.
         prepared: The run's items and config.
     """
-    done = {
-        (r["item_id"], r["sample"])
-        for r in store.query(
-            "SELECT item_id, sample FROM samples WHERE run_id = ? AND agent = ?",
-            [run_id, workflow_for(prepared.config.mode, prepared.rubric)[0]],
-        )
-    }
+    done = stored_samples(store, run_id, workflow_for(prepared.config.mode, prepared.rubric)[0])
     return [
         WorkUnit(item, sample)
         for sample in range(1, prepared.config.samples + 1)

@@ -8,7 +8,9 @@ the only one that writes them (see ``judge prm score --ray``). Ray Data restarts
 dies and runs its batch again; a result therefore arrives at least once, and the driver keeps
 the first (the store's keys make a repeated write a no-op as well).
 
-Ray is imported only here, and only when ``--ray`` is given: ``pip install 'clinjudge[ray]'``.
+Ray is imported only when ``--ray`` is given (``pip install 'clinjudge[ray]'``); starting or
+joining it, sizing the replicas and the tests' fault injection are shared with the ``hf/`` judge
+on Ray (:mod:`clinjudge._util.ray_cluster`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from clinjudge.errors import UserError
+# Ray's start and join, replica sizing and fault injection are shared with the hf/ judge on
+# Ray; the package re-exports the error and require_ray from here.
+from clinjudge._util.ray_cluster import RayDependencyError as RayDependencyError
+from clinjudge._util.ray_cluster import duration, inject_faults, ray_init, replica_resources
+from clinjudge._util.ray_cluster import require_ray as require_ray
 from clinjudge.prm_bridge._aggregate import DEFAULT_THRESHOLD, all_aggregates
 from clinjudge.prm_bridge._backend import (
     DEFAULT_BATCH_TOKENS,
@@ -37,28 +42,7 @@ from clinjudge.prm_bridge._backend import (
 from clinjudge.prm_bridge._presets import PRMFormat
 from clinjudge.prm_bridge._segment import Chain
 
-RAY_EXTRA = "ray"
-RAY_INSTALL_HINT = f"--ray needs Ray: pip install 'clinjudge[{RAY_EXTRA}]'"
-RAY_FAULTS_ENV = "CLINJUDGE_RAY_FAULTS"
-"""Fault injection for tests: a folder on the workers' machine. A replica that finds a file
-``exit_once`` there renames it away (only one replica wins) and exits hard before scoring its
-batch; a file ``delay_s`` holds seconds each batch waits before scoring."""
-
 log = logging.getLogger(__name__)
-
-
-class RayDependencyError(UserError, ImportError):
-    """``--ray`` was asked for, but Ray is not installed."""
-
-
-def require_ray() -> Any:
-    """Import ray, or fail with the install hint (one line, naming the extra)."""
-    try:
-        import ray
-        import ray.data  # noqa: F401 - the `data` part of ray[data]
-    except ImportError as exc:
-        raise RayDependencyError(RAY_INSTALL_HINT) from exc
-    return ray
 
 
 @dataclass(frozen=True)
@@ -165,7 +149,7 @@ class RayProgress:
         return (
             f"{self.done}/{self.total} chains, {self.done / self.elapsed:.1f} items/s, "
             f"{self.tokens / self.elapsed:,.0f} tokens/s, "
-            f"ETA {'-' if eta is None else _duration(eta)}"
+            f"ETA {'-' if eta is None else duration(eta)}"
         )
 
     def replica_lines(self) -> list[str]:
@@ -195,28 +179,6 @@ class RayProgress:
         }
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _inject_faults() -> None:
-    folder = os.environ.get(RAY_FAULTS_ENV)
-    if not folder:
-        return
-    delay = Path(folder, "delay_s")
-    if delay.exists():
-        time.sleep(float(delay.read_text() or 0))
-    trigger = Path(folder, "exit_once")
-    try:
-        trigger.rename(Path(folder, f"exited.{os.getpid()}"))
-    except OSError:
-        return
-    os._exit(1)
-
-
 class _Replica:
     """A Ray Data actor: one loaded model, scoring Ray batches of JSON chains."""
 
@@ -227,7 +189,7 @@ class _Replica:
         self.threshold = threshold
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        _inject_faults()
+        inject_faults()
         indices: list[int] = []
         chains: list[Chain] = []
         for packed_indices, packed_chains in zip(batch["indices"], batch["chains"], strict=True):
@@ -240,30 +202,6 @@ class _Replica:
             "result": [r.model_dump_json() for r in results],
             "replica": [self.name] * len(results),
         }
-
-
-def _ray_init(ray: Any, address: str | None) -> bool:
-    """Join or start Ray; True when this call started (and so must stop) it."""
-    if ray.is_initialized():
-        return False
-    ray.init(
-        address=address,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-    )
-    return True
-
-
-def _remote_args(ray: Any, spec: ScorerSpec, options: RayOptions) -> tuple[int, dict[str, Any]]:
-    resources = ray.cluster_resources()
-    gpus = int(resources.get("GPU", 0)) if spec.device != "cpu" else 0
-    replicas = options.replicas or max(gpus, 1)
-    if gpus:
-        return replicas, {"num_gpus": 1}
-    # CPU replicas share the cluster's cores; Ray sets each actor's torch threads to its share.
-    cpus = int(resources.get("CPU", 1))
-    return replicas, {"num_cpus": max(1, cpus // replicas)}
 
 
 def plan_batches(chains: Sequence[Chain], spec: ScorerSpec, batch_size: int) -> list[list[int]]:
@@ -354,7 +292,7 @@ def score_on_ray(
         if on_progress:
             on_progress(RayProgress(total=0))
         return
-    started_here = _ray_init(ray, options.address)
+    started_here = ray_init(ray, options.address)
     try:
         yield from _stream(
             ray, chains, batches, spec, options, threshold, on_progress, progress_every_s
@@ -387,7 +325,7 @@ def _stream(
         context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
-    replicas, remote = _remote_args(ray, spec, options)
+    replicas, remote = replica_resources(ray, options.replicas, cpu_only=spec.device == "cpu")
     # One dataset row per Ray batch: its indices and chains as JSON, in the planned order.
     rows = [
         {

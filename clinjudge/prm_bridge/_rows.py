@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from clinjudge._util.modes import PRM_AGENT, PRM_MODE, PRM_ROLE
 from clinjudge.prm_bridge._backend import ChainScore, StepScore
 
-PRM_AGENT = "prm"
-"""Agent name of PRM forward passes in the calls table."""
-PRM_ROLE = "prm"
-PRM_MODE = "prm"
-"""Mode of a run that only scored candidates with a PRM (``judge prm score``)."""
+__all__ = ["PRM_AGENT", "PRM_MODE", "PRM_ROLE", "prm_step_rows"]
 
 
 def prm_step_rows(run_id: str, result: ChainScore, model: str) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clinjudge._util.modes import deciding_agent
 from clinjudge.judges import DocLensSettings, source_units
 from clinjudge.prm_bridge import aggregate
 from clinjudge.rubrics import Rubric, SourceNote
@@ -206,7 +207,7 @@ def views_from_rows(
         else:
             values.setdefault((row["sample"], row["agent"]), {})[row["attribute"]] = row
     views: dict[int, SampleView] = {}
-    deciding = _deciding_agent(run)
+    deciding = deciding_agent(run.get("mode"))  # None for a run without judge samples (PRM)
     for row in samples:
         if row["sample"] <= 0:
             continue
@@ -219,10 +220,6 @@ def views_from_rows(
     for view in views.values():
         view.agents.sort(key=lambda a: (a["agent"] != deciding, a["agent"]))
     return {"final": final, "samples": [views[k] for k in sorted(views)], "deciding": deciding}
-
-
-def _deciding_agent(run: dict[str, Any]) -> str:
-    return {"magentic": "orchestrator", "panel": "panel"}.get(run.get("mode") or "", "judge")
 
 
 def human_ratings(store: RunStore, item_id: str) -> dict[str, dict[str, float | None]]:

@@ -558,6 +558,7 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
     """Everything on a run's page that summarises the whole run."""
     rid = run["run_id"]
     totals = run_totals(store, rid, rubric)
+    doclens = doclens_report(store, rid)
     return {
         "summary": totals,
         "distributions": distribution_charts(
@@ -569,7 +570,8 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
         "flags": item_flag_counts(store, rid),
         "has_vendor": run_has_vendors(store, rid),
         "is_audit": is_audit_run(store, rid),
-        "doclens": (doclens_report(store, rid) or {}).get("pooled"),
+        # Plain rows: the template reads each metric by name (row[k]).
+        "doclens": [row.to_dict() for row in doclens.pooled] if doclens else None,
     }
 
 

@@ -8,9 +8,10 @@ one.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from clinjudge.analysis import run_rubric
+from clinjudge.analysis import ScoreDistribution, run_rubric
 from clinjudge.personas import PersonaSet
 from clinjudge.reports._viewer_paging import page_window
 from clinjudge.reports._viewer_query import ItemQuery
@@ -48,7 +49,7 @@ def _histogram(values: list[tuple[float, int]], lo: float, hi: float, integer: b
     return [(f"{lo + i * width:.1f}", n) for i, n in enumerate(bins)]
 
 
-def distribution_charts(distributions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def distribution_charts(distributions: Sequence[ScoreDistribution]) -> list[dict[str, Any]]:
     """Histogram bins of each attribute's final scores, for the run page.
 
     Args:
@@ -56,9 +57,9 @@ def distribution_charts(distributions: list[dict[str, Any]]) -> list[dict[str, A
     """
     out = []
     for d in distributions:
-        numbers = list(d["counts"].items())
-        proportion = d["scale"] == "proportion"
-        lo, hi = (0.0, 1.0) if proportion else (float(d["min"]), float(d["max"]))
+        numbers = list(d.counts.items())
+        proportion = d.scale == "proportion"
+        lo, hi = (0.0, 1.0) if proportion else (float(d.min), float(d.max))
         # Medians of an even number of samples can be x.5; such values get their own bins.
         integer = not proportion and all(float(v).is_integer() for v, _ in numbers)
         if not integer and not proportion:
@@ -67,12 +68,12 @@ def distribution_charts(distributions: list[dict[str, Any]]) -> list[dict[str, A
             bins = _histogram(numbers, lo, hi, integer)
         out.append(
             {
-                "key": d["key"],
-                "name": d["name"],
+                "key": d.key,
+                "name": d.name,
                 "bins": bins,
-                "n": d["n"],
-                "missing": d["null"] + d["failed"],
-                "mean": d["mean"],
+                "n": d.n,
+                "missing": d.null + d.failed,
+                "mean": d.mean,
             }
         )
     return out

@@ -221,6 +221,13 @@ class _Reading:
     rationale_plain: bool
     """``rationale`` is no attribute's alias: the forgiving reading takes it as the overall
     rationale."""
+    keys: tuple[str, ...]
+    """The rubric's keys in output order."""
+    checks: tuple[tuple[str, frozenset[int | None], Attribute], ...]
+    """Each attribute's key and the values its JSON Schema allows."""
+    gates: tuple[tuple[str, str, int], ...]
+    """(key, gating key, the gating value that makes the key null) of each gated attribute,
+    in the rubric's order."""
 
 
 _READINGS: dict[int, _Reading] = {}
@@ -237,7 +244,21 @@ def _reading(rubric: Rubric) -> _Reading:
         if aliases.get(normalise_key(k)) == k and not k.startswith("__rationale__")
     )
     rationale = normalise_key(RATIONALE_KEY)
-    reading = _Reading(rubric, aliases, plain, rationale not in aliases)
+    reading = _Reading(
+        rubric,
+        aliases,
+        plain,
+        rationale not in aliases,
+        keys=tuple(rubric.keys),
+        checks=tuple(
+            (a.key, _allowed(a.scale, a.min, a.max, a.nullable), a) for a in rubric.attributes
+        ),
+        gates=tuple(
+            (a.key, a.gate.attribute, a.gate.null_when)
+            for a in rubric.attributes
+            if a.gate is not None
+        ),
+    )
     if len(_READINGS) >= 64:
         _READINGS.clear()
     _READINGS[id(rubric)] = reading
@@ -354,34 +375,30 @@ def _allowed(scale: ScaleKind, low: int, high: int, nullable: bool) -> frozenset
     return frozenset(range(low, high + 1)) if enum is None else frozenset(enum)
 
 
-def _validate_range(value: int | None, attribute: Attribute) -> str | None:
-    """Check one value against the attribute's JSON Schema (the request's contract too)."""
-    if value in _allowed(attribute.scale, attribute.min, attribute.max, attribute.nullable):
-        return None
+def _range_problem(value: int | None, attribute: Attribute) -> str:
+    """Why a value the attribute's JSON Schema (the request's contract too) rules out fails."""
     if value is None:
         return f"{attribute.key} is null but must be a score"
     return f"{attribute.key}={value} is outside {attribute.min}..{attribute.max}"
 
 
-def _gate_aliases(values: dict[str, int | None], rubric: Rubric) -> None:
+def _gate_aliases(values: dict[str, int | None], reading: _Reading) -> None:
     """Read 0 as NA for a gated attribute whose gate says null (a common model habit)."""
-    for attribute in rubric.attributes:
-        gate = attribute.gate
-        if gate and values.get(gate.attribute) == gate.null_when and values.get(attribute.key) == 0:
-            values[attribute.key] = None
+    for key, gating, null_when in reading.gates:
+        if values.get(gating) == null_when and values.get(key) == 0:
+            values[key] = None
 
 
-def _coerce_gated(values: dict[str, int | None], rubric: Rubric) -> dict[str, int]:
+def _coerce_gated(values: dict[str, int | None], reading: _Reading) -> dict[str, int]:
     """Null the scores given where a gate says null; returns the scores given (by key)."""
     coerced: dict[str, int] = {}
-    if rubric.settings.gate == "strict":
+    if reading.rubric.settings.gate == "strict":
         return coerced
-    for attribute in rubric.attributes:
-        gate = attribute.gate
-        value = values.get(attribute.key)
-        if gate and value is not None and values.get(gate.attribute) == gate.null_when:
-            coerced[attribute.key] = value
-            values[attribute.key] = None
+    for key, gating, null_when in reading.gates:
+        value = values.get(key)
+        if value is not None and values.get(gating) == null_when:
+            coerced[key] = value
+            values[key] = None
     return coerced
 
 
@@ -466,22 +483,24 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
             raise JudgmentParseError("no JSON object in the reply uses the rubric's keys")
         flat = _unwrap(candidates[best_index], aliases)
         values, rationales, overall, problems = _extract_fields(flat, rubric, aliases)
-    reported = {p.split(":", 1)[0] for p in problems}
-    missing = [k for k in rubric.keys if k not in values and k not in reported]
+    keys = reading.keys
+    if problems:
+        reported = {p.split(":", 1)[0] for p in problems}
+        missing = [k for k in keys if k not in values and k not in reported]
+    else:
+        missing = [k for k in keys if k not in values]
     if missing:
         problems.append("missing keys: " + ", ".join(missing))
-    _gate_aliases(values, rubric)
-    coerced = _coerce_gated(values, rubric)
-    for attribute in rubric.attributes:
-        if attribute.key in values:
-            problem = _validate_range(values[attribute.key], attribute)
-            if problem:
-                problems.append(problem)
+    _gate_aliases(values, reading)
+    coerced = _coerce_gated(values, reading)
+    for key, allowed, attribute in reading.checks:
+        if key in values and values[key] not in allowed:
+            problems.append(_range_problem(values[key], attribute))
     if not problems:
         gate_problem = rubric.gate_violation(values)
         if gate_problem:
             problems.append(gate_problem)
     if problems:
         raise JudgmentParseError("; ".join(problems))
-    ordered = {k: values[k] for k in rubric.keys}
+    ordered = {k: values[k] for k in keys}
     return ParsedJudgment(values=ordered, rationales=rationales, rationale=overall, coerced=coerced)

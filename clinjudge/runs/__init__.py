@@ -138,6 +138,16 @@ from clinjudge.runs._reads import (
 # The provider prompt-cache columns of calls (#22).
 from clinjudge.runs._prompt_cache_reads import prompt_cache_by_agent, prompt_cache_totals
 
+# isort: split
+# Reads of one run by the API (Run tables), `judge runs show` and the runner (resume) (#24).
+from clinjudge.runs._run_reads import (
+    calls_with_error,
+    gate_coercions,
+    run_item_rows,
+    run_table,
+    stored_samples,
+)
+
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB",
@@ -265,4 +275,9 @@ __all__ = [
     "vendor_call_totals",
     "prompt_cache_by_agent",
     "prompt_cache_totals",
+    "calls_with_error",
+    "gate_coercions",
+    "run_item_rows",
+    "run_table",
+    "stored_samples",
 ]

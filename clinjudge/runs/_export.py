@@ -8,11 +8,11 @@ import os
 import stat
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
+from clinjudge._util.lazy_module import LazyModule
 from clinjudge.errors import UserError
 from clinjudge.runs._store import (
     RunStore,
@@ -21,6 +21,11 @@ from clinjudge.runs._store import (
     disk_full_error,
     disk_full_reason,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:  # loaded on first use: `judge runs list` and `runs show` write no Arrow table
+    pa = LazyModule("pyarrow")
 
 EXPORT_FORMATS = ("jsonl", "json", "csv", "parquet")
 EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps")

@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from clinjudge._util.modes import DECIDING_AGENTS
 from clinjudge.errors import UserError
 from clinjudge.runs._store import RunStore, StoreError, _owner_only_files
 
 FAILURE_CLASS_SEPARATOR = ":"
 
-DECIDING_AGENTS = ("judge", "panel", "orchestrator")
-"""Agents whose verdicts are a run's samples (single judge, panel, magentic chair); every judge
-workflow stores its sample-level decision under one of them."""
-DECIDING_AGENT_SQL = "agent IN ('judge', 'panel', 'orchestrator')"
+# Agents whose verdicts are a run's samples (single judge, panel, magentic chair): every judge
+# workflow stores its sample-level decision under one of them (one table: _util/modes.py).
+DECIDING_AGENT_SQL = f"agent IN ({', '.join(repr(a) for a in DECIDING_AGENTS)})"
 """SQL condition on ``samples.agent`` selecting the samples (see :data:`DECIDING_AGENTS`)."""
 
 

@@ -12,11 +12,20 @@ import platform
 from collections.abc import Sequence
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clinjudge.prm_bridge import PRM_AGENT, PRM_MODE, PRM_ROLE, ChainScore, prm_step_rows
+from clinjudge._util.modes import PRM_AGENT, PRM_MODE, PRM_ROLE
 from clinjudge.runs._rows import SampleKey, call_row
 from clinjudge.runs._store import RunStore, now
+
+if TYPE_CHECKING:  # the PRM package loads when PRM rows are written, not with the store
+    from clinjudge.prm_bridge import ChainScore
+
+
+def _prm_step_rows(run_id: str, result: ChainScore, model: str) -> list[dict[str, Any]]:
+    from clinjudge.prm_bridge import prm_step_rows
+
+    return prm_step_rows(run_id, result, model)
 
 
 def _version(name: str) -> str | None:
@@ -87,7 +96,7 @@ def write_prm_run(
     calls: list[dict[str, Any]] = []
     for result in results:
         positions[result.id] = positions.get(result.id, 0) + 1
-        steps.extend(prm_step_rows(run_id, result, model))
+        steps.extend(_prm_step_rows(run_id, result, model))
         calls.append(prm_call_row(run_id, result, positions[result.id], model, started))
     failed = any(r.error for r in results)
     run_row = _run_row(
@@ -202,7 +211,7 @@ def add_prm_results(
     steps: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     for result, sample in scored:
-        steps.extend(prm_step_rows(run_id, result, model))
+        steps.extend(_prm_step_rows(run_id, result, model))
         calls.append(prm_call_row(run_id, result, sample, model, started))
     store.write_batch({"prm_steps": steps, "calls": calls})
 

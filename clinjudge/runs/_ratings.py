@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from clinjudge.inputs import HumanRating, load_ratings
 from clinjudge.rubrics import Rubric
 from clinjudge.runs._reads import count_query, query_arrow
 from clinjudge.runs._store import RunStore, now
+
+if TYPE_CHECKING:  # Arrow loads with the first table read, not with the store
+    import pyarrow as pa
 
 load_human_ratings = load_ratings
 """The old name of :func:`clinjudge.inputs.load_ratings` (the one ratings reader), kept for

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from clinjudge.inputs import PRM_ATTRIBUTE, FlagRule
 from clinjudge.runs._aggregate import FINAL_AGENT
 from clinjudge.runs._manage import DECIDING_AGENT_SQL
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore
+
+if TYPE_CHECKING:  # Arrow loads with the first table read, not with the store
+    import pyarrow as pa
 
 
 def query_arrow(store: RunStore, sql: str, params: list[Any]) -> pa.Table:

@@ -19,15 +19,20 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
+from clinjudge._util.lazy_module import LazyModule
 from clinjudge._util.offline import connect_duckdb
 from clinjudge._util.secrets import redact_secrets
 from clinjudge._util.timestamps import now
 from clinjudge.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:  # loaded on first use: `judge runs list` and `runs show` write no Arrow table
+    pa = LazyModule("pyarrow")
 
 DEFAULT_DB = Path("runs") / "clinjudge.duckdb"
 DB_ENV = "CLINJUDGE_DB"
@@ -223,6 +228,9 @@ CREATE TABLE IF NOT EXISTS agreement_cache (
     PRIMARY KEY (run_id, settings)
 );
 """
+
+WRITE_CACHE_LIMIT = "128MB"
+"""DuckDB's memory limit while a run writes its batches (:meth:`RunStore.bounded_cache`)."""
 
 FINAL_SAMPLE = 0
 """Sample number of the aggregated per-item judgment; real samples count from 1."""
@@ -436,6 +444,8 @@ class RunStore:
         self._columns: dict[str, list[str]] = {}
         self._ignore_existing = True
         """insert_rows ignores rows whose key exists (write_batch tries without first)."""
+        self._cache_bound: str | None = None
+        """The memory limit to restore while :meth:`bounded_cache` holds DuckDB's cache."""
         _check_path(self.path)
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such database")
@@ -562,14 +572,64 @@ class RunStore:
         The rows first go in with a plain INSERT, which costs DuckDB a third less CPU than
         INSERT OR IGNORE; when a key already exists (rows a killed run stored, written again)
         that transaction is rolled back and the whole batch is written again ignoring them.
+        Under :meth:`bounded_cache`, a batch DuckDB cannot fit in the bound lifts it and goes
+        in again (the first try was rolled back).
 
         Args:
             batch: Table name to rows.
         """
         try:
+            self._write_ignoring_existing(batch)
+        except duckdb.OutOfMemoryException:
+            if self._cache_bound is None:
+                raise
+            self._lift_cache_bound()
+            self._write_ignoring_existing(batch)
+
+    def _write_ignoring_existing(self, batch: Mapping[str, Sequence[dict[str, Any]]]) -> None:
+        try:
             self._write_batch(batch, ignore_existing=False)
         except duckdb.ConstraintException:
             self._write_batch(batch, ignore_existing=True)
+
+    @contextmanager
+    def bounded_cache(self, limit: str = WRITE_CACHE_LIMIT) -> Iterator[None]:
+        """Bound DuckDB's memory while the block writes batch after batch (a run).
+
+        DuckDB keeps every block it wrote cached up to its memory limit (most of the
+        machine's memory by default), so a long run's memory grew with the rows it stored.
+        Within the bound the cache is evicted instead; what DuckDB must hold in memory (the
+        key indexes) still grows with the rows, and a batch that does not fit lifts the bound
+        (see :meth:`write_batch`). The previous limit is restored when the block ends.
+
+        Args:
+            limit: DuckDB memory limit for the block, e.g. ``"256MB"``.
+        """
+        if self.read_only or self._cache_bound is not None:
+            yield
+            return
+        row = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+        try:
+            self.con.execute(f"SET memory_limit = '{limit}'")
+        except duckdb.Error:  # already holding more than the bound: leave it as it is
+            yield
+            return
+        self._cache_bound = str(row[0]) if row else ""
+        try:
+            yield
+        finally:
+            self._lift_cache_bound()
+
+    def _lift_cache_bound(self) -> None:
+        previous, self._cache_bound = self._cache_bound, None
+        if previous is None:
+            return
+        with contextlib.suppress(duckdb.Error):  # a closed or failed connection
+            # DuckDB shows the limit rounded: the default comes back exactly with RESET.
+            self.con.execute("RESET memory_limit")
+            row = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+            if previous and (row is None or str(row[0]) != previous):
+                self.con.execute(f"SET memory_limit = '{previous}'")
 
     def _write_batch(
         self, batch: Mapping[str, Sequence[dict[str, Any]]], *, ignore_existing: bool

@@ -140,8 +140,8 @@ def test_official_arithmetic_matches_the_reference(official_run):
     expected = official_citation_scores(OFFICIAL_RECORDS)
     with RunStore(db) as store:
         report = doclens_report(store, run_id)  # the run's own setting: official
-    assert report["compat"] == "official"
-    got = {r["section"]: (r["citation_recall"], r["citation_precision"]) for r in report["pooled"]}
+    assert report is not None and report.compat == "official"
+    got = {r.section: (r.citation_recall, r.citation_precision) for r in report.pooled}
     assert set(got) == set(expected)
     for section, values in expected.items():
         assert got[section] == pytest.approx(values), section
@@ -152,17 +152,18 @@ def test_the_same_run_by_clinjudge_rules(official_run):
     db, run_id = official_run
     with RunStore(db) as store:
         report = doclens_report(store, run_id, "clinjudge")
-    rows = {r["section"]: r for r in report["pooled"]}
+    assert report is not None
+    rows = {r.section: r for r in report.pooled}
     sub = rows["subjective"]
     assert list({4, 0, 9})[:2] == [0, 9]
     # entailed: cough, fever, sleeps; chest pain is judged (as officially) on the first two of
     # list(set([4, 0, 9])), which name the unknown 9: not entailed, no call. Counted: [0]
     # (only citation), none of [1][2], none of chest pain's two, [3] of the borrowed [3];
     # eats well's [3] is not counted.
-    assert (sub["statements_entailed"], sub["statements"]) == (3, 5)
-    assert (sub["citations_counted"], sub["citations"]) == (2, 7)
-    assert rows["plan"]["citation_precision"] is None
-    assert rows["total"]["citation_recall"] == pytest.approx(3 / 6)
+    assert (sub.statements_entailed, sub.statements) == (3, 5)
+    assert (sub.citations_counted, sub.citations) == (2, 7)
+    assert rows["plan"].citation_precision is None
+    assert rows["total"].citation_recall == pytest.approx(3 / 6)
 
 
 def test_runs_show_and_export_take_the_setting(official_run, tmp_path):
@@ -225,7 +226,7 @@ def test_clinjudge_run_reasks_an_entailed_reply_naming_no_citation(tmp_path):
     assert rows == [("failed",)]
     with RunStore(db) as store:
         report = doclens_report(store, run_id)
-    assert report["compat"] == "clinjudge"
+    assert report is not None and report.compat == "clinjudge"
 
 
 def test_official_nli_joins_the_other_citations_with_a_newline():
@@ -313,7 +314,8 @@ def test_official_counts_over_ten_citations_as_the_official_evaluator(tmp_path):
     expected = official_citation_scores(records)
     with RunStore(db) as store:
         report = doclens_report(store, result.stdout.strip())
-    got = {r["section"]: (r["citation_recall"], r["citation_precision"]) for r in report["pooled"]}
+    assert report is not None
+    got = {r.section: (r.citation_recall, r.citation_precision) for r in report.pooled}
     for section, values in expected.items():
         assert got[section] == pytest.approx(values, abs=1e-12), section
 

@@ -33,12 +33,13 @@ def test_pooled_scores_per_section_and_total(doclens_run: tuple[Path, str]) -> N
     assert (plan["claim_recall"], plan["citation_recall"]) == pytest.approx((1.0, 1 / 3))
     # Pooled over both items: 4 of 5 reference claims, 4 of 6 output claims, 3 of 6 statements,
     # 3 of 7 citations.
-    assert [total[k] for k in report["macro"]] == pytest.approx([4 / 5, 4 / 6, 3 / 6, 3 / 7])
+    assert report is not None
+    assert [total[k] for k in report.macro.to_dict()] == pytest.approx([4 / 5, 4 / 6, 3 / 6, 3 / 7])
     assert (total["reference_claims"], total["citations"], total["citations_counted"]) == (5, 7, 3)
     assert total["items"] == 2 and total["extraction_failed"] == 0
     # The per-instance mean differs from DocLens's pooling: (2/3 + 1) / 2 for claim recall.
-    assert report["agent"] == "judge"
-    assert report["macro"]["claim_recall"] == pytest.approx(5 / 6)
+    assert report.agent == "judge"
+    assert report.macro.claim_recall == pytest.approx(5 / 6)
 
 
 def test_runs_show_prints_doclens_table(doclens_run: tuple[Path, str]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from clinjudge.prm_bridge._ray_runner import RAY_FAULTS_ENV
+from clinjudge._util.ray_cluster import RAY_FAULTS_ENV
 from tests.requirements import require_module
 
 

@@ -1,10 +1,10 @@
 """`judge run --prm MODEL --ray local`: the PRM evidence is scored on Ray before judging, and the
 run stores and prompts exactly what the same run scored in one process stores and prompts.
 
-One Ray session (2 CPUs) serves the module, as in test_ray_scoring.py. Every forward pass holds
-one chain in both paths (``batch_tokens: 256`` and chains longer than 128 tokens), so the step
-scores can be compared to the last bit: float sums depend on a batch's shape, and one process
-groups the chains of concurrent samples as they happen to wait.
+One Ray session (2 CPUs) serves every Ray test of this folder (``ray_cluster`` in conftest.py).
+Every forward pass holds one chain in both paths (``batch_tokens: 256`` and chains longer than
+128 tokens), so the step scores can be compared to the last bit: float sums depend on a batch's
+shape, and one process groups the chains of concurrent samples as they happen to wait.
 """
 
 from __future__ import annotations
@@ -21,16 +21,7 @@ from clinjudge.rubrics import Item
 from tests.cli._helpers import invoke, query
 from tests.factories import write_jsonl
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores
-from tests.prm_bridge._ray_support import local_ray
 from tests.requirements import require_module
-
-
-@pytest.fixture(scope="module")
-def ray_session(tmp_path_factory):
-    """The fault folder of a Ray started for this module (its workers read it)."""
-    faults = tmp_path_factory.mktemp("faults")
-    with local_ray(faults):
-        yield faults
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +84,7 @@ def _stored(db: Path, run_id: str) -> tuple[list[tuple[Any, ...]], list[tuple[An
 
 
 def test_ray_prepass_stores_and_prompts_what_one_process_does(
-    ray_session, model, tmp_path, monkeypatch
+    ray_faults, model, tmp_path, monkeypatch
 ):
     db, run_id, prompts = _judge(tmp_path / "local", model)
     # The model this process loaded for the first run (and checks again before the second):
@@ -103,9 +94,10 @@ def test_ray_prepass_stores_and_prompts_what_one_process_does(
     local_calls: list[int] = []
     monkeypatch.setattr(local, "score", lambda *a, **k: local_calls.append(1) or forward(*a, **k))
     # The replica that takes the first batch dies: the scores come from Ray, after a retry.
-    (ray_session / "exit_once").write_text("")
+    before = set(ray_faults.glob("exited.*"))
+    (ray_faults / "exit_once").write_text("")
     ray_db, ray_run, ray_prompts = _judge(tmp_path / "ray", model, "--ray", "local")
-    assert len(list(ray_session.glob("exited.*"))) == 1
+    assert len(set(ray_faults.glob("exited.*")) - before) == 1
     assert local_calls == []
     steps, calls = _stored(db, run_id)
     ray_steps, ray_calls = _stored(ray_db, ray_run)
@@ -124,5 +116,6 @@ def test_ray_without_prm_is_refused_in_one_line(tmp_path):
                     "--db", str(tmp_path / "runs.duckdb"), "--no-progress")  # fmt: skip
     assert result.exit_code == 2
     message = result.stderr.strip()
-    assert "--ray scales PRM scoring only" in message and len(message.splitlines()) == 1
+    assert "--ray runs --prm scoring and hf/ judge models" in message
+    assert len(message.splitlines()) == 1
     assert not (tmp_path / "runs.duckdb").exists()

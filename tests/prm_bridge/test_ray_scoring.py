@@ -1,8 +1,9 @@
 """`judge prm score|eval --ray` on a local Ray started here (2 CPUs), with a tiny PRM.
 
-One Ray session serves the module (start-up takes seconds). The workers inherit this process's
-environment at ``ray.init``, so the fault-injection folder (``CLINJUDGE_RAY_FAULTS``) is set
-before it; each test arms the faults it needs. Ray is installed by the test command
+One Ray session serves every Ray test of this folder (``ray_cluster`` in conftest.py; start-up
+takes seconds). The workers inherit this process's environment at ``ray.init``, so the
+fault-injection folder (``CLINJUDGE_RAY_FAULTS``) is set before it; each test arms the faults it
+needs. Ray is installed by the test command
 (``.[dev,prm,ray]``): a missing Ray skips here and fails under CI.
 """
 
@@ -19,18 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli._helpers import invoke, query, scalar
-from tests.prm_bridge._ray_support import local_ray
 from tests.prm_bridge._tiny import save_tiny
 
 N_IDS = 12  # two candidates each: 24 chains
-
-
-@pytest.fixture(scope="module")
-def ray_session(tmp_path_factory):
-    """(GCS address, fault folder) of a Ray started for this module."""
-    faults = tmp_path_factory.mktemp("faults")
-    with local_ray(faults) as address:
-        yield address, faults
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +98,17 @@ def _json(stdout: str) -> dict:
 EVERY_CANDIDATE_ONCE = [(f"n{n:02d}", s, 1) for n in range(N_IDS) for s in (1, 2)]
 
 
-def test_ray_scores_equal_one_process_even_when_a_replica_dies(ray_session, model, data,
+def test_ray_scores_equal_one_process_even_when_a_replica_dies(ray_cluster, model, data,
                                                               reference, tmp_path):  # fmt: skip
-    address, faults = ray_session
+    address, faults = ray_cluster
+    before = set(faults.glob("exited.*"))
     (faults / "exit_once").write_text("", encoding="utf-8")  # a replica exits on its 1st batch
     db = tmp_path / "ray.duckdb"
     result = invoke(*_args("score", model, data, db, "--ray", address, "--ray-replicas", "2",
                            "--ray-batch", "4"))  # fmt: skip
     assert result.exit_code == 0, result.output
     assert not (faults / "exit_once").exists()
-    assert list(faults.glob("exited.*")), "no replica took the fault"
+    assert set(faults.glob("exited.*")) - before, "no replica took the fault"
     assert result.stdout.lstrip().startswith("{")  # Ray's messages did not reach stdout
     run_id = json.loads(result.stdout)["run_id"]
     steps = _steps(db, run_id)
@@ -133,10 +126,10 @@ def test_ray_scores_equal_one_process_even_when_a_replica_dies(ray_session, mode
     assert "tokens/s" in result.stderr and "ETA" in result.stderr
 
 
-def test_resume_after_the_driver_is_killed_scores_only_what_is_missing(ray_session, model,
+def test_resume_after_the_driver_is_killed_scores_only_what_is_missing(ray_cluster, model,
                                                                        data, reference,
                                                                        tmp_path):  # fmt: skip
-    address, faults = ray_session
+    address, faults = ray_cluster
     db = tmp_path / "ray.duckdb"
     delay = faults / "delay_s"
     delay.write_text("0.4", encoding="utf-8")  # each batch waits: the kill lands mid-run

@@ -455,10 +455,11 @@ def test_report_takes_the_doclens_compat_setting(
     _, sections = _rows(page, "doclens-sections")
     total = {r["section"]: r for r in sections}["total"]
     with RunStore(db, read_only=True) as store:
-        official = doclens_report(store, run_id, "official")["pooled"]
-    expected = next(r for r in official if r["section"] == "total")
+        official = doclens_report(store, run_id, "official")
+    assert official is not None
+    expected = next(r for r in official.pooled if r.section == "total")
     for metric in ("claim_recall", "claim_precision", "citation_recall", "citation_precision"):
-        assert total[metric] == f"{expected[metric]:.3f}", metric
+        assert total[metric] == f"{expected.metric(metric):.3f}", metric
     assert "Arithmetic: official" in (tmp_path / "report.md").read_text()
     assert invoke(*args, "--doclens-compat", "nonsense").exit_code == 2
 

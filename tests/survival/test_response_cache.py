@@ -109,6 +109,8 @@ _IGNORED_VALUES: dict[str, Any] = {
     "rpm": 10,
     "tpm": 1000,
     "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+    "ray": "local",
+    "ray_replicas": 2,
 }
 
 

@@ -123,6 +123,8 @@ def check_token_count(name: str, value: Any) -> int:
         ProviderFault: The count is not a number, negative or absurdly large (retryable: the
             reply is malformed, not the request).
     """
+    if type(value) is int and 0 <= value <= MAX_TOKENS_PER_CALL:
+        return value  # what every well-formed reply sends
     if value is None:
         return 0
     try:

@@ -41,11 +41,13 @@ KEY_VERSION = 2
 """Format of the key payload. 1: model and sampling only (answered for any endpoint); 2: every
 setting that can change a reply, endpoint and API version included."""
 
-NOT_IN_KEY = frozenset({"api_key_env", "timeout", "max_reply_bytes", "rpm", "tpm", "price"})
+NOT_IN_KEY = frozenset(
+    {"api_key_env", "timeout", "max_reply_bytes", "rpm", "tpm", "price", "ray", "ray_replicas"}
+)
 """ModelSettings fields left out of the key because they cannot change what a model answers:
 which variable holds the key, how long to wait and how much to read (they decide whether a reply
-arrives, not what it says), pacing, and the price. Every other field, including any added later,
-is part of the key."""
+arrives, not what it says), pacing, the price, and where an ``hf/`` model runs (Ray). Every
+other field, including any added later, is part of the key."""
 
 # Where each provider's client looks for an endpoint or API version the settings do not give
 # (the OpenAI SDK, autogen's Azure client, litellm): two runs with different values in the

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yarl
 from autogen_core.models import CreateResult, LLMMessage, ModelInfo
 from autogen_core.tools import Tool, ToolSchema
 
@@ -43,7 +44,9 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         model: Model name as the server knows it.
         base_url: Server root ending in ``/v1`` (or wherever ``/chat/completions`` lives).
         api_key: Bearer token, if the server wants one.
-        timeout: Seconds per request.
+        timeout: Seconds per request; None leaves the bound to the caller (a
+            :class:`JudgeModel` bounds every call it makes itself: a second timer per request
+            would only cost CPU).
         max_reply_bytes: Most bytes of reply body read before the call fails.
         model_info: Capabilities reported to AutoGen.
         **sampling: Request fields sent with every call (temperature, top_p, max_tokens, seed...).
@@ -55,14 +58,15 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         base_url: str,
         *,
         api_key: str | None = None,
-        timeout: float = 120.0,
+        timeout: float | None = 120.0,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         model_info: ModelInfo | None = None,
         **sampling: Any,
     ):
         super().__init__(model_info)
         self._model = model
-        self._url = _endpoint(base_url, "chat/completions")
+        # Parsed once: aiohttp would parse a string URL again on every request.
+        self._url = yarl.URL(_endpoint(base_url, "chat/completions"))
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"

@@ -143,9 +143,7 @@ def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") 
     Raises:
         ProviderFault: torch, transformers or llguidance is not installed (not retryable).
     """
-    missing = [m for m in ("torch", "transformers", "llguidance") if not _installed(m)]
-    if missing:
-        raise ProviderFault(f"{INSTALL_HINT} (missing: {', '.join(missing)})", retryable=False)
+    _require_extra()
     from clinjudge.judges.clients._hf_engine import LocalModel
 
     key = (source, device, dtype)
@@ -154,6 +152,12 @@ def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") 
         if engine is None:
             engine = _ENGINES[key] = LocalModel(source, device=device, dtype=dtype)
         return engine
+
+
+def _require_extra() -> None:
+    missing = [m for m in ("torch", "transformers", "llguidance") if not _installed(m)]
+    if missing:
+        raise ProviderFault(f"{INSTALL_HINT} (missing: {', '.join(missing)})", retryable=False)
 
 
 def _installed(module: str) -> bool:
@@ -291,30 +295,13 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         extra: Mapping[str, Any],
         tools: Sequence[Any] = (),
     ) -> CreateResult:
-        engine = self.engine  # fails first without the prm extra
-        from clinjudge.judges.clients._hf_engine import GenerationRequest
-
         if tools:
             raise ProviderFault(
                 "hf/ models are run without tools (function calling)", retryable=False
             )
-        schema, json_mode = _reply_schema(json_output, extra)
-        cap = extra.get("max_tokens") or extra.get("max_completion_tokens") or self.max_tokens
-        if schema is not None and self.gates:
-            from clinjudge.judges.clients._hf_constraint import GateRule, apply_gates
-
-            schema = apply_gates(schema, [GateRule(*gate) for gate in self.gates])
-        request = GenerationRequest(
-            messages=_chat(messages),
-            max_tokens=int(cap),
-            schema=schema,
-            json_mode=json_mode,
-            temperature=extra.get("temperature", self.temperature),
-            top_p=extra.get("top_p", self.top_p),
-            seed=extra.get("seed") if isinstance(extra.get("seed"), int) else self.seed,
-        )
+        request = self._request(messages, json_output, extra)
         try:
-            result = await _batcher(engine).submit(request)
+            result = await self._generate(request)
         except ProviderFault:
             raise
         except Exception as exc:  # noqa: BLE001 - load and decoding failures are not retried
@@ -327,6 +314,38 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
             ),
             cached=False,
         )
+
+    def _request(
+        self, messages: Sequence[LLMMessage], json_output: Any, extra: Mapping[str, Any]
+    ) -> GenerationRequest:
+        """The generation request of one call: its chat, cap, schema (gated) and sampling.
+
+        Raises:
+            ProviderFault: torch, transformers or llguidance is not installed (not retryable).
+        """
+        _require_extra()
+        from clinjudge.judges.clients._hf_engine import GenerationRequest
+
+        schema, json_mode = _reply_schema(json_output, extra)
+        cap = extra.get("max_tokens") or extra.get("max_completion_tokens") or self.max_tokens
+        if schema is not None and self.gates:
+            from clinjudge.judges.clients._hf_constraint import GateRule, apply_gates
+
+            schema = apply_gates(schema, [GateRule(*gate) for gate in self.gates])
+        return GenerationRequest(
+            messages=_chat(messages),
+            max_tokens=int(cap),
+            schema=schema,
+            json_mode=json_mode,
+            temperature=extra.get("temperature", self.temperature),
+            top_p=extra.get("top_p", self.top_p),
+            seed=extra.get("seed") if isinstance(extra.get("seed"), int) else self.seed,
+        )
+
+    async def _generate(self, request: GenerationRequest) -> GenerationResult:
+        """Decode one request with the requests in flight beside it (in this process; the
+        Ray client sends the batch to a replica instead)."""
+        return await _batcher(self.engine).submit(request)
 
     def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
         engine = _ENGINES.get((self.source, self.device, self.dtype))
@@ -342,7 +361,8 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
 
 def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCompletionClient:
     """The client for an ``hf/`` model's settings (device and dtype: the settings' when they
-    have them, else ``CLINJUDGE_HF_DEVICE`` / ``CLINJUDGE_HF_DTYPE``, else ``auto``).
+    have them, else ``CLINJUDGE_HF_DEVICE`` / ``CLINJUDGE_HF_DTYPE``, else ``auto``); with
+    ``ray`` set, one whose batches run on Ray replicas.
 
     Args:
         settings: Model and sampling settings.
@@ -350,13 +370,19 @@ def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCo
     """
     device = getattr(settings, "device", None) or os.environ.get(DEVICE_ENV) or "auto"
     dtype = getattr(settings, "dtype", None) or os.environ.get(DTYPE_ENV) or "auto"
-    return HFChatCompletionClient(
-        settings.name,
-        max_tokens=settings.max_tokens,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        seed=settings.seed,
-        device=str(device),
-        dtype=str(dtype),
-        rubric=rubric,
-    )
+    options: dict[str, Any] = {
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "seed": settings.seed,
+        "device": str(device),
+        "dtype": str(dtype),
+        "rubric": rubric,
+    }
+    if settings.ray is not None:  # the replicas run on Ray; the driver only batches
+        from clinjudge.judges.clients._hf_ray import HFRayChatCompletionClient
+
+        return HFRayChatCompletionClient(
+            settings.name, ray=settings.ray, replicas=settings.ray_replicas, **options
+        )
+    return HFChatCompletionClient(settings.name, **options)

@@ -34,9 +34,18 @@ async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
         resp: An open response (not yet read).
         limit: Most bytes accepted (after decompression).
     """
-    declared = _declared_length(resp.headers)
+    headers = resp.headers
+    declared = _declared_length(headers)
     if declared is not None and declared > limit:
         raise reply_too_large(limit)
+    if (
+        declared is not None
+        and "Content-Encoding" not in headers
+        and "Transfer-Encoding" not in headers
+    ):
+        # The parser hands over exactly the declared bytes, already checked against the limit:
+        # one read, without a chunk iterator per reply (a model call's usual reply).
+        return await resp.content.read()
     chunks: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_chunked(_CHUNK):

@@ -24,6 +24,7 @@ from autogen_core.models import (
 
 from clinjudge.errors import UserError
 from clinjudge.judges.clients._accounting import (
+    TokenPrices,
     call_cost,
     count_message_tokens,
     count_tokens,
@@ -32,6 +33,7 @@ from clinjudge.judges.clients._accounting import (
 from clinjudge.judges.clients._base_client import (
     GENERIC_MODEL_INFO,
     PromptUsage,
+    SimpleChatCompletionClient,
     check_token_count,
     message_text,
     prompt_cache_counts,
@@ -265,14 +267,14 @@ def _with_sdk_usage(result: CreateResult, sink: list[Any]) -> CreateResult:
     return result.model_copy(update={"usage": full})
 
 
-def _direct_client(settings: ModelSettings) -> ChatCompletionClient:
+def _direct_client(settings: ModelSettings, bounded: bool = False) -> ChatCompletionClient:
     if settings.base_url is None:
         raise ModelConfigError(f"model {settings.model}: client 'direct' needs a base_url")
     return DirectChatCompletionClient(
         settings.name,
         settings.base_url,
         api_key=_api_key(settings, required=False),
-        timeout=settings.timeout,
+        timeout=None if bounded else settings.timeout,
         max_reply_bytes=settings.max_reply_bytes,
         **_sampling_args(settings),
     )
@@ -330,6 +332,14 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
         settings: Model and sampling settings.
         rubric: Needed by the mock provider to follow the rubric's contract.
     """
+    return _build_client(settings, rubric)
+
+
+def _build_client(
+    settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
+) -> ChatCompletionClient:
+    """:func:`build_client`; ``bounded``: the caller bounds every call by ``settings.timeout``
+    itself (:class:`JudgeModel`), so the direct client sets no timer of its own."""
     provider = settings.provider
     if settings.is_mock:
         return MockChatCompletionClient(rubric, settings.name)
@@ -343,7 +353,7 @@ def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClien
         use_direct = settings.client == "direct" or (
             settings.client == "auto" and settings.base_url is not None
         )
-        return _direct_client(settings) if use_direct else _openai_client(settings)
+        return _direct_client(settings, bounded) if use_direct else _openai_client(settings)
     if provider in AZURE_PROVIDERS:
         return _azure_client(settings)
     return _litellm_client(settings)
@@ -411,7 +421,8 @@ class JudgeModel:
         self, settings: ModelSettings, rubric: Rubric, client: ChatCompletionClient | None = None
     ):
         self.settings = settings
-        self.client = client or build_client(settings, rubric)
+        # Every call is bounded by settings.timeout in _attempt: the client need not time it too.
+        self.client = client or _build_client(settings, rubric, bounded=True)
         self.cache: ResponseCache | None = None
         """Replies to reuse (``--cache``); None sends every request."""
         self.schema_refused = False
@@ -419,6 +430,16 @@ class JudgeModel:
         asks for JSON mode for the rest of the run); shared by every agent on this model."""
         self._schema_accepted = False
         self._probe: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._prices: tuple[ModelSettings, TokenPrices | None] | None = None
+
+    def _token_prices(self) -> TokenPrices | None:
+        """:func:`token_prices` of the current settings, looked up once per settings object
+        (settings are replaced, never changed in place; the lookup scans the price map's names
+        on every call otherwise)."""
+        known = self._prices
+        if known is None or known[0] is not self.settings:
+            known = self._prices = (self.settings, token_prices(self.settings))
+        return known[1]
 
     async def complete(
         self,
@@ -596,8 +617,12 @@ class JudgeModel:
                 # autogen-ext's OpenAI/Azure clients send extra arguments to the SDK as they
                 # are: they get the request field itself.
                 extra["response_format"] = openai_response_format(schema)
+            elif isinstance(self.client, SimpleChatCompletionClient):
+                # Our clients translate the key and take the validated schema as it is: a
+                # mapping would be validated again on every call.
+                extra[STRUCTURED_OUTPUT_KEY] = schema
             else:
-                extra[STRUCTURED_OUTPUT_KEY] = schema.as_arg()  # our clients translate it
+                extra[STRUCTURED_OUTPUT_KEY] = schema.as_arg()
         elif mode == "json_object":
             json_output = True
         elif mode == "off" and isinstance(json_output, bool):
@@ -647,7 +672,7 @@ class JudgeModel:
             prompt_tokens = count_message_tokens([message_text(m) for m in messages])
             completion_tokens = count_tokens(text)
             cached, written = 0, 0
-        prices = token_prices(self.settings)
+        prices = self._token_prices()
         return CallOutcome(
             text=text,
             finish_reason=result.finish_reason,

@@ -82,6 +82,9 @@ class ModelSettings(BaseModel):
         tpm: Tokens per minute allowed for this model (prompt plus completion).
         price: Price override; otherwise litellm's bundled price map is used.
         price_as: Model name to look up in the price map (e.g. the model behind a deployment).
+        ray: ``hf/`` models only: run the model's replicas as Ray actors (``--ray``): ``local``
+            starts a Ray here, ``auto`` joins this machine's cluster, ``HOST:PORT`` that one.
+        ray_replicas: Model replicas on Ray; default one per GPU of the cluster, else one.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -104,6 +107,8 @@ class ModelSettings(BaseModel):
     tpm: int | None = Field(default=None, gt=0)
     price: Price | None = None
     price_as: str | None = None
+    ray: str | None = Field(default=None, min_length=1)
+    ray_replicas: int | None = Field(default=None, ge=1)
 
     @field_validator("model")
     @classmethod

@@ -65,8 +65,30 @@ def reply_schema(value: Any) -> ReplySchema | None:
     )
 
 
+_SHARED: dict[tuple[str, int], tuple[Mapping[str, Any], ReplySchema]] = {}
+_SHARED_SIZE = 64
+"""Validated forms of shared schemas by (name, schema object); each entry holds its schema,
+so an id is never reused while the entry lives."""
+
+
+def _validated(name: str, schema: Mapping[str, Any], shared: bool) -> ReplySchema:
+    if not shared:
+        return ReplySchema.model_validate({"name": schema_name(name), "schema": dict(schema)})
+    key = (name, id(schema))
+    known = _SHARED.get(key)
+    if known is not None and known[0] is schema:
+        return known[1]
+    validated = _validated(name, schema, False)
+    if len(_SHARED) >= _SHARED_SIZE:
+        _SHARED.clear()
+    _SHARED[key] = (schema, validated)
+    return validated
+
+
 @contextmanager
-def structured_reply(name: str, schema: Mapping[str, Any]) -> Iterator[ReplySchema]:
+def structured_reply(
+    name: str, schema: Mapping[str, Any], *, shared: bool = False
+) -> Iterator[ReplySchema]:
     """Ask for replies following ``schema`` on every model call made inside the block.
 
     For calls that pass through layers taking rendered turns (the runner's call functions);
@@ -75,8 +97,10 @@ def structured_reply(name: str, schema: Mapping[str, Any]) -> Iterator[ReplySche
     Args:
         name: Schema name (sanitised for the API).
         schema: The JSON Schema of the reply.
+        shared: ``schema`` is an object that is never changed and comes back for every sample
+            (``shared_reply_schema``'s): it is validated once and its validated form reused.
     """
-    requested = ReplySchema.model_validate({"name": schema_name(name), "schema": dict(schema)})
+    requested = _validated(name, schema, shared)
     token = _REQUESTED.set(requested)
     try:
         yield requested

@@ -13,20 +13,16 @@ from typing import Any, Protocol
 
 from autogen_core.models import ChatCompletionClient
 
+# The deciding agents' names are defined once, where readers of stored runs find them cheaply.
+from clinjudge._util.modes import DECIDING_AGENTS as DECIDING_AGENTS
+from clinjudge._util.modes import JUDGE_AGENT as JUDGE_AGENT
+from clinjudge._util.modes import ORCHESTRATOR_AGENT as ORCHESTRATOR_AGENT
+from clinjudge._util.modes import PANEL_AGENT as PANEL_AGENT
 from clinjudge.judges.clients import ModelSettings
 from clinjudge.judges.workflows._single import CallFn, SampleVerdict
 from clinjudge.personas import Persona
 from clinjudge.prm_bridge import PRMRunSettings
 from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
-
-JUDGE_AGENT = "judge"
-"""Agent name of the single judge's sample-level decision."""
-PANEL_AGENT = "panel"
-"""Agent name of an independent panel's combined decision."""
-ORCHESTRATOR_AGENT = "orchestrator"
-"""Agent name of the MagenticOne chair's decision."""
-DECIDING_AGENTS = (JUDGE_AGENT, PANEL_AGENT, ORCHESTRATOR_AGENT)
-"""Agents whose rows hold a sample's decision, whatever the mode."""
 
 
 class WorkflowSettings(Protocol):

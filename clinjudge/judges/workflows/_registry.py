@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from clinjudge.judges.workflows._contract import (
-    DECIDING_AGENTS,
-    JUDGE_AGENT,
-    WorkflowContext,
-    WorkflowResult,
-)
+from clinjudge._util.modes import deciding_agent, set_deciding_agent
+from clinjudge.judges.workflows._contract import JUDGE_AGENT, WorkflowContext, WorkflowResult
 from clinjudge.judges.workflows._prm_evidence import prompt_evidence
 from clinjudge.judges.workflows._single import judge_single_sample
 from clinjudge.rubrics import Rubric
@@ -31,15 +27,12 @@ async def single_workflow(ctx: WorkflowContext) -> WorkflowResult:
     return WorkflowResult(agent=JUDGE_AGENT, verdict=verdict)
 
 
-_WORKFLOWS: dict[str, tuple[str, Workflow]] = {"single": (JUDGE_AGENT, single_workflow)}
+# Only the workflows: each mode's deciding agent lives in one table (clinjudge/_util/modes.py),
+# which readers of a stored run consult without importing this package.
+_WORKFLOWS: dict[str, Workflow] = {"single": single_workflow}
 # Workflows of rubrics whose attributes are computed from claims (``method: claims``, DocLens).
-_CLAIM_WORKFLOWS: dict[str, tuple[str, Workflow]] = {}
-
-
-def _check_agent(agent: str) -> None:
-    # Counts (summary, runs show, compare) read a run's samples from these agents' rows.
-    if agent not in DECIDING_AGENTS:
-        raise ValueError(f"deciding agent {agent!r} must be one of {', '.join(DECIDING_AGENTS)}")
+_CLAIM_WORKFLOWS: dict[str, Workflow] = {}
+set_deciding_agent("single", JUDGE_AGENT)
 
 
 def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:
@@ -47,11 +40,16 @@ def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:
 
     Args:
         mode: The ``--mode`` name.
-        agent: Name under which the workflow's sample-level decision is stored.
+        agent: Name under which the workflow's sample-level decision is stored; a built-in
+            mode's must be the one in the table of deciding agents (``_util/modes.py``).
         workflow: The workflow.
+
+    Raises:
+        ValueError: The agent is not a deciding agent, or the mode decides by another.
     """
-    _check_agent(agent)
-    _WORKFLOWS[mode] = (agent, workflow)
+    # Counts (summary, runs show, compare, the viewer) read a run's samples from its rows.
+    set_deciding_agent(mode, agent)
+    _WORKFLOWS[mode] = workflow
 
 
 def register_claims_workflow(mode: str, agent: str, workflow: Workflow) -> None:
@@ -59,11 +57,15 @@ def register_claims_workflow(mode: str, agent: str, workflow: Workflow) -> None:
 
     Args:
         mode: The ``--mode`` name.
-        agent: Name under which the workflow's sample-level decision is stored.
+        agent: Name under which the workflow's sample-level decision is stored (as for
+            :func:`register_workflow`).
         workflow: The workflow.
+
+    Raises:
+        ValueError: The agent is not a deciding agent, or the mode decides by another.
     """
-    _check_agent(agent)
-    _CLAIM_WORKFLOWS[mode] = (agent, workflow)
+    set_deciding_agent(mode, agent)
+    _CLAIM_WORKFLOWS[mode] = workflow
 
 
 def registered_modes() -> list[str]:
@@ -81,7 +83,7 @@ def workflow_for(mode: str, rubric: Rubric | None = None) -> tuple[str, Workflow
     registry = _WORKFLOWS
     if rubric is not None and rubric.method == "claims":
         registry = _CLAIM_WORKFLOWS
-    try:
-        return registry[mode]
-    except KeyError:
-        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(sorted(registry))}") from None
+    agent = deciding_agent(mode)
+    if mode not in registry or agent is None:
+        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(sorted(registry))}")
+    return agent, registry[mode]

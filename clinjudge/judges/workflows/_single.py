@@ -195,7 +195,7 @@ async def judge_single_sample(
     # Every call of this sample (repairs too) asks for replies following the rubric's schema;
     # the call function passes through the runner, so the schema rides on the context.
     schema = shared_reply_schema(rubric, explanations=explanations)
-    with structured_reply(rubric.name, schema):
+    with structured_reply(rubric.name, schema, shared=True):
         return await _judge_with_repairs(turns, rubric, call, max_repairs)
 
 
