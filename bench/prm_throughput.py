@@ -513,10 +513,6 @@ def part_ray_fresh(args: argparse.Namespace) -> None:
 
 
 def part_ray(args: argparse.Namespace) -> None:
-    import ray
-
-    from clinjudge.prm_bridge import RayOptions, ScorerSpec, score_on_ray
-
     hf_logging.set_verbosity_error()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("## (c) Ray: skipped, CUDA is not available (pass --device cpu)")
@@ -539,21 +535,8 @@ def part_ray(args: argparse.Namespace) -> None:
         single = scorer.score(chains)
         single_s = time.perf_counter() - started
         del scorer
-        started = time.perf_counter()
-        ray.init(num_cpus=max(args.threads, 1), include_dashboard=False, log_to_driver=False)
-        init_s = time.perf_counter() - started
-        try:
-            spec = ScorerSpec(folder, fmt, device=args.device, batch_tokens=args.ray_batch_tokens)
-            options = RayOptions(replicas=1, batch_size=args.ray_batch)
-            results: dict[int, object] = {}
-            started = time.perf_counter()
-            for part in score_on_ray(chains, spec, options):
-                results.update(part)
-            ray_s = time.perf_counter() - started
-        finally:
-            ray.shutdown()
+        init_s, ray_s, ray_results, version = _ray_scores(args, folder, chains)
     tokens = sum(r.n_tokens for r in single)
-    ray_results = [results[i] for i in range(len(chains))]
     forward_single = sum(r.latency_s for r in single)
     forward_ray = sum(r.latency_s for r in ray_results)  # type: ignore[attr-defined]
     equal = all(
@@ -561,7 +544,7 @@ def part_ray(args: argparse.Namespace) -> None:
         for a, b in zip(single, ray_results, strict=True)
     )
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    print(f"## (c) Ray overhead, {device}, {args.ray_shape} model, ray {ray.__version__}, "
+    print(f"## (c) Ray overhead, {device}, {args.ray_shape} model, ray {version}, "
           f"{len(chains)} chains, {tokens:,} tokens")  # fmt: skip
     print("| path | seconds | tokens/s | forward s | forward tokens/s |")
     print("|---|---|---|---|---|")

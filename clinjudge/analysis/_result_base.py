@@ -35,13 +35,16 @@ class Result(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
     def _old_key(self, key: str) -> Any:
+        self._warn_old_key(key)
+        return self.to_dict()[key]
+
+    def _warn_old_key(self, key: str) -> None:
         warnings.warn(
             f"reading {type(self).__name__} by key ({key!r}) is deprecated: use its attributes "
             "(or .to_dict() for plain data)",
             DeprecationWarning,
-            stacklevel=3,
+            stacklevel=4,  # the reader's line, past __getitem__/get and _old_key
         )
-        return self.to_dict()[key]
 
     def __getitem__(self, key: str) -> Any:
         return self._old_key(key)

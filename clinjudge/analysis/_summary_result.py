@@ -3,7 +3,6 @@ per-item table."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from clinjudge.analysis._result_base import Result
@@ -87,12 +86,7 @@ class ScoreDistribution(Result):
     median: float | None = None
 
     def _old_key(self, key: str) -> Any:
-        warnings.warn(
-            f"reading {type(self).__name__} by key ({key!r}) is deprecated: use its attributes "
-            "(or .to_dict() for plain data)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
+        self._warn_old_key(key)
         # The old dict's scores were numbers; the JSON dump makes them strings.
         return self.counts if key == "counts" else self.to_dict()[key]
 

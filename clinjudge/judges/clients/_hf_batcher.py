@@ -117,34 +117,51 @@ class MicroBatcher(Generic[RequestT, ResultT]):
             raise
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._pending:
-            if self._before_batch is not None:
-                try:
-                    await self._before_batch()
-                except Exception as exc:  # noqa: BLE001 - every waiting request gets it
-                    self._fail(self._pending, exc)
-                    self._pending = []
-                    return
+            if not await self._prepared():
+                return
+            slot = await self._slot()
             await self._gather()
             batch = self._take()
             if not batch:
                 continue
             self.batch_sizes.append(len(batch))
-            try:
-                results = await loop.run_in_executor(
-                    self._executor, self._run, [entry.request for entry in batch]
-                )
-            except Exception as exc:  # noqa: BLE001 - the whole batch failed
-                self._fail(batch, exc)
+            await self._dispatch(batch, slot)
+
+    async def _prepared(self) -> bool:
+        """Run the before-batch hook; False when it raised (every waiting request gets it)."""
+        if self._before_batch is None:
+            return True
+        try:
+            await self._before_batch()
+        except Exception as exc:  # noqa: BLE001 - every waiting request gets it
+            self._fail(self._pending, exc)
+            self._pending = []
+            return False
+        return True
+
+    async def _slot(self) -> object:
+        """Where the next batch will run, awaited before it is gathered (here: this process's
+        one executor thread, always ready)."""
+        return None
+
+    async def _dispatch(self, batch: list[Pending[RequestT, ResultT]], slot: object) -> None:
+        """Run a batch and settle its requests (here: in the executor, one batch at a time)."""
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(
+                self._executor, self._run, [entry.request for entry in batch]
+            )
+        except Exception as exc:  # noqa: BLE001 - the whole batch failed
+            self._fail(batch, exc)
+            return
+        for entry, result in zip(batch, results, strict=True):
+            if entry.future.done():
                 continue
-            for entry, result in zip(batch, results, strict=True):
-                if entry.future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    entry.future.set_exception(result)
-                else:
-                    entry.future.set_result(result)
+            if isinstance(result, BaseException):
+                entry.future.set_exception(result)
+            else:
+                entry.future.set_result(result)
 
     async def _gather(self) -> None:
         """Wait until the oldest request's window has passed or a batch is full."""

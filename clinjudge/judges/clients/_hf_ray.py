@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from clinjudge._util.ray_cluster import (
     error_line,
@@ -358,28 +358,19 @@ class _PoolBatcher(MicroBatcher["GenerationRequest", "GenerationResult"]):
         self._pool = pool
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._pending:
-            if self._before_batch is not None:
-                try:
-                    await self._before_batch()
-                except Exception as exc:  # noqa: BLE001 - every waiting request gets it
-                    self._fail(self._pending, exc)
-                    self._pending = []
-                    return
-            # Gather only once a replica is free: while all are busy the next batch grows.
-            replica = await self._pool.idle()
-            await self._gather()
-            batch = self._take()
-            if not batch:
-                continue
-            self.batch_sizes.append(len(batch))
-            replica.busy = True
-            replica.served += len(batch)
-            task = loop.create_task(self._pool.send(replica, batch))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+    async def _slot(self) -> object:
+        # Gather only once a replica is free: while all are busy the next batch grows.
+        return await self._pool.idle()
+
+    async def _dispatch(
+        self, batch: list[Pending[GenerationRequest, GenerationResult]], slot: object
+    ) -> None:
+        replica = cast(_Replica, slot)
+        replica.busy = True
+        replica.served += len(batch)
+        task = asyncio.get_running_loop().create_task(self._pool.send(replica, batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
 
 # Batches on Ray never run in a local thread; the batcher's executor is never used.
