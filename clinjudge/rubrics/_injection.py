@@ -131,36 +131,133 @@ _RULES: tuple[_Rule, ...] = (
     ),
 )
 
-_TAG_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+class _Gate:
+    """A rule's needle test, answered on the lowercased text where it can.
+
+    Equal to ``any(needle in folded for needle in rule.needles)``: a needle without spaces
+    occurs in the folded text exactly when it occurs in the lowercased one (folding only
+    collapses runs of whitespace, and lowercasing never turns a space into a letter or back),
+    so the folded text is built only for needles with spaces, and only once one of their
+    words is found.
+    """
+
+    __slots__ = ("multi", "single")
+
+    def __init__(self, needles: tuple[str, ...]):
+        self.single = tuple(n for n in needles if " " not in n)
+        self.multi = tuple((max(n.split(), key=len), n) for n in needles if " " in n)
 
 
-def _tag_pattern(rubric: Rubric | None) -> re.Pattern[str]:
-    keys = tuple(rubric.keys) if rubric is not None else ()
-    pattern = _TAG_CACHE.get(keys)
-    if pattern is None:
-        names = {*FENCE_TAGS, *(k.upper() for k in keys)}
-        pattern = _TAG_CACHE[keys] = fence_pattern(names, entities=True)
-    return pattern
+@dataclass(frozen=True)
+class _Checks:
+    """Everything a scan needs for one set of rubric keys, built once per key set."""
+
+    rules: tuple[tuple[_Rule, _Gate], ...]
+    fence: re.Pattern[str]
+    scores: re.Pattern[str] | None
 
 
-_SCORES_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
+_FENCE_REASON = "imitates a prompt fence tag"
+_SCORES_REASON = "holds pre-filled rubric scores"
+_CHECKS_CACHE: dict[tuple[str, ...] | None, _Checks] = {}
 
 
-def _scores_pattern(rubric: Rubric) -> re.Pattern[str]:
-    cache_key = tuple(rubric.keys)
-    pattern = _SCORES_CACHE.get(cache_key)
-    if pattern is None:
-        keys = "|".join(re.escape(k) for k in cache_key)
-        pattern = _SCORES_CACHE[cache_key] = re.compile(
-            rf"""["']\s*+(?:{keys})\s*+["']\s*+:\s*+(?:["']\s*+)?(?:-?\d|null)""",
-            re.IGNORECASE,
+def _checks(keys: tuple[str, ...] | None) -> _Checks:
+    checks = _CHECKS_CACHE.get(keys)
+    if checks is None:
+        names = {*FENCE_TAGS, *(k.upper() for k in keys or ())}
+        scores = None
+        if keys is not None:
+            alternatives = "|".join(re.escape(k) for k in keys)
+            scores = re.compile(
+                rf"""["']\s*+(?:{alternatives})\s*+["']\s*+:\s*+(?:["']\s*+)?(?:-?\d|null)""",
+                re.IGNORECASE,
+            )
+        checks = _CHECKS_CACHE[keys] = _Checks(
+            tuple((rule, _Gate(rule.needles)) for rule in _RULES),
+            fence_pattern(names, entities=True),
+            scores,
         )
-    return pattern
+    return checks
+
+
+def _keys(rubric: Rubric | None) -> tuple[str, ...] | None:
+    return None if rubric is None else tuple(rubric.keys)
 
 
 def _excerpt(match: re.Match[str]) -> str:
     found = " ".join(match.group(0).replace(IGNORED, "").split())
     return found if len(found) <= _EXCERPT else found[: _EXCERPT - 3] + "..."
+
+
+_Found = tuple[tuple[str, str], ...]
+"""(name, reason) of each flag of one text, in rule order."""
+
+# Notes recur across items (every vendor's summary of one encounter cites the same notes), and
+# what a text is flagged for depends only on the text and the rubric's keys. The memo is
+# bounded by the characters it keeps alive, and emptied when full.
+_MEMO: dict[tuple[str, tuple[str, ...] | None], _Found] = {}
+_MEMO_CHARS = 2_000_000
+_memo_used = 0
+
+
+def _found(text: str, checks: _Checks) -> _Found:
+    # Words are matched on NFKC text without invisible characters ("ig\u200bnore" is
+    # "ignore"); fence tags on the skeleton, which also folds homoglyphs.
+    plain = visible(text)
+    lower = plain.lower()
+    folded: str | None = None
+    found: list[tuple[str, str]] = []
+    for rule, gate in checks.rules:
+        if not any(map(lower.__contains__, gate.single)):
+            for word, needle in gate.multi:
+                if word in lower:
+                    if folded is None:
+                        folded = " ".join(lower.split())
+                    if needle in folded:
+                        break
+            else:
+                continue
+        if rule.folded:
+            if folded is None:
+                folded = " ".join(lower.split())
+            target = folded
+        else:
+            target = plain
+        match = rule.pattern.search(target)
+        if match:
+            found.append((rule.name, f"{rule.reason}: {_excerpt(match)!r}"))
+    # Every fence match starts with "<" or an entity's "&"; ASCII text is its own skeleton
+    # (but for NUL, which is neither).
+    if not text.isascii() or "<" in text or "&" in text:
+        target = skeleton(text)
+        if "<" in target or "&" in target:
+            match = checks.fence.search(target)
+            if match:
+                found.append(("fence_lookalike", f"{_FENCE_REASON}: {_excerpt(match)!r}"))
+    # Every pre-filled score starts with a quote.
+    if checks.scores is not None and ('"' in plain or "'" in plain):
+        match = checks.scores.search(plain)
+        if match:
+            found.append(("embedded_scores", f"{_SCORES_REASON}: {_excerpt(match)!r}"))
+    return tuple(found)
+
+
+def _detect(text: str | None, field: str, keys: tuple[str, ...] | None) -> list[InjectionFlag]:
+    global _memo_used
+    if not text:
+        return []
+    memo_key = (text, keys)
+    found = _MEMO.get(memo_key)
+    if found is None:
+        found = _found(text, _checks(keys))
+        if _memo_used + len(text) > _MEMO_CHARS:
+            _MEMO.clear()
+            _memo_used = 0
+        _MEMO[memo_key] = found
+        _memo_used += len(text)
+    return [InjectionFlag(name, field, reason) for name, reason in found]
 
 
 def detect_injection(
@@ -173,29 +270,7 @@ def detect_injection(
         field: Name of the field, recorded with each flag.
         rubric: The rubric whose attribute tags and keys are also reserved (optional).
     """
-    if not text:
-        return []
-    flags: list[InjectionFlag] = []
-    # Words are matched on NFKC text without invisible characters ("ig\u200bnore" is
-    # "ignore"); fence tags on the skeleton, which also folds homoglyphs.
-    plain = visible(text)
-    folded = " ".join(plain.split()).lower()
-    fence = _Rule("fence_lookalike", "imitates a prompt fence tag", _tag_pattern(rubric), (), False)
-    checks = [*_RULES, fence]
-    if rubric is not None:
-        reason = "holds pre-filled rubric scores"
-        checks.append(_Rule("embedded_scores", reason, _scores_pattern(rubric), (), False))
-    for rule in checks:
-        if rule.needles and not any(needle in folded for needle in rule.needles):
-            continue
-        target = skeleton(text) if rule is fence else folded if rule.folded else plain
-        if rule is fence and "<" not in target and "&" not in target:
-            continue  # every fence match starts with "<" or an entity's "&"
-        match = rule.pattern.search(target)
-        if match:
-            excerpt = _excerpt(match)
-            flags.append(InjectionFlag(rule.name, field, f"{rule.reason}: {excerpt!r}"))
-    return flags
+    return _detect(text, field, _keys(rubric))
 
 
 def scan_item(item: Item, rubric: Rubric | None = None) -> list[InjectionFlag]:
@@ -205,9 +280,10 @@ def scan_item(item: Item, rubric: Rubric | None = None) -> list[InjectionFlag]:
         item: The item to scan.
         rubric: The rubric, when known (its keys are reserved too).
     """
-    flags = detect_injection(item.summary, field="summary", rubric=rubric)
+    keys = _keys(rubric)
+    flags = _detect(item.summary, "summary", keys)
     for number, note in enumerate(item.notes, start=1):
-        flags.extend(detect_injection(note.text, field=f"notes[{number}]", rubric=rubric))
-    flags.extend(detect_injection(item.reference, field="reference", rubric=rubric))
-    flags.extend(detect_injection(item.specialty, field="specialty", rubric=rubric))
+        flags.extend(_detect(note.text, f"notes[{number}]", keys))
+    flags.extend(_detect(item.reference, "reference", keys))
+    flags.extend(_detect(item.specialty, "specialty", keys))
     return flags

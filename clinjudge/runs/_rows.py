@@ -188,17 +188,22 @@ def item_row(
         item: The item.
         rubric: The run's rubric, when known (its keys are reserved words too).
     """
+    # Plain dicts in the models' field order: the same JSON as ``model_dump``/``as_dict``
+    # without their per-object cost (run creation builds a row for every item).
+    flags = scan_item(item, rubric)
     return {
         "run_id": run_id,
         "item_id": item.id,
         "position": position,
-        "notes": json.dumps([n.model_dump() for n in item.notes]),
+        "notes": json.dumps([{"id": n.id, "text": n.text} for n in item.notes]),
         "summary": item.summary,
         "specialty": item.specialty,
         "reference": item.reference,
         "vendor": item.vendor,
-        "meta": json.dumps(item.meta),
-        "flags": json.dumps([f.as_dict() for f in scan_item(item, rubric)]),
+        "meta": json.dumps(item.meta) if item.meta else "{}",
+        "flags": json.dumps([{"name": f.name, "field": f.field, "reason": f.reason} for f in flags])
+        if flags
+        else "[]",
     }
 
 

@@ -151,7 +151,10 @@ def test_interrupt_exits_130_and_run_is_resumable(tmp_path: Path, sig: signal.Si
     data = write_jsonl(tmp_path / "items.jsonl", make_items(N_ITEMS))
     db = tmp_path / "runs" / "int.duckdb"
     stderr = tmp_path / "stderr.txt"
-    with FakeOpenAIServer(latency=0.1) as server:
+    # 0.25 s per reply: the signal lands with >= 3 s of work left, even when this process is
+    # descheduled for a while after it sees request 30 (a signal after the last reply would
+    # find a finished run).
+    with FakeOpenAIServer(latency=0.25) as server:
         proc = _start(data, db, server, stderr)
         assert proc.stdout is not None
         run_id = proc.stdout.readline().strip()

@@ -74,10 +74,11 @@ def test_a_long_run_keeps_no_objects_per_finished_sample(
     assert tally.ok == items and stored == (items,)
     early, late = counts[60], counts[items - 20]
     # At most one context and verdict per sample in flight (the one being accepted included):
-    # none left behind by the 160 samples finished between the two counts.
+    # none left behind by the 160 samples finished between the two counts. (How many are in
+    # flight at either count depends on scheduling, so the two counts are not compared.)
     for kind in ("SampleContext", "SampleVerdict"):
+        assert early[kind] <= concurrency + 1, (kind, early)
         assert late[kind] <= concurrency + 1, (kind, late)
-        assert late[kind] <= early[kind] + 1, (kind, early, late)
     # Rows wait in the buffer only until their batch is written.
     rows_per_sample = buffered[60] / max(1, (60 % flush_every) or flush_every)
     assert buffered[items - 20] <= (flush_every + concurrency) * max(rows_per_sample, 1) * 2
