@@ -59,7 +59,14 @@ def _start(data: Path, db: Path, server: FakeOpenAIServer, stderr: Path) -> subp
         text=True,
         env=_env(),
         cwd=data.parent,
+        # A suite started in the background (`cmd &` in a script) ignores SIGINT, and children
+        # inherit that: the judge must meet Ctrl-C as it does in a terminal.
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -151,10 +158,7 @@ def test_interrupt_exits_130_and_run_is_resumable(tmp_path: Path, sig: signal.Si
     data = write_jsonl(tmp_path / "items.jsonl", make_items(N_ITEMS))
     db = tmp_path / "runs" / "int.duckdb"
     stderr = tmp_path / "stderr.txt"
-    # 0.25 s per reply: the signal lands with >= 3 s of work left, even when this process is
-    # descheduled for a while after it sees request 30 (a signal after the last reply would
-    # find a finished run).
-    with FakeOpenAIServer(latency=0.25) as server:
+    with FakeOpenAIServer(latency=0.1) as server:
         proc = _start(data, db, server, stderr)
         assert proc.stdout is not None
         run_id = proc.stdout.readline().strip()
