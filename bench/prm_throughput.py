@@ -211,7 +211,7 @@ def _corpus(lines: int, seed: int = 0) -> list[str]:
 
 
 def build_bpe_tokenizer(
-    special: list[str], pieces: list[str], vocab_size: int = 4096
+    special: list[str], pieces: list[str], vocab_size: int = 4096, extra_text: list[str] = ()
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer (GPT-2/Llama-3 style) trained on synthetic clinical text,
     with the preset's special tokens and label pieces, a BOS post-processor and a chat
@@ -225,7 +225,7 @@ def build_bpe_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    core.train_from_iterator(_corpus(20_000), trainer=trainer)
+    core.train_from_iterator([*_corpus(20_000), *extra_text], trainer=trainer)
     core.post_processor = processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", core.token_to_id("<s>"))]
     )

@@ -522,6 +522,10 @@ class LocalModel:
             top_k=None,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids,
+            # On a GPU, transformers compiles the forward pass for a static cache, once per
+            # cache length; every batch here has its own length, so it would compile again
+            # and again (an 8B model on an H200 spent most of each 64-item batch compiling).
+            disable_compile=True,
         )
         threads = torch.get_num_threads()
         decoding_threads = self.decode_threads or threads

@@ -278,6 +278,38 @@ def test_free_text_stops_at_max_tokens_and_tokens_are_the_tokenizers(tiny_model:
     assert client.count_tokens(_conversation(0)) == result.usage.prompt_tokens
 
 
+def test_generate_never_compiles_the_model_per_batch_as_it_would_on_a_gpu(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # transformers compiles the forward pass for a static cache on a GPU, once per cache
+    # length, and each batch has its own: asked as on a GPU, the answer must stay "no".
+    import copy
+
+    from transformers import CompileConfig
+
+    client = HFChatCompletionClient(str(tiny_model), max_tokens=5, temperature=0)
+    client.engine.start_loading().result()
+    model = client.engine.model
+    decisions: list[tuple[bool, bool]] = []
+    criteria = model._valid_auto_compile_criteria
+
+    def as_on_a_gpu(model_kwargs: dict[str, Any], generation_config: Any) -> bool:
+        config = copy.deepcopy(generation_config)
+        config.compile_config = CompileConfig()
+        config.compile_config._compile_all_devices = True  # what a CUDA device would allow
+        ours = criteria(model_kwargs, config)
+        config.disable_compile = False
+        decisions.append((ours, criteria(model_kwargs, config)))
+        return False
+
+    monkeypatch.setattr(model, "_valid_auto_compile_criteria", as_on_a_gpu)
+    asyncio.run(client.create(_conversation(0)))
+    # The cache is one transformers would compile for (right-hand False would mean the check
+    # proves nothing), and our generation settings refuse it.
+    assert decisions and all(would for _, would in decisions), decisions
+    assert not any(ours for ours, _ in decisions), decisions
+
+
 def test_concurrent_requests_share_one_generate_and_match_one_by_one_decoding(
     tiny_model: Path,
 ) -> None:
