@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -155,6 +155,13 @@ class MicroBatcher(Generic[RequestT, ResultT]):
         except Exception as exc:  # noqa: BLE001 - the whole batch failed
             self._fail(batch, exc)
             return
+        self._settle(batch, results)
+
+    @staticmethod
+    def _settle(
+        batch: list[Pending[RequestT, ResultT]], results: Sequence[ResultT | BaseException]
+    ) -> None:
+        """Answer each waiting request of a batch with its result (or its error)."""
         for entry, result in zip(batch, results, strict=True):
             if entry.future.done():
                 continue

@@ -271,13 +271,7 @@ class ReplicaPool:
             MicroBatcher._fail(batch, fault)
         else:
             self._record(str(name), results)
-            for entry, result in zip(batch, results, strict=True):
-                if entry.future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    entry.future.set_exception(result)
-                else:
-                    entry.future.set_result(result)
+            MicroBatcher._settle(batch, results)
         finally:
             replica.busy = False
             self._freed().set()
