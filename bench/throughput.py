@@ -266,6 +266,15 @@ def judge_at(
     """``execute_run`` at ``concurrency`` on a fresh store: (requests/s, CPU ms per request,
     samples stored ok)."""
     judge = ModelSettings(model="openai/local-judge", base_url=base_url, timeout=30)
+    _, tally, wall, cpu, stored = timed_run(tmp, items, concurrency, judge)
+    return tally.requests / wall, cpu / max(tally.requests, 1) * 1000, stored
+
+
+def timed_run(
+    tmp: Path, items: list[Item], concurrency: int, judge: ModelSettings
+) -> tuple[Any, Any, float, float, int]:
+    """``execute_run`` on a fresh store after a warm-up call: (the prepared run, its tally,
+    wall seconds, CPU seconds of this process, samples stored ok)."""
     prepared, store, run_id = prepare_bench_run(tmp, items, concurrency, judge)
     model = JudgeModel(prepared.config.judge, prepared.rubric)
     _warm_up(prepared.config.judge, prepared)
@@ -276,7 +285,7 @@ def judge_at(
         "SELECT count(*) FROM samples WHERE run_id = ? AND status = 'ok'", [run_id]
     ).fetchone()[0]
     store.close()
-    return tally.requests / wall, cpu / max(tally.requests, 1) * 1000, stored
+    return prepared, tally, wall, cpu, stored
 
 
 def request_body(prepared: PreparedRun) -> dict[str, Any]:
@@ -365,19 +374,9 @@ def main() -> None:
             judge = ModelSettings(
                 model="openai/local-judge", base_url=base_url, timeout=30, client=args.client
             )
-            prepared, store, run_id = prepare_bench_run(
+            prepared, tally, wall, cpu, stored = timed_run(
                 Path(tmp), _items(args.items), args.concurrency, judge
             )
-            config = prepared.config
-            model = JudgeModel(config.judge, prepared.rubric)
-            _warm_up(config.judge, prepared)
-            wall0, cpu0 = time.perf_counter(), time.process_time()
-            tally = execute_run(store, run_id, prepared, show_progress=False, model=model)
-            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-            stored = store.con.execute(
-                "SELECT count(*) FROM samples WHERE run_id = ? AND status = 'ok'", [run_id]
-            ).fetchone()[0]
-            store.close()
             sizes = sorted(args.process_sizes)
             process = (
                 whole_process(Path(tmp), base_url, sizes, args.concurrency) if sizes[0] else []

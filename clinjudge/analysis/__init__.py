@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from clinjudge._util.lazy_module import lazy_exports
+
 if TYPE_CHECKING:
     from clinjudge.analysis._agreement import (
         RatingRecord,
@@ -251,15 +253,13 @@ __all__ = [
 ]
 
 
+_load = lazy_exports(__name__, _LAZY, globals())
+
+
 def __getattr__(name: str) -> Any:
     if name in _RUNS:
         return getattr(importlib.import_module("clinjudge.runs"), name)
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'clinjudge.analysis' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"clinjudge.analysis.{module}"), name)
-    globals()[name] = value  # later reads skip this function
-    return value
+    return _load(name)
 
 
 def __dir__() -> list[str]:

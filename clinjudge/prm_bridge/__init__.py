@@ -7,9 +7,9 @@ evaluate against labels (PRMScore) and store the steps in DuckDB. torch and tran
 imported only when a model is loaded (``pip install 'clinjudge[prm]'``).
 """
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from clinjudge._util.lazy_module import lazy_exports
 from clinjudge.prm_bridge._aggregate import AGGREGATES, aggregate, best_candidate
 from clinjudge.prm_bridge._backend import ChainScore, PRMModelError, PRMScorer, token_batches
 from clinjudge.prm_bridge._inputs import SEGMENTERS, Segmenter, load_chains
@@ -68,13 +68,11 @@ _LAZY = {
 }
 
 
+_load = lazy_exports(__name__, _LAZY, globals())
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'clinjudge.prm_bridge' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"clinjudge.prm_bridge.{module}"), name)
-    globals()[name] = value  # later reads skip this function
-    return value
+    return _load(name)
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.rubrics._confusables import skeleton, spelled
 from clinjudge.rubrics._item import Item
 from clinjudge.rubrics._json_schema import RATIONALE_KEY, rubric_json_schema, score_schemas
@@ -75,9 +76,8 @@ def _reserved_names(rubric: Rubric) -> set[str]:
 
 
 _PATTERN_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
-_RUBRIC_PATTERNS: dict[int, tuple[Rubric, re.Pattern[str]]] = {}
-_CACHE_SIZE = 64
-"""Each rubric object's fence pattern (held with it, so its id is not reused)."""
+_RUBRIC_PATTERNS: IdentityMemo[re.Pattern[str]] = IdentityMemo()
+"""Each rubric object's fence pattern."""
 
 
 def neutralise_tags(text: str, names: Iterable[str]) -> str:
@@ -123,16 +123,15 @@ def neutralise(text: str, rubric: Rubric) -> str:
     """
     if text.isascii() and "<" not in text:
         return text  # as in neutralise_tags, without working out the rubric's names
-    known = _RUBRIC_PATTERNS.get(id(rubric))
-    if known is None or known[0] is not rubric:
-        names = tuple(sorted(_reserved_names(rubric)))
-        pattern = _PATTERN_CACHE.get(names)
-        if pattern is None:
-            pattern = _PATTERN_CACHE[names] = fence_pattern(names)
-        if len(_RUBRIC_PATTERNS) >= _CACHE_SIZE:
-            _RUBRIC_PATTERNS.clear()
-        known = _RUBRIC_PATTERNS[id(rubric)] = (rubric, pattern)
-    return _defuse(text, known[1])
+    return _defuse(text, _RUBRIC_PATTERNS.get(rubric, None, lambda: _rubric_pattern(rubric)))
+
+
+def _rubric_pattern(rubric: Rubric) -> re.Pattern[str]:
+    names = tuple(sorted(_reserved_names(rubric)))
+    pattern = _PATTERN_CACHE.get(names)
+    if pattern is None:
+        pattern = _PATTERN_CACHE[names] = fence_pattern(names)
+    return pattern
 
 
 def _attribute_block(attribute: Attribute) -> str:
@@ -166,7 +165,7 @@ def _value_rule(key: str, value: dict[str, Any], rubric: Rubric) -> str:
     return f'- "{key}": {text}'
 
 
-_SCHEMA_CACHE: dict[tuple[int, bool], tuple[Rubric, dict[str, Any]]] = {}
+_SCHEMA_CACHE: IdentityMemo[dict[str, Any]] = IdentityMemo()
 
 
 def shared_reply_schema(rubric: Rubric, *, explanations: bool = False) -> dict[str, Any]:
@@ -177,14 +176,9 @@ def shared_reply_schema(rubric: Rubric, *, explanations: bool = False) -> dict[s
         rubric: The rubric.
         explanations: Ask for an explanation with every score.
     """
-    known = _SCHEMA_CACHE.get((id(rubric), explanations))
-    if known is not None and known[0] is rubric:
-        return known[1]
-    schema = rubric_json_schema(rubric, explanations=explanations)
-    if len(_SCHEMA_CACHE) >= _CACHE_SIZE:
-        _SCHEMA_CACHE.clear()
-    _SCHEMA_CACHE[(id(rubric), explanations)] = (rubric, schema)
-    return schema
+    return _SCHEMA_CACHE.get(
+        rubric, explanations, lambda: rubric_json_schema(rubric, explanations=explanations)
+    )
 
 
 def _output_contract(rubric: Rubric, explanations: bool) -> str:
@@ -236,7 +230,7 @@ PRM_GUIDE = (
 # the largest part of the prompt's CPU. Rubrics are never changed after loading (every change
 # makes a new object through validation), so the object's identity is the key; the entry holds
 # the rubric, so an id is never reused while its entry lives.
-_SYSTEM_CACHE: dict[tuple[int, bool, bool], tuple[Rubric, str]] = {}
+_SYSTEM_CACHE: IdentityMemo[str] = IdentityMemo()
 
 
 def render_system(rubric: Rubric, *, explanations: bool = False, prm: bool = False) -> str:
@@ -247,15 +241,9 @@ def render_system(rubric: Rubric, *, explanations: bool = False, prm: bool = Fal
         explanations: Ask for an explanation with every score.
         prm: Explain how to read the process reward model's evidence.
     """
-    key = (id(rubric), explanations, prm)
-    cached = _SYSTEM_CACHE.get(key)
-    if cached is not None and cached[0] is rubric:
-        return cached[1]
-    text = _render_system(rubric, explanations, prm)
-    if len(_SYSTEM_CACHE) >= _CACHE_SIZE:
-        _SYSTEM_CACHE.clear()
-    _SYSTEM_CACHE[key] = (rubric, text)
-    return text
+    return _SYSTEM_CACHE.get(
+        rubric, (explanations, prm), lambda: _render_system(rubric, explanations, prm)
+    )
 
 
 def _render_system(rubric: Rubric, explanations: bool, prm: bool) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.judges.clients._settings import StructuredOutput  # noqa: F401 - re-exported
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, schema_name
 
@@ -65,24 +66,14 @@ def reply_schema(value: Any) -> ReplySchema | None:
     )
 
 
-_SHARED: dict[tuple[str, int], tuple[Mapping[str, Any], ReplySchema]] = {}
-_SHARED_SIZE = 64
-"""Validated forms of shared schemas by (name, schema object); each entry holds its schema,
-so an id is never reused while the entry lives."""
+_SHARED: IdentityMemo[ReplySchema] = IdentityMemo()
+"""Validated forms of shared schemas, by schema object and name."""
 
 
 def _validated(name: str, schema: Mapping[str, Any], shared: bool) -> ReplySchema:
     if not shared:
         return ReplySchema.model_validate({"name": schema_name(name), "schema": dict(schema)})
-    key = (name, id(schema))
-    known = _SHARED.get(key)
-    if known is not None and known[0] is schema:
-        return known[1]
-    validated = _validated(name, schema, False)
-    if len(_SHARED) >= _SHARED_SIZE:
-        _SHARED.clear()
-    _SHARED[key] = (schema, validated)
-    return validated
+    return _SHARED.get(schema, name, lambda: _validated(name, schema, False))
 
 
 @contextmanager
