@@ -102,6 +102,53 @@ def report(name: str, results: list[Any], seconds: float, rubric: Any) -> dict[s
     return row
 
 
+def plain_generate(
+    engine: Any, conversations: list[list[Any]], max_tokens: int, batch: int
+) -> dict[str, Any]:
+    """The same prompts through the model's own ``generate`` (greedy, no constraint, no prefix
+    cache, no compilation), ``batch`` rows at a time: what a hand-written batch loop gets."""
+    import torch
+
+    model, pad = engine.model, engine.pad_id
+    prompts = [
+        engine.encode_chat(
+            [{"role": "system" if isinstance(m, SystemMessage) else "user", "content": m.content}
+             for m in conversation]
+        )
+        for conversation in conversations
+    ]  # fmt: skip
+    started = time.perf_counter()
+    completion = 0
+    for first in range(0, len(prompts), batch):
+        rows = prompts[first : first + batch]
+        width = max(map(len, rows))
+        ids = [[pad] * (width - len(r)) + r for r in rows]
+        mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=torch.tensor(ids, device=engine.device),
+                attention_mask=torch.tensor(mask, device=engine.device),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+                disable_compile=True,
+            )
+        completion += int(out[:, width:].numel())
+    seconds = time.perf_counter() - started
+    row = {
+        "pass": "plain generate",
+        "replies": len(prompts),
+        "seconds": round(seconds, 1),
+        "judgments_per_s": round(len(prompts) / seconds, 4),
+        "completion_tokens": completion,
+    }
+    print(
+        f"plain generate: {seconds:.1f} s, {row['judgments_per_s']:.3f} judgments/s, "
+        f"{completion} completion tokens (batches of {batch}, no schema)"
+    )
+    return row
+
+
 def copy_of(item: Any, n: int) -> Any:
     """``item`` as the ``n``-th item of the benchmark (new id; a distinct first note)."""
     if not item.notes:
@@ -159,7 +206,17 @@ def main() -> None:
         "--random-shape", choices=["tiny", "llama-3.1-8b"],
         help="a random model of this shape built here instead of --model (timings only)",
     )  # fmt: skip
+    parser.add_argument(
+        "--reference", action="store_true",
+        help="also time the model's own generate on the same prompts (the ratio's reference)",
+    )  # fmt: skip
+    parser.add_argument("--verbose", action="store_true", help="the engine's per-batch log")
     args = parser.parse_args()
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+        logging.getLogger("clinjudge").setLevel(logging.DEBUG)
 
     rubric = load_rubric(args.rubric)
     loaded_items = load_items(args.data, rubric)
@@ -204,6 +261,12 @@ def main() -> None:
         report("constrained", constrained, constrained_s, rubric),
         report("free", free, free_s, rubric),
     ]
+    if args.reference:
+        batch = int(os.environ.get("CLINJUDGE_HF_MAX_BATCH", "0")) or len(conversations)
+        reference = plain_generate(engine, conversations, args.max_tokens, batch)
+        rows.append(reference)
+        ratio = rows[0]["judgments_per_s"] / reference["judgments_per_s"]
+        print(f"constrained / plain generate, judgments/s: {ratio:.2f}x")
     if args.json:
         print(json.dumps({"load_s": round(load_s, 1), "device": engine.device, "passes": rows}))
 
