@@ -60,7 +60,7 @@ from clinjudge.judges.workflows._magentic_chair import (
     LedgerError,
     PanelGroupChat,
     PanelProtocol,
-    decision_schema,
+    shared_decision_schema,
     squash_name,
 )
 from clinjudge.judges.workflows._prm_evidence import item_evidence, prm_scorer
@@ -414,7 +414,8 @@ async def _magentic_workflow(ctx: WorkflowContext) -> WorkflowResult:
             aliases=aliases,
             system=f"{ORCHESTRATOR_SYSTEM}\n\nTHE RUBRIC\n{rubric_text}",
             verifier=PRM_VERIFIER_NAME if evidence is not None and _seats_verifier(ctx) else None,
-            decision=decision_schema(ctx.rubric, explanations=config.explanations),
+            decision=shared_decision_schema(ctx.rubric, explanations=config.explanations),
+            decision_shared=True,
             decision_name=f"{ctx.rubric.name}_chair_decision",
         )
         discussion = await _discuss(ctx, personas, task, protocol, evidence)

@@ -1,6 +1,6 @@
 """The panel chair for ``magentic`` mode: MagenticOne's orchestrator with our prompts, turn
-counting and forgiving ledger reading (every AutoGen 0.7.5 workaround lives here; see the
-``_magentic`` module docstring for the list)."""
+counting and forgiving ledger reading (every AutoGen 0.7.5 workaround lives here, and the
+team's runtime in ``_magentic_runtime``; see the ``_magentic`` module docstring for the list)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage, TextMessage
 from autogen_agentchat.teams import MagenticOneGroupChat
+from autogen_agentchat.teams._group_chat._chat_agent_container import ChatAgentContainer
 from autogen_agentchat.teams._group_chat._events import (
     GroupChatAgentResponse,
     GroupChatMessage,
@@ -22,11 +23,13 @@ from autogen_agentchat.teams._group_chat._events import (
 from autogen_agentchat.teams._group_chat._magentic_one._magentic_one_orchestrator import (
     MagenticOneOrchestrator,
 )
-from autogen_core import CancellationToken, DefaultTopicId, MessageContext, rpc
+from autogen_core import CancellationToken, DefaultTopicId, MessageContext, RoutedAgent, rpc
 from autogen_core.models import AssistantMessage, LLMMessage, SystemMessage, UserMessage
 
+from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.errors import ClinJudgeError
 from clinjudge.judges.clients import structured_reply
+from clinjudge.judges.workflows._magentic_runtime import DiscussionRuntime
 from clinjudge.rubrics import (
     Rubric,
     json_objects,
@@ -199,6 +202,22 @@ def decision_schema(rubric: Rubric, *, explanations: bool = False) -> dict[str, 
     )
 
 
+_DECISION_SCHEMAS: IdentityMemo[dict[str, Any]] = IdentityMemo()
+
+
+def shared_decision_schema(rubric: Rubric, *, explanations: bool = False) -> dict[str, Any]:
+    """:func:`decision_schema`, built once per rubric object and shared by every discussion of a
+    run (so its validated form is reused too): read it, never change it.
+
+    Args:
+        rubric: The rubric (never changed after loading).
+        explanations: Whether the rubric reply carries an explanation with every score.
+    """
+    return _DECISION_SCHEMAS.get(
+        rubric, explanations, lambda: decision_schema(rubric, explanations=explanations)
+    )
+
+
 def decision_contract(schema: dict[str, Any] | None) -> str:
     """The final prompt's output instruction, written from the decision schema.
 
@@ -351,11 +370,32 @@ class PanelProtocol:
     verifier: str | None = None  # a PRM verifier that reports once, before round 1
     decision: dict[str, Any] | None = None  # the JSON Schema of the final decision
     decision_name: str = "chair_decision"
+    decision_shared: bool = False  # ``decision`` is shared_decision_schema's (never changed)
     notes: list[str] = field(default_factory=list)
     seen: list[BaseChatMessage] = field(default_factory=list)  # every message, even on errors
 
 
-class _PanelOrchestrator(MagenticOneOrchestrator):
+_HANDLERS: dict[type, tuple[Any, ...]] = {}
+
+
+class _FixedHandlers(RoutedAgent):
+    """A routed agent whose message handlers are looked up once per class: AutoGen looks them up
+    with ``dir()`` on the class for every new agent (every agent of every discussion), though
+    the class fixes them."""
+
+    @classmethod
+    def _discover_handlers(cls) -> Sequence[Any]:
+        found = _HANDLERS.get(cls)
+        if found is None:
+            found = _HANDLERS[cls] = tuple(super()._discover_handlers())
+        return found
+
+
+class _Member(_FixedHandlers, ChatAgentContainer):
+    """AutoGen's container of a participant, with its handlers looked up once."""
+
+
+class _PanelOrchestrator(_FixedHandlers, MagenticOneOrchestrator):
     """MagenticOne's orchestrator with our prompts, turn counting and forgiving ledger."""
 
     protocol: PanelProtocol
@@ -420,7 +460,9 @@ class _PanelOrchestrator(MagenticOneOrchestrator):
             return
         # AutoGen's final-answer call passes no extra arguments, and the runner's client takes
         # none: the decision schema rides on the context of this one call.
-        with structured_reply(self.protocol.decision_name, schema):
+        with structured_reply(
+            self.protocol.decision_name, schema, shared=self.protocol.decision_shared
+        ):
             await super()._prepare_final_answer(reason, cancellation_token)
 
     # turn bookkeeping --------------------------------------------------------------------------
@@ -613,8 +655,25 @@ class PanelGroupChat(MagenticOneGroupChat):
     """MagenticOneGroupChat whose orchestrator is :class:`_PanelOrchestrator`."""
 
     def __init__(self, *args: Any, protocol: PanelProtocol, **kwargs: Any):
+        own_runtime = kwargs.get("runtime") is None
+        if own_runtime:
+            kwargs["runtime"] = DiscussionRuntime()
         super().__init__(*args, **kwargs)
         self._protocol = protocol
+        if own_runtime:
+            # Still the team's own runtime, started and stopped by the team as AutoGen's would
+            # be; it only skips telemetry and logs nobody receives (see _magentic_runtime).
+            self._embedded_runtime = True
+
+    def _create_participant_factory(
+        self,
+        parent_topic_type: str,
+        output_topic_type: str,
+        agent: Any,
+        message_factory: Any,
+    ) -> Any:
+        # As AutoGen's own factory, with a container that finds its handlers once per class.
+        return lambda: _Member(parent_topic_type, output_topic_type, agent, message_factory)
 
     def _create_group_chat_manager_factory(  # type: ignore[override]
         self,
