@@ -139,7 +139,7 @@ def build(db: Path, items: int, samples: int) -> None:
         )
         con.execute(
             """
-            INSERT INTO messages (run_id, item_id, sample, agent, seq, role, content)
+            INSERT INTO message_rows (run_id, item_id, sample, agent, seq, role, content)
             SELECT ?, printf('item-%06d', i), s, 'judge', m,
               ['system', 'user', 'assistant'][m + 1],
               CASE m WHEN 0 THEN 'You are an experienced physician grading a summary.'

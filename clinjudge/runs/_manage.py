@@ -206,11 +206,19 @@ def status_label(status: str, items: int, valid_items: int) -> str:
 
 
 def _run_tables(store: RunStore) -> list[str]:
+    # Tables only: a view (``messages``) takes no DELETE; its rows go with its tables.
     rows = store.query(
-        "SELECT DISTINCT table_name FROM information_schema.columns "
-        "WHERE column_name = 'run_id' AND table_schema = 'main' ORDER BY table_name"
+        "SELECT DISTINCT c.table_name FROM information_schema.columns c "
+        "JOIN information_schema.tables t USING (table_catalog, table_schema, table_name) "
+        "WHERE c.column_name = 'run_id' AND c.table_schema = 'main' "
+        "AND t.table_type = 'BASE TABLE' ORDER BY c.table_name"
     )
     return [r["table_name"] for r in rows]
+
+
+# Rows of these tables are counted as the rows of ``messages`` they make (shared texts are not
+# rows of their own to a reader).
+_COUNTED_AS = {"message_rows": "messages", "message_texts": None}
 
 
 def delete_run(store: RunStore, run_id: str) -> dict[str, int]:
@@ -224,7 +232,8 @@ def delete_run(store: RunStore, run_id: str) -> dict[str, int]:
         run_id: Run id or unique part of it.
 
     Returns:
-        Rows removed per table.
+        Rows removed per table; ``messages`` counts the rows of that view (its texts stored
+        once per run go too, uncounted).
     """
     rid = store.get_run(run_id)["run_id"]
     removed: dict[str, int] = {}
@@ -234,7 +243,9 @@ def delete_run(store: RunStore, run_id: str) -> dict[str, int]:
             for table in _run_tables(store):
                 count = _scalar(store, f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [rid])
                 store.con.execute(f'DELETE FROM "{table}" WHERE run_id = ?', [rid])
-                removed[table] = int(count or 0)
+                name = _COUNTED_AS.get(table, table)
+                if name is not None:
+                    removed[name] = removed.get(name, 0) + int(count or 0)
             store.con.execute("COMMIT")
         except BaseException:
             store.con.execute("ROLLBACK")

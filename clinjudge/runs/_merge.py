@@ -5,7 +5,10 @@ the same file twice adds nothing. A row whose key already exists with different 
 conflict: it is counted and reported, and the first-seen row is kept. Cached replies
 (``response_cache``) are the exception: shards that sent the same request each cached a reply
 under the same key (a hash of the request), and any one of them will do, so equal keys are kept
-once and are never conflicts. The ``runs`` rows of one run id coming from several shards are
+once and are never conflicts. Transcript messages are copied as the rows their ``messages``
+view (or, in stores before schema version 6, table) reads, and stored in the output's layout
+(system messages once per run); ``meta`` (each store's own schema version) is not copied.
+The ``runs`` rows of one run id coming from several shards are
 combined into one row; the shards themselves are listed in the ``run_shards`` table (run,
 shard, status, items, times), so a later merge still knows which shards the run has and whether
 all of them completed.
@@ -27,6 +30,7 @@ from typing import Any
 
 import duckdb
 
+from clinjudge.runs._message_texts import shared_sql
 from clinjudge.runs._store import (
     RunStore,
     StoreError,
@@ -210,6 +214,59 @@ def _copy_table(
     tally.added += int(after[0] if after else 0) - int(before[0] if before else 0)
 
 
+_MESSAGE_DIFFERS = "s.role IS DISTINCT FROM d.role OR s.content IS DISTINCT FROM d.content"
+# The tables behind ``messages`` (or, in stores before schema version 6, the table itself):
+# copied by _copy_messages, never as tables.
+_MESSAGE_TABLES = {"messages", "message_rows", "message_texts"}
+
+
+def _copy_messages(
+    con: duckdb.DuckDBPyConnection, source: str, summary: MergeSummary, label: str
+) -> None:
+    """Copy a source's transcript messages into ``message_rows`` and ``message_texts``.
+
+    The source's ``messages`` reads the same whether it is a table (a store from before
+    schema version 6) or the view over its two tables; its rows are stored here as a run
+    writes them (system messages once per run, keyed by their SHA-256, which DuckDB's
+    ``sha256()`` computes as the writer does), and compared with the output's ``messages``
+    for conflicts (same key, different role or text).
+    """
+    tally = summary.table("messages")
+    src = f"{_quote(source)}.main.messages"
+    key = ("run_id", "item_id", "sample", "agent", "seq")
+    on = " AND ".join(f"s.{c} = d.{c}" for c in key)
+    clash = f"FROM {src} s JOIN main.messages d ON {on} WHERE {_MESSAGE_DIFFERS}"
+    count = con.execute(f"SELECT count(*) {clash}").fetchone()
+    n = int(count[0]) if count else 0
+    if n:
+        tally.conflicts += n
+        shown = ", ".join(f"s.{c}" for c in key)
+        for row in con.execute(f"SELECT {shown} {clash} LIMIT {_EXAMPLES}").fetchall():
+            if len(tally.examples) < _EXAMPLES:
+                where = ", ".join(f"{c}={v!r}" for c, v in zip(key, row, strict=True))
+                tally.examples.append(f"{label}: {where}")
+    fresh = f"FROM {src} s WHERE NOT EXISTS (SELECT 1 FROM main.message_rows d WHERE {on})"
+    shared = shared_sql("s")
+    # Texts first, only those of rows that go in: no row names a missing text, no text is
+    # left that no row names.
+    con.execute(
+        "INSERT OR IGNORE INTO main.message_texts (run_id, text_id, content) "
+        "SELECT run_id, text_id, any_value(content) FROM ("
+        f"SELECT s.run_id, sha256(s.content) AS text_id, s.content {fresh} AND {shared}"
+        ") GROUP BY run_id, text_id"
+    )
+    before = con.execute("SELECT count(*) FROM main.message_rows").fetchone()
+    con.execute(
+        "INSERT OR IGNORE INTO main.message_rows "
+        "(run_id, item_id, sample, agent, seq, role, content, text_id) "
+        "SELECT s.run_id, s.item_id, s.sample, s.agent, s.seq, s.role, "
+        f"CASE WHEN {shared} THEN NULL ELSE s.content END, "
+        f"CASE WHEN {shared} THEN sha256(s.content) END {fresh}"
+    )
+    after = con.execute("SELECT count(*) FROM main.message_rows").fetchone()
+    tally.added += int(after[0] if after else 0) - int(before[0] if before else 0)
+
+
 def _shard_rows(
     con: duckdb.DuckDBPyConnection, source: str, source_tables: list[str], label: str
 ) -> list[dict[str, Any]]:
@@ -387,7 +444,7 @@ def _merge_one(
     tables = _tables(con, alias)
     present = set(_tables(con, _here(con)))
     for table in tables:
-        if table not in present:
+        if table not in present and table not in _MESSAGE_TABLES:
             con.execute(_create_sql(con, alias, table))
     shards = _shard_rows(con, alias, tables, label) if "runs" in tables else []
     incoming_runs = _rows(con, f"SELECT * FROM {alias}.main.runs") if "runs" in tables else []
@@ -409,10 +466,17 @@ def _merge_one(
                     f"{label}: run_id={run['run_id']!r} (shards disagree on settings)"
                 )
     for table in tables:
-        if table == "run_shards":
+        # meta records each store's own schema version: an older input's is no conflict.
+        if table in ("run_shards", "meta"):
             continue
         if table == "runs":
             _copy_runs(con, alias, label, summary, sharded)
+            continue
+        if table in _MESSAGE_TABLES:
+            # Once, where the table sorts: a store before version 6 has ``messages``, a
+            # later one ``message_rows`` (and the view).
+            if table in ("messages", "message_rows"):
+                _copy_messages(con, alias, summary, label)
             continue
         _copy_table(con, alias, table, summary, label)
     _add_shards(con, shards)

@@ -28,6 +28,7 @@ from clinjudge._util.offline import connect_duckdb
 from clinjudge._util.secrets import redact_secrets
 from clinjudge._util.timestamps import now
 from clinjudge.errors import UserError
+from clinjudge.runs._message_texts import TextIds, migrate_messages, split_messages
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,7 +45,7 @@ def default_db() -> str:
     return os.environ.get(DB_ENV) or str(DEFAULT_DB)
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the tables below. 1: stores from before the version was checked (columns added
 since: items.flags, runs.status_reason, calls.cached; newer tables). 2: the first recorded
 version. 3: response_cache.run_id (the run that wrote each reply; earlier rows keep NULL) and
@@ -53,6 +54,8 @@ owns, under keys that ignore the endpoint). 4: calls.output_mode (how each call 
 reply: json_schema, json_object or off; earlier rows and local model calls keep NULL).
 5: calls.cached_input_tokens, calls.cache_write_tokens and calls.cache_saving_usd (the
 provider's prompt cache: tokens read, tokens written, dollars saved; earlier rows keep NULL).
+6: ``messages`` is a view over ``message_rows`` and ``message_texts``, which hold each system
+message once per run (``runs/_message_texts.py``; the old table is renamed, its rows unchanged).
 Opening an older store for writing migrates it and records this version; a newer one is
 refused."""
 
@@ -137,16 +140,6 @@ CREATE TABLE IF NOT EXISTS calls (
     error VARCHAR,
     finish_reason VARCHAR,
     started_at TIMESTAMPTZ
-);
-CREATE TABLE IF NOT EXISTS messages (
-    run_id VARCHAR,
-    item_id VARCHAR,
-    sample INTEGER,
-    agent VARCHAR,
-    seq INTEGER,
-    role VARCHAR,
-    content VARCHAR,
-    PRIMARY KEY (run_id, item_id, sample, agent, seq)
 );
 CREATE TABLE IF NOT EXISTS human_ratings (
     item_id VARCHAR,
@@ -388,6 +381,7 @@ def _prepare_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool)
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(_DDL)
+        migrate_messages(con)
         con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
         )
@@ -444,6 +438,9 @@ class RunStore:
         self._columns: dict[str, list[str]] = {}
         self._ignore_existing = True
         """insert_rows ignores rows whose key exists (write_batch tries without first)."""
+        self._text_ids = TextIds()
+        """Memo of shared message texts' keys (see _message_texts)."""
+        self._split_messages: bool | None = None if read_only else True
         self._cache_bound: str | None = None
         """The memory limit to restore while :meth:`bounded_cache` holds DuckDB's cache."""
         _check_path(self.path)
@@ -503,22 +500,39 @@ class RunStore:
     def insert_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
         """Insert rows through one Arrow table, ignoring rows whose key already exists.
 
+        Rows of ``messages`` (a view) go into ``message_rows`` and ``message_texts``, texts
+        first: call this in a transaction (as :meth:`write_batch` does) so that they go in
+        together.
+
         Args:
             table: Target table.
             rows: Dicts whose keys are the table's columns.
         """
         if not rows:
             return
+        ignore = getattr(self, "_ignore_existing", True)
+        if table == "messages":
+            message_rows, message_texts = split_messages(rows, self._text_ids)
+            # A text recurs in every batch of its run: it is written again, and ignored.
+            self._insert_columns("message_texts", message_texts, ignore=True)
+            self._insert_columns("message_rows", message_rows, ignore=ignore)
+            return
         columns = self._columns.get(table)
         if columns is None:
             columns = [c[0] for c in self.con.execute(f"DESCRIBE {table}").fetchall()]
             self._columns[table] = columns
-        arrow = pa.table({c: [row.get(c) for row in rows] for c in columns})
-        verb = "INSERT OR IGNORE" if getattr(self, "_ignore_existing", True) else "INSERT"
+        self._insert_columns(table, {c: [row.get(c) for row in rows] for c in columns}, ignore)
+
+    def _insert_columns(self, table: str, columns: dict[str, list[Any]], ignore: bool) -> None:
+        if not next(iter(columns.values()), None):
+            return
+        arrow = pa.table(columns)
+        verb = "INSERT OR IGNORE" if ignore else "INSERT"
+        names = ", ".join(columns)
         self.con.register("_incoming", arrow)
         try:
             with _owner_only_files():
-                self.con.execute(f"{verb} INTO {table} SELECT * FROM _incoming")
+                self.con.execute(f"{verb} INTO {table} ({names}) SELECT {names} FROM _incoming")
         finally:
             # In a transaction DuckDB aborted (a damaged file, a full disk) this fails too;
             # the error that aborted it is the one to report.
@@ -556,6 +570,13 @@ class RunStore:
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
         ).fetchone()
         return bool(rows and rows[0])
+
+    def messages_split(self) -> bool:
+        """Whether ``messages`` is the view over ``message_rows`` and ``message_texts``
+        (schema version 6 on); a store from before, opened read-only, keeps its table."""
+        if self._split_messages is None:
+            self._split_messages = self.has_table("message_rows")
+        return self._split_messages
 
     def has_column(self, table: str, column: str) -> bool:
         """Whether ``table`` has ``column`` (files from older versions may lack newer ones)."""

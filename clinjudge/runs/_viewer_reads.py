@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, TypedDict, TypeVar, cast
 
 from clinjudge._util.offline import connect_duckdb
 from clinjudge.runs._aggregate import FINAL_AGENT
+from clinjudge.runs._message_texts import messages_select
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore
 
 
@@ -838,6 +839,20 @@ _ITEM_TABLES: dict[str, tuple[str, str]] = {
 live page and the export (which reads many items in one query) list rows in the same order."""
 
 
+def _item_source(store: RunStore, table: ItemTable) -> tuple[str, str, str]:
+    """An item table's columns, what to read them from and their order.
+
+    ``messages`` is a view (``runs/_message_texts.py``), which has no ``rowid``: its rows are
+    read from the query behind it, ordered by each ``message_rows`` row's ``rowid``: the same
+    order as the table that older stores (opened read-only, so never migrated) still have.
+    """
+    columns, order = _ITEM_TABLES[table]
+    if table == "messages" and store.messages_split():
+        source = f"({messages_select(row_order=True)}) AS messages"
+        return columns, source, order.replace("rowid", "row_order")
+    return columns, table, order
+
+
 def item_table_rows(
     store: RunStore, table: ItemTable, run_id: str, item_id: str
 ) -> list[dict[str, Any]]:
@@ -862,9 +877,9 @@ def item_table_rows(
         status, error; ``prm_steps``: candidate, step, kind, text, score, flagged, label,
         model.
     """
-    columns, order = _ITEM_TABLES[table]
+    columns, source, order = _item_source(store, table)
     return store.query(
-        f"SELECT {columns} FROM {table} WHERE run_id = ? AND item_id = ? ORDER BY {order}",
+        f"SELECT {columns} FROM {source} WHERE run_id = ? AND item_id = ? ORDER BY {order}",
         [run_id, item_id],
     )
 
@@ -883,13 +898,13 @@ def item_table_rows_by_item(
     Returns:
         Each item's rows, as :func:`item_table_rows` returns them (an empty list for none).
     """
-    columns, order = _ITEM_TABLES[table]
+    columns, source, order = _item_source(store, table)
     out: dict[str, list[dict[str, Any]]] = {i: [] for i in item_ids}
     if not item_ids:
         return out
     ids = list(item_ids)
     for row in store.query(
-        f"SELECT item_id, {columns} FROM {table} WHERE run_id = ? "
+        f"SELECT item_id, {columns} FROM {source} WHERE run_id = ? "
         # The range is redundant but lets DuckDB skip row groups by their min/max.
         f"AND item_id IN (SELECT unnest(?)) AND item_id BETWEEN ? AND ? "
         f"ORDER BY item_id, {order}",

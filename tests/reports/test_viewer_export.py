@@ -259,7 +259,7 @@ def _grow(db: Path, run_id: str, copies: int) -> None:
     """Give a run ``copies`` more copies of each of its items (new ids and positions)."""
     con = duckdb.connect(str(db))
     try:
-        for table in ("items", "judgments", "samples", "calls", "messages"):
+        for table in ("items", "judgments", "samples", "calls", "message_rows"):
             columns = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
             picks = []
             for column in columns:
