@@ -15,6 +15,8 @@ from clinjudge.inputs._ratings import HumanRating, load_ratings
 from clinjudge.inputs._records import (
     InputError,
     check_rubric_inputs,
+    in_file_order,
+    iter_items,
     load_items,
     read_records,
     validate_records,
@@ -38,6 +40,8 @@ __all__ = [
     "InputError",
     "audit_item_id",
     "check_rubric_inputs",
+    "in_file_order",
+    "iter_items",
     "load_audit_items",
     "load_items",
     "load_ratings",

@@ -6,10 +6,12 @@ returned unless every record is valid, so a bad file never leaves a half-written
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import json
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,10 @@ from clinjudge.rubrics import Item, Rubric
 MAX_REPORTED_ERRORS = 20
 _JSON_FIELDS = ("notes", "meta", "scores")
 _TABLES = {".csv", ".tsv", ".parquet"}
+_JSONL = {".jsonl", ".ndjson", ".json"}
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+READ_CHUNK = 512
+"""Rows fetched from the reader at a time: what a streamed read holds at once."""
 
 
 _LOCATION = re.compile(r"^(.*?):(?:line|row) (\d+):")
@@ -88,46 +94,82 @@ def _json_error(text: str) -> str:
     return "not valid JSON"
 
 
-def _jsonl_records(
-    con: duckdb.DuckDBPyConnection, source: Path, path: Path, problems: list[str] | None
-) -> list[tuple[str, Any]]:
-    rows = con.execute(
-        f"""
-        SELECT row_number() OVER () AS line, text, TRY_CAST(text AS JSON) IS NOT NULL AS ok
-        FROM read_csv({_quote(source)}, columns = {{'text': 'VARCHAR'}}, delim = chr(1),
-                      quote = '', escape = '', header = false, auto_detect = false,
-                      parallel = false, max_line_size = 268435456)
-        """
-    ).fetchall()
-    records: list[tuple[str, Any]] = []
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """A text file's lines with their numbers, read a line at a time: a line ends with LF,
+    CR LF or a lone CR (as DuckDB's reader had it), a UTF-8 byte-order mark at the start is
+    dropped."""
+    number = 0
+    with path.open("rb") as handle:
+        for raw in handle:
+            if not number and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            body = raw[:-1] if raw.endswith(b"\n") else raw
+            if b"\r" not in body:
+                number += 1
+                yield number, body
+                continue
+            parts = body.split(b"\r")
+            if not parts[-1]:
+                parts.pop()  # the CR of CR LF, or a file whose lines end with a lone CR
+            for part in parts:
+                number += 1
+                yield number, part
+
+
+def _jsonl_records(path: Path, problems: list[str] | None) -> Iterator[tuple[str, Any]]:
+    # Read in Python a line at a time: DuckDB's line reader held the whole file (#27).
     found: list[str] = []
-    for line, text, ok in rows:
-        if text is None or not text.strip():
+    for line, raw in _lines(path):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                [
+                    f"{path}:line {line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                    f"column {exc.start + 1}); save the file as UTF-8"
+                ]
+            ) from None
+        if not text.strip():
             continue
         where = f"{path}:line {line}"
-        if not ok:
-            found.append(f"{where}: {_json_error(text)}")
-            continue
         try:
-            records.append((where, json.loads(text)))
+            record = json.loads(text)
         except RecursionError:
             found.append(f"{where}: JSON nested too deeply for Python to read")
-    if found and problems is None:
+        except ValueError:
+            found.append(f"{where}: {_json_error(text)}")
+        else:
+            if "\\u" in text and _LONE_SURROGATE.search(text) and _has_lone_surrogate(record):
+                found.append(f"{where}: not valid JSON (a lone UTF-16 surrogate escape)")
+            else:
+                yield where, record
+                continue
+        if problems is not None:
+            problems.extend(found)
+            found = []
+    if found:
         raise InputError(found)
-    if problems is not None:
-        problems.extend(found)
-    return records
+
+
+def _has_lone_surrogate(record: Any) -> bool:
+    """Whether a parsed record holds a string with half a surrogate pair (not UTF-8 text)."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _table_records(
     con: duckdb.DuckDBPyConnection, path: Path, reader: str
-) -> list[tuple[str, Any]]:
+) -> Iterator[tuple[str, Any]]:
     cursor = con.execute(f"SELECT * FROM {reader}")
     names = [d[0] for d in cursor.description]
-    return [
-        (f"{path}:row {index}", dict(zip(names, row, strict=True)))
-        for index, row in enumerate(cursor.fetchall(), start=1)
-    ]
+    index = 0
+    while rows := cursor.fetchmany(READ_CHUNK):
+        for row in rows:
+            index += 1
+            yield f"{path}:row {index}", dict(zip(names, row, strict=True))
 
 
 def _text_problem(path: Path, jsonl: bool) -> str | None:
@@ -161,27 +203,57 @@ def read_records(path: str | Path, problems: list[str] | None = None) -> list[tu
     Raises:
         InputError: The file cannot be read (or, without ``problems``, a line is not JSON).
     """
+    with contextlib.closing(iter_records(path, problems)) as records:
+        return list(records)
+
+
+def iter_records(
+    path: str | Path, problems: list[str] | None = None
+) -> Generator[tuple[str, Any], None, None]:
+    """The records of :func:`read_records`, streamed: the file is read ``READ_CHUNK`` rows at
+    a time, so memory does not grow with its length.
+
+    Args:
+        path: The input file; the format follows the extension.
+        problems: Where JSONL lines that are not JSON go (as they are met); None raises on
+            them once the whole file was read.
+
+    Raises:
+        InputError: As :func:`read_records`; a file that cannot be read raises before the first
+            record, or where the reader fails.
+    """
     path = Path(path)
     if not path.is_file():
         raise InputError([f"{path}: no such file"])
     suffix = path.suffix.lower()
+    if suffix not in _JSONL and suffix not in _TABLES:
+        raise InputError([f"{path}: unsupported format {suffix!r}; use .jsonl, .csv or .parquet"])
+    return _stream_records(path, suffix, problems)
+
+
+def _stream_records(
+    path: Path, suffix: str, problems: list[str] | None
+) -> Generator[tuple[str, Any], None, None]:
+    if suffix in _JSONL:
+        try:
+            yield from _jsonl_records(path, problems)
+        except OSError as exc:
+            raise InputError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+        return
     con = connect_duckdb()
     try:
         with _literal(path) as source:
-            if suffix in {".jsonl", ".ndjson", ".json"}:
-                return _jsonl_records(con, source, path, problems)
             if suffix in {".csv", ".tsv"}:
                 reader = f"read_csv({_quote(source)}, header = true, all_varchar = true)"
-                return _table_records(con, path, reader)
-            if suffix == ".parquet":
-                return _table_records(con, path, f"read_parquet({_quote(source)})")
+                yield from _table_records(con, path, reader)
+            else:
+                yield from _table_records(con, path, f"read_parquet({_quote(source)})")
     except duckdb.Error as exc:
         problem = None if suffix == ".parquet" else _text_problem(path, suffix not in _TABLES)
         problem = problem or f"{path}: cannot read: {str(exc).strip().splitlines()[0]}"
         raise InputError([problem]) from exc
     finally:
         con.close()
-    raise InputError([f"{path}: unsupported format {suffix!r}; use .jsonl, .csv or .parquet"])
 
 
 def _decode_json_fields(where: str, record: dict[str, Any], problems: list[str]) -> dict[str, Any]:
@@ -206,7 +278,7 @@ def _pydantic_problems(where: str, error: ValidationError) -> list[str]:
 
 
 def validate_records(
-    records: list[tuple[str, Any]], model: type[BaseModel], problems: list[str]
+    records: Iterable[tuple[str, Any]], model: type[BaseModel], problems: list[str]
 ) -> list[tuple[str, Any]]:
     """Validate raw records into ``model`` instances, appending problems instead of raising.
 
@@ -215,17 +287,28 @@ def validate_records(
         model: The pydantic model each record must satisfy.
         problems: Collects error messages.
     """
-    valid = []
+    return list(iter_validated(records, model, problems))
+
+
+def iter_validated(
+    records: Iterable[tuple[str, Any]], model: type[BaseModel], problems: list[str]
+) -> Iterator[tuple[str, Any]]:
+    """:func:`validate_records` one record at a time (a streamed read stays streamed).
+
+    Args:
+        records: (location, raw record) pairs.
+        model: The pydantic model each record must satisfy.
+        problems: Collects error messages.
+    """
     for where, raw in records:
         if not isinstance(raw, dict):
             problems.append(f"{where}: a record must be a JSON object")
             continue
         decoded = _decode_json_fields(where, raw, problems)
         try:
-            valid.append((where, model.model_validate(decoded)))
+            yield where, model.model_validate(decoded)
         except ValidationError as exc:
             problems.extend(_pydantic_problems(where, exc))
-    return valid
 
 
 def check_rubric_inputs(where: str, item: Item, rubric: Rubric, problems: list[str]) -> None:
@@ -250,19 +333,51 @@ def load_items(path: str | Path, rubric: Rubric) -> list[Item]:
         InputError: Listing every problem found (file, line or row, field).
     """
     problems: list[str] = []
-    # Lines that are not JSON are reported with every other line's problems, not alone.
-    records = read_records(path, problems)
-    if not records and not problems:
-        raise InputError([f"{path}: no records"])
-    validated = validate_records(records, Item, problems)
-    seen: dict[str, str] = {}
-    for where, item in validated:
-        check_rubric_inputs(where, item, rubric, problems)
-        if item.id in seen:
-            problems.append(
-                f"{where}: field id: duplicate id {item.id!r} (first at {seen[item.id]})"
-            )
-        seen.setdefault(item.id, where)
+    with contextlib.closing(iter_items(path, rubric, problems)) as items:
+        loaded = [item for _, item in items]
     if problems:
         raise InputError(in_file_order(problems))
-    return [item for _, item in validated]
+    return loaded
+
+
+def iter_items(
+    path: str | Path, rubric: Rubric, problems: list[str]
+) -> Generator[tuple[str, Item], None, None]:
+    """Validated items of an input file, streamed in file order with their locations; nothing
+    per item is kept but its id (to find duplicates).
+
+    Problems (records that are not valid items, missing rubric inputs, duplicate ids, an empty
+    file) go to ``problems`` as they are met; the items are only usable when it stays empty
+    at the end, which the caller checks (raising :class:`InputError` with
+    :func:`in_file_order`).
+
+    Args:
+        path: JSONL, CSV or Parquet file.
+        rubric: The rubric the items will be judged with (decides which fields are required).
+        problems: Collects error messages.
+
+    Raises:
+        InputError: The file cannot be read.
+    """
+    # Lines that are not JSON are reported with every other line's problems, not alone.
+    records = iter_records(path, problems)
+    return _checked_items(path, records, rubric, problems)
+
+
+def _checked_items(
+    path: str | Path,
+    records: Generator[tuple[str, Any], None, None],
+    rubric: Rubric,
+    problems: list[str],
+) -> Generator[tuple[str, Item], None, None]:
+    seen: dict[str, str] = {}
+    count = len(problems)
+    with contextlib.closing(records):
+        for where, item in iter_validated(records, Item, problems):
+            check_rubric_inputs(where, item, rubric, problems)
+            first = seen.setdefault(item.id, where)
+            if first is not where:
+                problems.append(f"{where}: field id: duplicate id {item.id!r} (first at {first})")
+            yield where, item
+    if not seen and len(problems) == count:
+        problems.append(f"{path}: no records")

@@ -48,7 +48,7 @@ from clinjudge.orchestration._session import (
     PreparedRun,
     drive_run,
     estimate_run,
-    missing_work,
+    pending_work,
     run_in_new_loop,
 )
 from clinjudge.rubrics import (
@@ -256,7 +256,9 @@ class BatchRun:
         last_seq = last_request_seqs(self.store, self.run_id, JUDGE_AGENT)
         config = self.prepared.config
         new = []
-        for unit in missing_work(self.store, self.run_id, self.prepared):
+        # Items are read from the store a chunk at a time; the queued requests are kept (a
+        # batch file holds them all).
+        for unit in pending_work(self.store, self.run_id, self.prepared):
             where = (unit.item.id, unit.sample)
             if where in open_samples:
                 continue

@@ -96,12 +96,22 @@ class ModelPool:
     @contextlib.contextmanager
     def call_in_flight(self) -> Iterator[None]:
         """Count one model call as in flight while the block runs (progress shows them)."""
-        number = next(self._call_numbers)
-        self._in_flight[number] = time.monotonic()
+        number = self.call_started()
         try:
             yield
         finally:
             del self._in_flight[number]
+
+    def call_started(self) -> int:
+        """Count one model call as in flight until ``call_ended`` with the number returned
+        (the hot path's form of :meth:`call_in_flight`, without a generator per call)."""
+        number = next(self._call_numbers)
+        self._in_flight[number] = time.monotonic()
+        return number
+
+    def call_ended(self, number: int) -> None:
+        """The call ``number`` (from :meth:`call_started`) is answered or failed."""
+        del self._in_flight[number]
 
     def calls_in_flight(self) -> tuple[int, float | None]:
         """Model calls sent and not answered yet, and the oldest one's age in seconds."""
@@ -390,12 +400,16 @@ class SampleContext:
             prompt: The text of each message sent (for the token estimate).
         """
         record = self._record(agent, role, model)
-        slots = self.models.call_slots()
+        models = self.models
+        slots = models.call_slots()
 
         async def bounded() -> CallOutcome:
             async with slots:
-                with self.models.call_in_flight():
+                number = models.call_started()
+                try:
                     return await attempt()
+                finally:
+                    models.call_ended(number)
 
         limiter = self.models.limiter_for(model.settings)
         if limiter is None:

@@ -8,7 +8,7 @@ models it does not know (local servers) are not checked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from clinjudge.judges import ModelSettings, count_message_tokens
 from clinjudge.judges.clients import bundled_model_map, model_map_names
@@ -33,12 +33,12 @@ def context_window(settings: ModelSettings) -> int | None:
 
 
 def oversized_items(
-    items: Sequence[Item], rubric: Rubric, settings: ModelSettings, source: str
+    items: Iterable[Item], rubric: Rubric, settings: ModelSettings, source: str
 ) -> list[str]:
     """Problems for items whose rendered prompt exceeds the model's context window.
 
     Args:
-        items: The run's items.
+        items: The run's items (read once, one at a time).
         rubric: The rubric (the prompt is rendered with it).
         settings: The judge model's settings.
         source: The input file, for messages.
@@ -48,20 +48,36 @@ def oversized_items(
         return []
     problems = []
     for item in items:
-        # Cheap bound first: a token is at least one character of text, almost always more.
-        size = len(item.summary) + sum(len(n.text) for n in item.notes)
-        if size < limit:
-            continue
-        tokens = count_message_tokens([t.content for t in render_messages(item, rubric)])
-        if tokens > limit:
-            longest = max(
-                range(len(item.notes)), key=lambda i: len(item.notes[i].text), default=None
-            )
-            field = "summary"
-            if longest is not None and len(item.notes[longest].text) > len(item.summary):
-                field = f"notes.{longest}.text"
-            problems.append(
-                f"{source}: item {item.id!r}: field {field}: the prompt is {tokens} tokens, "
-                f"beyond the {limit}-token context window of {settings.model}"
-            )
+        problem = oversized_item(item, rubric, settings, source, limit)
+        if problem is not None:
+            problems.append(problem)
     return problems
+
+
+def oversized_item(
+    item: Item, rubric: Rubric, settings: ModelSettings, source: str, limit: int
+) -> str | None:
+    """The problem of one item whose rendered prompt exceeds ``limit`` tokens, if it does.
+
+    Args:
+        item: The item.
+        rubric: The rubric (the prompt is rendered with it).
+        settings: The judge model's settings (named in the message).
+        source: The input file, for messages.
+        limit: The model's context window (:func:`context_window`).
+    """
+    # Cheap bound first: a token is at least one character of text, almost always more.
+    size = len(item.summary) + sum(len(n.text) for n in item.notes)
+    if size < limit:
+        return None
+    tokens = count_message_tokens([t.content for t in render_messages(item, rubric)])
+    if tokens <= limit:
+        return None
+    longest = max(range(len(item.notes)), key=lambda i: len(item.notes[i].text), default=None)
+    field = "summary"
+    if longest is not None and len(item.notes[longest].text) > len(item.summary):
+        field = f"notes.{longest}.text"
+    return (
+        f"{source}: item {item.id!r}: field {field}: the prompt is {tokens} tokens, "
+        f"beyond the {limit}-token context window of {settings.model}"
+    )

@@ -9,6 +9,7 @@ from datetime import datetime
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
+from clinjudge._util.timestamps import now
 from clinjudge.judges import TIMED_OUT, CallOutcome, JudgeModel, ModelSettings, ProviderFault
 from clinjudge.orchestration._config import RetryPolicy
 from clinjudge.rubrics import ChatTurn
@@ -95,7 +96,9 @@ async def retry_send(
     """
     # Nearly every call succeeds at once: make the first attempt without setting tenacity up
     # (its retrying object and generator cost more CPU than the rest of a call's overhead).
-    started = datetime.now().astimezone()
+    # Start times in UTC: the same instant as local time (the store keeps TIMESTAMPTZ), a
+    # quarter of the CPU (no local-time conversion per call).
+    started = now()
     try:
         outcome = await send()
     except ProviderFault as exc:
@@ -117,7 +120,7 @@ async def retry_send(
                 # stop, wait and filter (timeouts counted) decide exactly as before.
                 made, first = first, None
                 raise made
-            started = datetime.now().astimezone()
+            started = now()
             try:
                 outcome = await send()
             except ProviderFault as fault:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -39,11 +39,15 @@ from clinjudge.judges import (
     price_per_token,
 )
 from clinjudge.judges.workflows import JUDGE_AGENT, workflow_for
+from clinjudge.orchestration._collector import relaxed_collection
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._context import ModelPool, SampleContext
 from clinjudge.orchestration._progress import RunProgress
 from clinjudge.rubrics import Item, Rubric, Shot, render_messages
 from clinjudge.runs import RunStore, SampleKey, workflow_rows
+
+if TYPE_CHECKING:
+    from clinjudge.orchestration._pending import PendingWork
 
 __all__ = [
     "JUDGE_AGENT",
@@ -178,7 +182,10 @@ class SampleRunner:
         """Why the circuit breaker stopped the run (the same call fault, sample after sample)."""
         self._streak: list[tuple[dict[str, list[dict[str, Any]]], SampleVerdict, list[Any]]] = []
         self._streak_kind: str | None = None
-        self._judging: set[asyncio.Task[None]] = set()
+        self._judging: set[asyncio.Task[Any]] = set()
+        """Workers judging a sample now (the circuit breaker cancels them)."""
+        self._stopped: set[asyncio.Task[Any]] = set()
+        """Workers the circuit breaker cancelled, until they have stopped."""
         self._work_items: set[str] = set()
         """Items of the work being run (the breaker's every-item rule counts them)."""
         self._work_units = 0
@@ -307,7 +314,8 @@ class SampleRunner:
         # schedule): stop them; they are not stored, so --resume redoes them.
         current = asyncio.current_task()
         for task in self._judging:
-            if task is not current:
+            if task is not current and task not in self._stopped:
+                self._stopped.add(task)
                 task.cancel()
 
     def _accept(
@@ -417,6 +425,8 @@ class SampleRunner:
         )
 
     async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
+        worker = asyncio.current_task()
+        assert worker is not None
         while not self.tally.budget_exhausted and self.fatal is None and self.breaker is None:
             self._collect_writer()
             if self.write_failure is not None:
@@ -431,32 +441,40 @@ class SampleRunner:
                 self.tally.not_started = queue.qsize() + 1
                 return
             self._in_flight += 1
-            task = asyncio.create_task(self._judge(unit))
-            self._judging.add(task)
+            # The sample runs in this worker's own task (a task per sample cost a task object
+            # and an extra event-loop step per sample); the breaker cancels the worker.
+            self._judging.add(worker)
             try:
-                await task
+                await self._judge(unit)
             except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if self.breaker is None or (current is not None and current.cancelling()):
+                if worker not in self._stopped:
                     raise
+                self._stopped.discard(worker)
+                if worker.uncancel():
+                    raise  # cancelled from outside as well
                 return  # stopped by the circuit breaker
             finally:
-                self._judging.discard(task)
+                self._judging.discard(worker)
                 self._in_flight -= 1
 
-    async def run(self, units: list[WorkUnit]) -> RunTally:
+    async def run(self, units: list[WorkUnit] | PendingWork) -> RunTally:
         """Judge every unit; on cancellation, store what finished and re-raise.
 
         Args:
-            units: The samples to produce.
+            units: The samples to produce (``PendingWork`` reads their items as they are
+                taken, so they are not all held at once).
         """
-        queue: asyncio.Queue[WorkUnit] = asyncio.Queue()
-        for unit in units:
-            queue.put_nowait(unit)
+        if isinstance(units, list):
+            queue: asyncio.Queue[WorkUnit] = asyncio.Queue()
+            for unit in units:
+                queue.put_nowait(unit)
+            self._work_items = {unit.item.id for unit in units}
+        else:
+            queue, self._work_items = units.queue(), units.item_ids()
         self._started = time.monotonic()
         if self.config.max_cost is not None and self.config.mode != "single":
             self._calls_per_sample = max(len(self.models.personas), 1)
-        self._work_items, self._work_units = {unit.item.id for unit in units}, len(units)
+        self._work_units = len(units)
         progress = None
         if self.show_progress:
             progress = RunProgress(
@@ -480,6 +498,8 @@ class SampleRunner:
         try:
             # DuckDB caches what it writes: bounded, its memory stops growing with the run.
             cache_bound.enter_context(self.store.bounded_cache())
+            # Samples keep hundreds of objects alive per call in flight: fewer collector passes.
+            cache_bound.enter_context(relaxed_collection())
             await asyncio.gather(*workers)
         except asyncio.CancelledError:
             self.tally.interrupted = True

@@ -12,7 +12,7 @@ import platform
 import random
 import secrets
 import signal
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from clinjudge.inputs import (
     InputError,
     check_rubric_inputs,
-    load_items,
+    in_file_order,
+    iter_items,
     read_records,
     validate_records,
 )
@@ -40,8 +41,10 @@ from clinjudge.judges.workflows import prescore_evidence, workflow_for
 from clinjudge.orchestration._cache_estimate import PromptCacheTally, cache_style
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import ModelPool, resolve_run_personas
-from clinjudge.orchestration._fit import oversized_items
+from clinjudge.orchestration._fit import context_window, oversized_item
+from clinjudge.orchestration._pending import PendingWork
 from clinjudge.orchestration._preflight import check_doclens_config, check_prm_config
+from clinjudge.orchestration._run_items import FileItems, StoredItems, run_items
 from clinjudge.orchestration._sample_runner import (
     CircuitBreakerOpen,
     RunTally,
@@ -62,14 +65,13 @@ from clinjudge.rubrics import (
 )
 from clinjudge.runs import (
     RunStore,
+    WriteRows,
     finalize_run,
-    item_from_row,
     item_row,
     load_response_cache,
     now,
-    run_item_rows,
     save_response_cache,
-    stored_samples,
+    write_in_one_transaction,
 )
 
 logger = logging.getLogger(__name__)
@@ -171,25 +173,46 @@ _PERSONAS_FINGERPRINT = "personas_fingerprint"
 _PER_MACHINE = ("shard", "db", "data", "concurrency", "max_consecutive_failures")
 
 
-def sharded_run_id(config: RunConfig, items: list[Item], personas: PersonaSet | None = None) -> str:
+def sharded_run_id(
+    config: RunConfig, items: Iterable[Item], personas: PersonaSet | None = None
+) -> str:
     """The run id every shard of one sharded run shares.
 
     Derived from the name, the config without its per-machine settings (shard, db, data path,
     concurrency, rate limits), the personas' wording and the content of the whole dataset, so
     ``judge run --shard i/n`` with the same settings and data yields the same id on every
     machine (and a machine whose persona file reads differently does not join the run).
+
+    Args:
+        config: The run's settings.
+        items: The whole dataset, in order (read once).
+        personas: The run's personas.
     """
-    payload = config.model_dump(mode="json", exclude_none=True, exclude=set(_PER_MACHINE))
-    for settings in [payload.get("judge") or {}, *(payload.get("roles") or {}).values()]:
-        for key in ("rpm", "tpm"):
-            settings.pop(key, None)
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8"))
-    if personas is not None:
-        digest.update(personas.fingerprint().encode("utf-8"))
+    digest = _ShardDigest(config, personas)
     for item in items:
-        digest.update(item.model_dump_json().encode("utf-8"))
-    label = "".join(c if c.isalnum() or c in "-_." else "-" for c in config.name or "")
-    return f"{label or 'sharded'}-{digest.hexdigest()[:12]}"
+        digest.add(item)
+    return digest.run_id()
+
+
+class _ShardDigest:
+    """:func:`sharded_run_id` fed one item at a time (a streamed dataset)."""
+
+    def __init__(self, config: RunConfig, personas: PersonaSet | None):
+        payload = config.model_dump(mode="json", exclude_none=True, exclude=set(_PER_MACHINE))
+        for settings in [payload.get("judge") or {}, *(payload.get("roles") or {}).values()]:
+            for key in ("rpm", "tpm"):
+                settings.pop(key, None)
+        self._digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8"))
+        if personas is not None:
+            self._digest.update(personas.fingerprint().encode("utf-8"))
+        self._name = config.name
+
+    def add(self, item: Item) -> None:
+        self._digest.update(item.model_dump_json().encode("utf-8"))
+
+    def run_id(self) -> str:
+        label = "".join(c if c.isalnum() or c in "-_." else "-" for c in self._name or "")
+        return f"{label or 'sharded'}-{self._digest.hexdigest()[:12]}"
 
 
 @dataclass
@@ -198,7 +221,10 @@ class PreparedRun:
 
     config: RunConfig
     rubric: Rubric
-    items: list[Item]
+    items: Sequence[Item]
+    """The run's items. :func:`prepare_run` and :func:`load_stored_run` give
+    :class:`RunItems`, read from the file or the store a chunk at a time when iterated, so a
+    run never holds them all; a plain list works too."""
     shots: list[Shot]
     run_id: str | None = None
     """Fixed run id (shared by every shard of a sharded run); a fresh one otherwise."""
@@ -213,6 +239,9 @@ def prepare_run(
     config: RunConfig, *, limit: int | None = None, shuffle: bool = False
 ) -> PreparedRun:
     """Load and validate the rubric, data and shot pool of a new run (writes nothing).
+
+    The data is read and checked whole, a chunk at a time; the prepared run keeps the items'
+    ids and positions and reads the items again when they are needed (:class:`FileItems`).
 
     Args:
         config: The run configuration.
@@ -237,32 +266,71 @@ def prepare_run(
     check_prm_config(config, rubric)  # the PRM loads here, once per process
     if config.shard:
         parse_shard(config.shard)  # a bad --shard fails before the data is read
-    items = load_items(config.data, rubric)
-    if rubric.method == "scores":
-        oversized = oversized_items(items, rubric, config.judge, config.data)
-        if oversized:
-            raise InputError(oversized)
+    ids, shard_id = _check_data(config, rubric, personas)
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
-        for item in items:
-            config.shots_for(shots, item.id, 1)
-    prepared = apply_shard(PreparedRun(config, rubric, items, shots, personas=personas))
-    return _limit_items(prepared, limit, shuffle)
+        for item_id in ids:
+            config.shots_for(shots, item_id, 1)
+    positions = list(range(len(ids)))
+    if config.shard:
+        index, count = parse_shard(config.shard)
+        positions = [p for p in positions if shard_of(ids[p], count) == index]
+    positions = _limited(positions, config.seed, limit, shuffle)
+    items = FileItems(config.data, rubric, [ids[p] for p in positions], positions)
+    return PreparedRun(
+        config,
+        rubric,
+        items,
+        shots,
+        run_id=shard_id,
+        positions=positions if config.shard or len(positions) < len(ids) else None,
+        personas=personas,
+    )
 
 
-def _limit_items(prepared: PreparedRun, limit: int | None, shuffle: bool) -> PreparedRun:
-    """Keep the first ``limit`` items, or with ``shuffle`` a sample drawn with the run's seed
+def _check_data(
+    config: RunConfig, rubric: Rubric, personas: PersonaSet | None
+) -> tuple[list[str], str | None]:
+    """Read and check every item of the run's data, one at a time, keeping their ids: records
+    (file, line, field), then prompts beyond the context window; and the sharded run id.
+
+    Raises:
+        InputError: Every problem of the first check that found some.
+    """
+    assert config.judge is not None and config.data
+    problems: list[str] = []
+    oversized: list[str] = []
+    window = context_window(config.judge) if rubric.method == "scores" else None
+    digest = _ShardDigest(config, personas) if config.shard else None
+    ids: list[str] = []
+    with contextlib.closing(iter_items(config.data, rubric, problems)) as items:
+        for _, item in items:
+            ids.append(item.id)
+            if problems:
+                continue  # the run is refused: the rest is only read for its problems
+            if window is not None:
+                problem = oversized_item(item, rubric, config.judge, config.data, window)
+                if problem is not None:
+                    oversized.append(problem)
+            if digest is not None:
+                digest.add(item)
+    if problems:
+        raise InputError(in_file_order(problems))
+    if oversized:
+        raise InputError(oversized)
+    return ids, None if digest is None else digest.run_id()
+
+
+def _limited(positions: list[int], seed: int, limit: int | None, shuffle: bool) -> list[int]:
+    """The first ``limit`` positions, or with ``shuffle`` a sample drawn with the run's seed
     (in dataset order)."""
-    if limit is None or limit >= len(prepared.items):
-        return prepared
+    if limit is None or limit >= len(positions):
+        return positions
     if shuffle:
-        keep = sorted(random.Random(prepared.config.seed).sample(range(len(prepared.items)), limit))
+        keep = sorted(random.Random(seed).sample(range(len(positions)), limit))
     else:
         keep = list(range(limit))
-    positions = prepared.positions or list(range(len(prepared.items)))
-    prepared.items = [prepared.items[k] for k in keep]
-    prepared.positions = [positions[k] for k in keep]
-    return prepared
+    return [positions[k] for k in keep]
 
 
 def apply_shard(
@@ -279,10 +347,11 @@ def apply_shard(
     index, count = parse_shard(prepared.config.shard)
     items = prepared.items
     keep = [p for p, item in enumerate(items) if shard_of(shard_key(item), count) == index]
+    kept = set(keep)
     return PreparedRun(
         prepared.config,
         prepared.rubric,
-        [items[p] for p in keep],
+        [item for p, item in enumerate(items) if p in kept],
         prepared.shots,
         run_id=sharded_run_id(prepared.config, items, prepared.personas),
         positions=keep,
@@ -292,6 +361,9 @@ def apply_shard(
 
 def create_run(store: RunStore, prepared: PreparedRun) -> str:
     """Record a new run and its items in one transaction.
+
+    The items are read and written a chunk at a time; a problem met on the way (an input file
+    changed since it was checked) rolls the whole transaction back.
 
     Args:
         store: The run store.
@@ -332,17 +404,24 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         "n_items": len(prepared.items),
         "n_samples": config.samples,
     }
-    positions = prepared.positions or range(len(prepared.items))
-    rows = [
-        item_row(run_id, p, item, prepared.rubric)
-        for p, item in zip(positions, prepared.items, strict=True)
-    ]
-    store.write_batch({"runs": [run_row], "items": rows})
+    items = run_items(prepared.items)
+
+    def write_run(write: WriteRows) -> None:
+        positions = iter(prepared.positions or range(len(items)))
+        write("runs", [run_row])
+        for chunk in items.chunks():
+            write(
+                "items",
+                [item_row(run_id, next(positions), item, prepared.rubric) for item in chunk],
+            )
+
+    write_in_one_transaction(store, write_run)
     return run_id
 
 
 def load_stored_run(store: RunStore, run_id: str) -> tuple[str, PreparedRun]:
-    """Rebuild a run from the database alone (no input files needed).
+    """Rebuild a run from the database alone (no input files needed); its items are read
+    from the store when they are needed (:class:`StoredItems`).
 
     Args:
         store: The run store.
@@ -356,7 +435,7 @@ def load_stored_run(store: RunStore, run_id: str) -> tuple[str, PreparedRun]:
     config = RunConfig.model_validate(stored)
     personas = _stored_personas(run["run_id"], config, persona_data)
     rubric = parse_rubric_text(json.dumps(run["rubric_json"]), f"{run['run_id']}.json")
-    items = [item_from_row(r) for r in run_item_rows(store, run["run_id"])]
+    items = StoredItems(store, run["run_id"])
     return run["run_id"], PreparedRun(config, rubric, items, shots, personas=personas)
 
 
@@ -377,20 +456,28 @@ def _stored_personas(run_id: str, config: RunConfig, data: Any) -> PersonaSet | 
 
 
 def missing_work(store: RunStore, run_id: str, prepared: PreparedRun) -> list[WorkUnit]:
-    """Samples of the run that are not in the database yet.
+    """Samples of the run that are not in the database yet (every one with its item: for a
+    look at the work; the runner takes :func:`pending_work`, which reads items as it goes).
 
     Args:
         store: The run store.
-        run_id: The run.
-        prepared: The run's items and config.
+        run_id: The run (created: its items are read from the store).
+        prepared: The run's config and rubric.
     """
-    done = stored_samples(store, run_id, workflow_for(prepared.config.mode, prepared.rubric)[0])
-    return [
-        WorkUnit(item, sample)
-        for sample in range(1, prepared.config.samples + 1)
-        for item in prepared.items
-        if (item.id, sample) not in done
-    ]
+    return list(pending_work(store, run_id, prepared))
+
+
+def pending_work(store: RunStore, run_id: str, prepared: PreparedRun) -> PendingWork:
+    """The samples of the run that are not in the database yet, in :func:`missing_work`'s
+    order, their items read from the store a chunk at a time as they are taken.
+
+    Args:
+        store: The run store.
+        run_id: The run (created).
+        prepared: The run's config and rubric.
+    """
+    agent = workflow_for(prepared.config.mode, prepared.rubric)[0]
+    return PendingWork(store, run_id, prepared.config.samples, agent)
 
 
 def mark_failed(store: RunStore, run_id: str, reason: str) -> None:
@@ -582,14 +669,17 @@ async def execute_run_async(
         show_progress=show_progress,
         progress_every=progress_every,
     )
-    units = missing_work(store, run_id, prepared)
+    units = pending_work(store, run_id, prepared)
 
     async def work() -> RunTally:
         try:
-            # --prm with --ray: the items' PRM evidence is scored on Ray before judging starts.
-            prescore_evidence(judge.shared_state, config.prm, [u.item for u in units])
+            if config.prm is not None and config.prm.ray is not None:
+                # --prm with --ray: the items' PRM evidence is scored on Ray before judging
+                # starts (the one path that holds every pending item at once).
+                prescore_evidence(judge.shared_state, config.prm, [u.item for u in units])
             return await runner.run(units)
         finally:
+            units.close()
             await judge.close()
             # Stored samples wrote their replies with them; what is left belongs to samples
             # the run did not store (Ctrl-C, a 401): kept so that --resume reuses them, unless
@@ -687,8 +777,9 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
         prefixes = [count_tokens(p.system_message) for p in prepared.personas.personas]
         persona_texts = [p.system_message for p in prepared.personas.personas]
     caching = PromptCacheTally(cache_style(settings))
+    items = run_items(prepared.items)
     for sample in range(1, config.samples + 1):
-        for item in prepared.items:
+        for item in items:  # read again for each sample, a chunk at a time
             if prepared.rubric.method == "claims":
                 sizes = []
                 for turns in doclens_estimate_prompts(item, config, prepared.personas):

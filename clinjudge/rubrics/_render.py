@@ -341,7 +341,7 @@ def render_user(
     if evidence is not None:
         sections.append(render_evidence(evidence, rubric))
     sections.append(
-        f"Grade the {rubric.labels.summary} above on all {len(rubric.keys)} keys and answer "
+        f"Grade the {rubric.labels.summary} above on all {len(rubric.attributes)} keys and answer "
         "with the JSON object only."
     )
     return "\n\n".join(sections)

@@ -34,7 +34,6 @@ from clinjudge.runs._response_cache import load_response_cache, save_response_ca
 from clinjudge.runs._rows import (
     SampleKey,
     call_row,
-    item_from_row,
     item_row,
     verdict_rows,
     workflow_rows,
@@ -148,6 +147,15 @@ from clinjudge.runs._run_reads import (
     stored_samples,
 )
 
+# isort: split
+# A run's items read and written a chunk at a time (#27).
+from clinjudge.runs._item_reads import (
+    StoredItemReader,
+    WriteRows,
+    run_item_keys,
+    write_in_one_transaction,
+)
+
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB",
@@ -169,7 +177,6 @@ __all__ = [
     "import_ratings",
     "infer_format",
     "is_claims_run",
-    "item_from_row",
     "item_row",
     "load_human_ratings",
     "load_response_cache",
@@ -280,4 +287,8 @@ __all__ = [
     "run_item_rows",
     "run_table",
     "stored_samples",
+    "StoredItemReader",
+    "WriteRows",
+    "run_item_keys",
+    "write_in_one_transaction",
 ]

@@ -19,6 +19,9 @@ from clinjudge.runs._store import FINAL_SAMPLE, RunStore
 
 FINAL_AGENT = "final"
 
+FINALIZE_CHUNK = 500
+"""Items whose judgments :func:`finalize_run` reads and aggregates at a time."""
+
 
 def final_rows(
     run_id: str, item_id: str, rubric: Rubric, samples: list[dict[str, float | None]], n_failed: int
@@ -99,6 +102,27 @@ def finalize_run(
     complete = [i for i, s in status_by_item.items() if len(s) >= n_samples]
     if not complete:
         return 0
+
+    # A chunk of items at a time, each chunk its own transaction: every judgment of a large run
+    # at once, with its final rows, grew the run's peak memory with its items (#27). An item's
+    # final rows go in together; items not finalized yet are found again on the next call.
+    with store.bounded_cache():
+        for start in range(0, len(complete), FINALIZE_CHUNK):
+            chunk = complete[start : start + FINALIZE_CHUNK]
+            rows = _final_chunk(store, run_id, rubric, agent, chunk, status_by_item)
+            store.write_batch({"judgments": rows})
+    return len(complete)
+
+
+def _final_chunk(
+    store: RunStore,
+    run_id: str,
+    rubric: Rubric,
+    agent: str,
+    complete: list[str],
+    status_by_item: dict[str, dict[int, str]],
+) -> list[dict[str, Any]]:
+    """The final rows of some complete items."""
     values = store.con.execute(
         """
         SELECT item_id, sample, attribute, value FROM judgments
@@ -118,5 +142,4 @@ def finalize_run(
         ok_samples = [by_sample[item_id][n] for n, s in statuses.items() if s == "ok"]
         n_failed = sum(1 for s in statuses.values() if s != "ok")
         rows.extend(final_rows(run_id, item_id, rubric, ok_samples, n_failed))
-    store.write_batch({"judgments": rows})
-    return len(complete)
+    return rows

@@ -237,7 +237,9 @@ class SimpleChatCompletionClient(ChatCompletionClient):
 
     def __init__(self, model_info: ModelInfo | None = None) -> None:
         self._model_info = model_info or GENERIC_MODEL_INFO
-        self._total = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        # Running sums as ints: a RequestUsage (validated) is built only when asked for.
+        self._total_prompt = 0
+        self._total_completion = 0
         self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
 
     async def _complete(
@@ -261,10 +263,8 @@ class SimpleChatCompletionClient(ChatCompletionClient):
     ) -> CreateResult:
         result = await self._complete(messages, json_output, extra_create_args, tools)
         self._last = result.usage
-        self._total = RequestUsage(
-            prompt_tokens=self._total.prompt_tokens + result.usage.prompt_tokens,
-            completion_tokens=self._total.completion_tokens + result.usage.completion_tokens,
-        )
+        self._total_prompt += result.usage.prompt_tokens
+        self._total_completion += result.usage.completion_tokens
         return result
 
     async def create_stream(
@@ -292,7 +292,9 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         return self._last
 
     def total_usage(self) -> RequestUsage:
-        return self._total
+        return RequestUsage(
+            prompt_tokens=self._total_prompt, completion_tokens=self._total_completion
+        )
 
     def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
         return count_message_tokens([message_text(m) for m in messages])

@@ -395,12 +395,29 @@ def _cached_outcome(entry: dict[str, Any]) -> CallOutcome:
     )
 
 
+_SYSTEM_MESSAGES: dict[int, tuple[str, SystemMessage]] = {}
+"""System messages by the identity of their text: a run's system prompt is one string object
+(rendered once per rubric), sent with every call. The entry holds the text, so its id is never
+reused while the entry lives; nothing changes a message after it is built."""
+
+
+def _system_message(content: str) -> SystemMessage:
+    known = _SYSTEM_MESSAGES.get(id(content))
+    if known is not None and known[0] is content:
+        return known[1]
+    if len(_SYSTEM_MESSAGES) >= 256:  # texts made per call (a persona's prefix) come and go
+        _SYSTEM_MESSAGES.clear()
+    message = SystemMessage(content=content)
+    _SYSTEM_MESSAGES[id(content)] = (content, message)
+    return message
+
+
 def to_autogen_messages(turns: list[ChatTurn], agent: str = "judge") -> list[LLMMessage]:
     """Convert rendered turns into AutoGen messages."""
     converted: list[LLMMessage] = []
     for turn in turns:
         if turn.role == "system":
-            converted.append(SystemMessage(content=turn.content))
+            converted.append(_system_message(turn.content))
         elif turn.role == "assistant":
             converted.append(AssistantMessage(content=turn.content, source=agent))
         else:

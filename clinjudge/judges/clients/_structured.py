@@ -17,9 +17,9 @@ translates the key into what its endpoint understands and never sends the key it
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,10 +76,31 @@ def _validated(name: str, schema: Mapping[str, Any], shared: bool) -> ReplySchem
     return _SHARED.get(schema, name, lambda: _validated(name, schema, False))
 
 
-@contextmanager
+class _Requested:
+    """The context manager :func:`structured_reply` returns (a class: a generator-based one
+    costs a generator and its frames on every sample)."""
+
+    __slots__ = ("_schema", "_token")
+
+    def __init__(self, schema: ReplySchema):
+        self._schema = schema
+        self._token: Token[ReplySchema | None] | None = None
+
+    def __enter__(self) -> ReplySchema:
+        if self._token is not None:
+            raise RuntimeError("structured_reply(...) entered twice")
+        self._token = _REQUESTED.set(self._schema)
+        return self._schema
+
+    def __exit__(self, *exc: object) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            _REQUESTED.reset(token)
+
+
 def structured_reply(
     name: str, schema: Mapping[str, Any], *, shared: bool = False
-) -> Iterator[ReplySchema]:
+) -> AbstractContextManager[ReplySchema]:
     """Ask for replies following ``schema`` on every model call made inside the block.
 
     For calls that pass through layers taking rendered turns (the runner's call functions);
@@ -91,12 +112,7 @@ def structured_reply(
         shared: ``schema`` is an object that is never changed and comes back for every sample
             (``shared_reply_schema``'s): it is validated once and its validated form reused.
     """
-    requested = _validated(name, schema, shared)
-    token = _REQUESTED.set(requested)
-    try:
-        yield requested
-    finally:
-        _REQUESTED.reset(token)
+    return _Requested(_validated(name, schema, shared))
 
 
 def requested_schema(extra: Mapping[str, Any] | None) -> ReplySchema | None:

@@ -1,0 +1,180 @@
+"""The items of a prepared run, read when they are needed instead of held (#27).
+
+A prepared run keeps what is small per item (ids and positions); the items themselves are read
+again, a chunk at a time, from the input file (before the run is stored: run creation, dry
+runs) or from the run store (a stored run). Only a chunk is held at a time, so a run's memory
+does not grow with its number of items.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import overload
+
+from clinjudge.inputs import InputError, in_file_order, iter_items
+from clinjudge.rubrics import Item, Rubric
+from clinjudge.runs import RunStore, StoredItemReader, run_item_keys
+
+ITEM_CHUNK = 256
+"""Items read (and written) at a time."""
+
+
+class RunItems(Sequence[Item]):
+    """A run's items in position order, read on demand; ``ids`` and ``positions`` are held.
+
+    Iterating reads them ``ITEM_CHUNK`` at a time; indexing reads up to the item (meant for a
+    look at one item, not for walking them).
+    """
+
+    ids: list[str]
+    positions: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
+        """The items in lists of at most ``size``, in position order."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Item]:
+        for chunk in self.chunks():
+            yield from chunk
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Item]: ...
+
+    def __getitem__(self, index: int | slice) -> Item | list[Item]:
+        if isinstance(index, slice):
+            wanted = set(range(len(self))[index])
+            picked = [item for k, item in enumerate(self) if k in wanted]
+            return picked if (index.step or 1) > 0 else picked[::-1]
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError("item index out of range")
+        index %= count
+        for k, item in enumerate(self):
+            if k == index:
+                return item
+        raise IndexError("item index out of range")  # pragma: no cover - the ids say it exists
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RunItems | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class FileItems(RunItems):
+    """Items at some positions of an input file that was checked whole (``prepare_run``).
+
+    Reading validates every record again and compares the ids with those of the check: a file
+    changed since then raises :class:`InputError` instead of giving other items.
+
+    Args:
+        path: The input file.
+        rubric: The run's rubric.
+        ids: The selected items' ids, in order.
+        positions: Their positions among the file's items (increasing).
+    """
+
+    def __init__(self, path: str | Path, rubric: Rubric, ids: list[str], positions: list[int]):
+        self.path = Path(path)
+        self.rubric = rubric
+        self.ids = ids
+        self.positions = positions
+        self._stamp = _file_stamp(self.path)
+
+    def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
+        changed = InputError(
+            [f"{self.path}: the file changed since its items were checked; start the run again"]
+        )
+        if _file_stamp(self.path) != self._stamp:
+            raise changed
+        problems: list[str] = []
+        chunk: list[Item] = []
+        k = 0
+        with contextlib.closing(iter_items(self.path, self.rubric, problems)) as items:
+            for position, (_, item) in enumerate(items):
+                if problems:
+                    raise InputError(in_file_order(problems))
+                if k == len(self.ids):
+                    break
+                if position != self.positions[k]:
+                    continue
+                if item.id != self.ids[k]:
+                    raise changed
+                chunk.append(item)
+                k += 1
+                if len(chunk) >= size:
+                    yield chunk
+                    chunk = []
+        if problems:
+            raise InputError(in_file_order(problems))
+        if k < len(self.ids):
+            raise changed
+        if chunk:
+            yield chunk
+
+
+class ListItems(RunItems):
+    """Items held in a list (vendor audits, callers that built their own items).
+
+    Args:
+        items: The items.
+        positions: Their positions in the dataset (default: 0, 1, ...).
+    """
+
+    def __init__(self, items: Sequence[Item], positions: Sequence[int] | None = None):
+        self.items = list(items)
+        self.ids = [item.id for item in self.items]
+        self.positions = list(positions) if positions is not None else list(range(len(items)))
+
+    def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
+        for start in range(0, len(self.items), size):
+            yield self.items[start : start + size]
+
+    def __getitem__(self, index: int | slice) -> Item | list[Item]:  # type: ignore[override]
+        return self.items[index]
+
+
+class StoredItems(RunItems):
+    """A stored run's items, read from the run store.
+
+    Args:
+        store: The run store (open while the items are read).
+        run_id: Full run id.
+    """
+
+    def __init__(self, store: RunStore, run_id: str):
+        self.store = store
+        self.run_id = run_id
+        self.ids, self.positions = run_item_keys(store, run_id)
+
+    def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
+        with StoredItemReader(self.store, self.run_id) as reader:
+            for start in range(0, len(self.ids), size):
+                yield reader.read(self.positions[start], size)
+
+
+def run_items(items: Sequence[Item]) -> RunItems:
+    """``items`` as :class:`RunItems` (a list is wrapped, not copied item by item).
+
+    Args:
+        items: A run's items.
+    """
+    return items if isinstance(items, RunItems) else ListItems(items)
+
+
+def _file_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns

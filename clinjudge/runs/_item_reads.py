@@ -1,0 +1,104 @@
+"""A run's items read and written a chunk at a time, so that a run's memory does not grow with
+its number of items (#27): the runner takes its items from here as its work proceeds, and run
+creation writes them chunk by chunk inside one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import duckdb
+
+from clinjudge.rubrics import Item
+from clinjudge.runs._rows import item_from_row
+from clinjudge.runs._store import RunStore, _owner_only_files, rollback
+
+
+def run_item_keys(store: RunStore, run_id: str) -> tuple[list[str], list[int]]:
+    """A run's item ids and positions, in position order (what is small per item).
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+    """
+    rows = store.con.execute(
+        "SELECT item_id, position FROM items WHERE run_id = ? ORDER BY position", [run_id]
+    ).fetchall()
+    return [r[0] for r in rows], [int(r[1]) for r in rows]
+
+
+class StoredItemReader:
+    """Reads a run's items, a chunk at a time, on a connection of its own.
+
+    Its own connection (a DuckDB cursor) lets the event loop read items while the runner's
+    writer thread writes batches on the store's connection. Close it when done: an open
+    cursor keeps the database open.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+    """
+
+    def __init__(self, store: RunStore, run_id: str):
+        self.run_id = run_id
+        self._con = store.con.cursor()
+
+    def read(self, start: int, count: int) -> list[Item]:
+        """Up to ``count`` items from position ``start`` on, in position order.
+
+        Args:
+            start: The first position to read (the item there, or the next one).
+            count: How many items at most.
+        """
+        cursor = self._con.execute(
+            "SELECT * FROM items WHERE run_id = ? AND position >= ? ORDER BY position LIMIT ?",
+            [self.run_id, start, count],
+        )
+        names = [d[0] for d in cursor.description]
+        return [item_from_row(dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
+
+    def close(self) -> None:
+        """Close its connection (the store's stays open)."""
+        self._con.close()
+
+    def __enter__(self) -> StoredItemReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+WriteRows = Callable[[str, Sequence[dict[str, Any]]], None]
+"""Writes rows to a table (rows whose key exists are ignored)."""
+
+
+def write_in_one_transaction(store: RunStore, produce: Callable[[WriteRows], None]) -> None:
+    """Write what ``produce`` hands its write function, chunk after chunk, as one transaction:
+    committed when it returns, rolled back (nothing written) when it raises.
+
+    DuckDB's cache is bounded meanwhile (:meth:`RunStore.bounded_cache`; measured on run
+    creation, it halves the memory growth per item); when a chunk does not fit the bound, the
+    whole transaction is rolled back and written again without it, so ``produce`` must be
+    able to run twice.
+
+    Args:
+        store: The run store.
+        produce: Called with the write function; writes every row.
+    """
+    try:
+        with store.bounded_cache():
+            _one_transaction(store, produce)
+    except duckdb.OutOfMemoryException:
+        _one_transaction(store, produce)
+
+
+def _one_transaction(store: RunStore, produce: Callable[[WriteRows], None]) -> None:
+    store.con.execute("BEGIN TRANSACTION")
+    try:
+        produce(store.insert_rows)
+        with _owner_only_files():
+            store.con.execute("COMMIT")
+    except BaseException:
+        rollback(store.con)
+        raise
