@@ -28,11 +28,9 @@ import argparse
 import cProfile
 import io
 import pstats
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,9 +39,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.throughput import bench_items, start_server_process  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
 from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run  # noqa: E402
-from clinjudge.rubrics import Item  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
 
 MODES = ("single", "panel", "magentic")
@@ -62,7 +60,12 @@ def serve(latency: float, personas: str) -> int:
         ORCHESTRATOR_MARKER,
         PERSONA_PANEL_NOTE,
     )
-    from tests.fake_openai import FakeOpenAIServer, _message_text, pdsqi9_scores
+    from tests.fake_openai import (
+        FakeOpenAIServer,
+        _message_text,
+        pdsqi9_scores,
+        serve_until_signal,
+    )
     from tests.magentic_fake import PanelFake
 
     panel = PanelFake(personas=personas)
@@ -75,17 +78,7 @@ def serve(latency: float, personas: str) -> int:
         last = _message_text(messages[-1]) if messages else ""
         return pdsqi9_scores(last)
 
-    server = FakeOpenAIServer(responder=responder, latency=latency)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    server.start()
-    print(f"READY {server.base_url}", flush=True)
-    try:
-        while not done.wait(0.5):
-            pass
-    finally:
-        server.stop()
+    serve_until_signal(FakeOpenAIServer(responder=responder, latency=latency))
     return 0
 
 
@@ -99,32 +92,10 @@ def _start_server(latency: float, personas: str) -> tuple[subprocess.Popen[str],
         "--personas",
         personas,
     ]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("READY "):
-        process.kill()
-        raise RuntimeError(f"fake server did not start: {line!r}")
-    return process, line.split(" ", 1)[1]
+    return start_server_process(command)
 
 
 # -- the measured runs ----------------------------------------------------------------------------
-
-
-def _items(count: int) -> list[Item]:
-    note = (
-        "Seen in clinic for follow-up of hypertension and type 2 diabetes. "
-        "Blood pressure 138/84. HbA1c 7.4%. Continue metformin and lisinopril. "
-    ) * 6
-    return [
-        Item(
-            id=f"bench-{n:05d}",
-            notes=[note, note, note],
-            summary=f"Patient {n}: hypertension and diabetes, stable [Note 1] [Note 3].",
-            specialty="Primary Care",
-        )
-        for n in range(count)
-    ]
 
 
 @dataclass
@@ -160,7 +131,7 @@ def run_mode(
     """``execute_run`` of ``count`` items in ``mode`` on a fresh store; CPU of this process."""
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / "items.jsonl"
-    data.write_text("".join(i.model_dump_json() + "\n" for i in _items(count)))
+    data.write_text("".join(i.model_dump_json() + "\n" for i in bench_items(count)))
     judge = ModelSettings(model="openai/local-judge", base_url=base_url, timeout=30)
     config = RunConfig(
         mode=mode,

@@ -68,7 +68,13 @@ CHECK_TRIES = 3
 def _start_server(latency: float, *extra: str) -> tuple[subprocess.Popen[str], str]:
     """Start the fake server in its own process; ``extra`` are more command-line flags."""
     command = [sys.executable, "-m", "tests.fake_openai", "--port", "0", "--latency", str(latency)]
-    process = subprocess.Popen([*command, *extra], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    return start_server_process([*command, *extra])
+
+
+def start_server_process(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Run ``command`` (a server that prints ``READY <base_url>`` once it listens) from the
+    repository's root; its process and base URL."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     if not line.startswith("READY "):
@@ -98,7 +104,8 @@ def prepare_bench_run(
     return prepared, store, create_run(store, prepared)
 
 
-def _items(count: int) -> list[Item]:
+def bench_items(count: int) -> list[Item]:
+    """``count`` synthetic PDSQI-9 items (one shared note text, distinct ids and summaries)."""
     note = (
         "Seen in clinic for follow-up of hypertension and type 2 diabetes. "
         "Blood pressure 138/84. HbA1c 7.4%. Continue metformin and lisinopril. "
@@ -214,7 +221,7 @@ def whole_process(tmp: Path, base_url: str, sizes: list[int], concurrency: int) 
     }
     for n in sizes:
         data = tmp / f"process-{n}.jsonl"
-        data.write_text("".join(i.model_dump_json() + "\n" for i in _items(n)))
+        data.write_text("".join(i.model_dump_json() + "\n" for i in bench_items(n)))
         command = judge_run_command(
             data, tmp / f"process-{n}.duckdb", "openai/local-judge", base_url, concurrency
         )
@@ -375,7 +382,7 @@ def main() -> None:
                 model="openai/local-judge", base_url=base_url, timeout=30, client=args.client
             )
             prepared, tally, wall, cpu, stored = timed_run(
-                Path(tmp), _items(args.items), args.concurrency, judge
+                Path(tmp), bench_items(args.items), args.concurrency, judge
             )
             sizes = sorted(args.process_sizes)
             process = (
@@ -402,7 +409,7 @@ def main() -> None:
                 folder = Path(tmp) / "saturation"
                 folder.mkdir()
                 rate, cpu_each, ok = judge_at(
-                    folder, base_url, _items(args.saturation_items), args.saturation
+                    folder, base_url, bench_items(args.saturation_items), args.saturation
                 )
                 saturation = (bare_rate, bare_cpu, rate, cpu_each, ok)
     finally:

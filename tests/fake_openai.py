@@ -1099,6 +1099,28 @@ def make_fake_openai_fixture(
     return _fixture
 
 
+def serve_until_signal(server: FakeOpenAIServer) -> None:
+    """Start ``server``, print ``READY <base_url>`` and serve until SIGTERM or SIGINT.
+
+    Args:
+        server: The server (not started yet); it is stopped before this returns.
+    """
+    done = threading.Event()
+
+    def _on_signal(_signum: int, _frame: Any) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    server.start()
+    print(f"READY {server.base_url}", flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        server.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: serve until SIGTERM/SIGINT after printing ``READY <base_url>``."""
     parser = argparse.ArgumentParser(description="Fake OpenAI chat-completions server.")
@@ -1120,20 +1142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=args.port,
         rpm_limit=args.rpm_limit,
     )
-    done = threading.Event()
-
-    def _on_signal(_signum: int, _frame: Any) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    server.start()
-    print(f"READY {server.base_url}", flush=True)
     try:
-        while not done.wait(0.5):
-            pass
+        serve_until_signal(server)
     finally:
-        server.stop()
         print(
             f"STATS requests={server.request_count} rate_limited={server.rate_limited} "
             f"max_in_60s={server.max_in_window(60.0)}",
