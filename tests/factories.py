@@ -47,6 +47,27 @@ def write_jsonl(path: Path, items: list[Item]) -> Path:
     return path
 
 
+def mock_run(tmp: Path, count: int) -> Any:
+    """Judge ``count`` small items with the simulated judge in ``tmp/x.duckdb``; the tally.
+
+    Args:
+        tmp: A folder for the data and the database.
+        count: How many items.
+    """
+    from clinjudge.judges import ModelSettings
+    from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_run
+    from clinjudge.runs import RunStore
+
+    data = write_jsonl(tmp / "items.jsonl", make_items(count))
+    config = RunConfig(
+        data=str(data), db=str(tmp / "x.duckdb"), judge=ModelSettings(model="mock/judge")
+    )
+    prepared = prepare_run(config)
+    with RunStore(config.db) as store:
+        run_id = create_run(store, prepared)
+        return execute_run(store, run_id, prepared, show_progress=False)
+
+
 def judged_doclens_run(tmp: Path) -> tuple[Path, str]:
     """Judge the two hand-checked DocLens items of tests/doclens_fake from the CLI, with a config
     file, on the fake server; returns the database and the run id.

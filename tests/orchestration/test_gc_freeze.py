@@ -7,10 +7,8 @@ import gc
 
 import pytest
 
-from clinjudge.judges import ModelSettings
-from clinjudge.orchestration import RunConfig, _session, create_run, execute_run, prepare_run
-from clinjudge.runs import RunStore
-from tests.factories import make_items, write_jsonl
+from clinjudge.orchestration import _session
+from tests.factories import mock_run
 
 
 def _run(tmp_path, monkeypatch) -> tuple[list[int], int]:
@@ -23,15 +21,7 @@ def _run(tmp_path, monkeypatch) -> tuple[list[int], int]:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(_session, "finalize_run", finalize_run)
-    data = write_jsonl(tmp_path / "items.jsonl", make_items(4))
-    config = RunConfig(
-        data=str(data), db=str(tmp_path / "x.duckdb"), judge=ModelSettings(model="mock/judge")
-    )
-    prepared = prepare_run(config)
-    with RunStore(config.db) as store:
-        run_id = create_run(store, prepared)
-        tally = execute_run(store, run_id, prepared, show_progress=False)
-    return seen, tally.ok
+    return seen, mock_run(tmp_path, 4).ok
 
 
 @pytest.fixture

@@ -9,11 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from clinjudge.judges import ModelSettings
-from clinjudge.orchestration import RunConfig, _sample_runner, create_run, execute_run, prepare_run
+from clinjudge.orchestration import _sample_runner
 from clinjudge.orchestration._collector import RUN_GEN0_THRESHOLD, relaxed_collection
-from clinjudge.runs import RunStore
-from tests.factories import make_items, write_jsonl
+from tests.factories import mock_run
 
 
 @pytest.fixture
@@ -34,15 +32,7 @@ def _run(tmp_path, monkeypatch) -> tuple[list[tuple[int, int, int]], int]:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(_sample_runner, "workflow_rows", workflow_rows)
-    data = write_jsonl(tmp_path / "items.jsonl", make_items(5))
-    config = RunConfig(
-        data=str(data), db=str(tmp_path / "x.duckdb"), judge=ModelSettings(model="mock/judge")
-    )
-    prepared = prepare_run(config)
-    with RunStore(config.db) as store:
-        run_id = create_run(store, prepared)
-        tally = execute_run(store, run_id, prepared, show_progress=False)
-    return seen, tally.ok
+    return seen, mock_run(tmp_path, 5).ok
 
 
 def test_a_run_raises_the_threshold_while_it_judges_and_restores_it(
