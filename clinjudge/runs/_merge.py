@@ -195,15 +195,7 @@ def _copy_table(
         if other:
             differs = " OR ".join(f"s.{_quote(c)} IS DISTINCT FROM d.{_quote(c)}" for c in other)
             clash = f"FROM {src} s JOIN {dst} d ON {on} WHERE {differs}"
-            count = con.execute(f"SELECT count(*) {clash}").fetchone()
-            n = int(count[0]) if count else 0
-            if n:
-                tally.conflicts += n
-                shown = ", ".join(f"s.{_quote(c)}" for c in key)
-                for row in con.execute(f"SELECT {shown} {clash} LIMIT {_EXAMPLES}").fetchall():
-                    if len(tally.examples) < _EXAMPLES:
-                        where = ", ".join(f"{c}={v!r}" for c, v in zip(key, row, strict=True))
-                        tally.examples.append(f"{label}: {where}")
+            _count_conflicts(con, clash, key, tally, label)
         fresh = f"SELECT {cols} FROM {src} s WHERE NOT EXISTS (SELECT 1 FROM {dst} d WHERE {on})"
     else:
         fresh = f"SELECT {cols} FROM {src} EXCEPT SELECT {cols} FROM {dst}"
@@ -212,6 +204,34 @@ def _copy_table(
     con.execute(f"INSERT {ignore}INTO {dst} ({cols}) {fresh}")
     after = con.execute(f"SELECT count(*) FROM {dst}").fetchone()
     tally.added += int(after[0] if after else 0) - int(before[0] if before else 0)
+
+
+def _count_conflicts(
+    con: duckdb.DuckDBPyConnection,
+    clash: str,
+    key: Sequence[str],
+    tally: TableMerge,
+    label: str,
+) -> None:
+    """Count the rows ``clash`` (a FROM ... WHERE over source ``s``) finds and keep examples.
+
+    Args:
+        con: The connection.
+        clash: FROM and WHERE clauses selecting source rows that differ from the output's.
+        key: The table's key columns (shown in the examples).
+        tally: The table's merge tally (conflicts and examples).
+        label: The source's name in the examples.
+    """
+    count = con.execute(f"SELECT count(*) {clash}").fetchone()
+    n = int(count[0]) if count else 0
+    if not n:
+        return
+    tally.conflicts += n
+    shown = ", ".join(f"s.{_quote(c)}" for c in key)
+    for row in con.execute(f"SELECT {shown} {clash} LIMIT {_EXAMPLES}").fetchall():
+        if len(tally.examples) < _EXAMPLES:
+            where = ", ".join(f"{c}={v!r}" for c, v in zip(key, row, strict=True))
+            tally.examples.append(f"{label}: {where}")
 
 
 _MESSAGE_DIFFERS = "s.role IS DISTINCT FROM d.role OR s.content IS DISTINCT FROM d.content"
@@ -236,15 +256,7 @@ def _copy_messages(
     key = ("run_id", "item_id", "sample", "agent", "seq")
     on = " AND ".join(f"s.{c} = d.{c}" for c in key)
     clash = f"FROM {src} s JOIN main.messages d ON {on} WHERE {_MESSAGE_DIFFERS}"
-    count = con.execute(f"SELECT count(*) {clash}").fetchone()
-    n = int(count[0]) if count else 0
-    if n:
-        tally.conflicts += n
-        shown = ", ".join(f"s.{c}" for c in key)
-        for row in con.execute(f"SELECT {shown} {clash} LIMIT {_EXAMPLES}").fetchall():
-            if len(tally.examples) < _EXAMPLES:
-                where = ", ".join(f"{c}={v!r}" for c, v in zip(key, row, strict=True))
-                tally.examples.append(f"{label}: {where}")
+    _count_conflicts(con, clash, key, tally, label)
     fresh = f"FROM {src} s WHERE NOT EXISTS (SELECT 1 FROM main.message_rows d WHERE {on})"
     shared = shared_sql("s")
     # Texts first, only those of rows that go in: no row names a missing text, no text is
