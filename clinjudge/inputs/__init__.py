@@ -18,6 +18,7 @@ from clinjudge.inputs._records import (
     in_file_order,
     iter_items,
     load_items,
+    parse_json,
     read_records,
     validate_records,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "load_audit_items",
     "load_items",
     "load_ratings",
+    "parse_json",
     "read_records",
     "unmatched_encounters",
     "validate_records",

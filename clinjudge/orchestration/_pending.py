@@ -60,7 +60,8 @@ class PendingWork:
                 first, held = -1, list[Item]()
                 for sample, k in self._pending:
                     if not first <= k < first + len(held):
-                        first, held = k, reader.read(self.positions[k], self.chunk)
+                        last = self.positions[min(k + self.chunk, len(self.positions)) - 1]
+                        first, held = k, reader.read(self.positions[k], self.chunk, last)
                     yield WorkUnit(held[k - first], sample)
             finally:
                 self._readers.discard(reader)

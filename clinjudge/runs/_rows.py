@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from clinjudge.inputs import parse_json
 from clinjudge.rubrics import ChatTurn, Item, Rubric, scan_item
 from clinjudge.runs._store import now
 
@@ -209,12 +210,55 @@ def item_row(
 
 def item_from_row(row: dict[str, Any]) -> Item:
     """Rebuild an item stored in the items table."""
-    return Item(
-        id=row["item_id"],
-        notes=json.loads(row["notes"]) if row["notes"] else [],
-        summary=row["summary"],
-        specialty=row["specialty"],
-        reference=row["reference"],
-        vendor=row["vendor"],
-        meta=json.loads(row["meta"]) if row["meta"] else {},
+    return item_from_columns(
+        row["item_id"],
+        row["notes"],
+        row["summary"],
+        row["specialty"],
+        row["reference"],
+        row["vendor"],
+        row["meta"],
+    )
+
+
+ITEM_COLUMNS = "item_id, notes, summary, specialty, reference, vendor, meta"
+"""The items table's columns :func:`item_from_columns` takes, in its order."""
+
+_validate_item = Item.model_validate
+
+
+def item_from_columns(
+    item_id: str,
+    notes: str | None,
+    summary: str,
+    specialty: str | None,
+    reference: str | None,
+    vendor: str | None,
+    meta: str | None,
+) -> Item:
+    """Rebuild a stored item from its columns (:data:`ITEM_COLUMNS`, as a query returns them).
+
+    Validated like any item (the stored row may come from an older version or another tool),
+    in one ``model_validate`` of a plain dict, the JSON read by :func:`parse_json`: this is
+    the runner's intake, once per sample (#27).
+
+    Args:
+        item_id: ``item_id``.
+        notes: ``notes`` JSON.
+        summary: ``summary``.
+        specialty: ``specialty``.
+        reference: ``reference``.
+        vendor: ``vendor``.
+        meta: ``meta`` JSON.
+    """
+    return _validate_item(
+        {
+            "id": item_id,
+            "notes": parse_json(notes) if notes else [],
+            "summary": summary,
+            "specialty": specialty,
+            "reference": reference,
+            "vendor": vendor,
+            "meta": parse_json(meta) if meta and meta != "{}" else {},
+        }
     )
