@@ -22,29 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.throughput import bench_items  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
 from clinjudge.orchestration import RunConfig, create_run, prepare_run  # noqa: E402
 from clinjudge.orchestration._session import pending_work  # noqa: E402
 from clinjudge.rubrics import Item, _injection  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
-
-_NOTE = (
-    "Seen in clinic for follow-up of hypertension and type 2 diabetes. "
-    "Blood pressure 138/84. HbA1c 7.4%. Continue metformin and lisinopril. "
-) * 6
-
-
-def bench_items(count: int) -> list[Item]:
-    """The throughput benchmark's items."""
-    return [
-        Item(
-            id=f"bench-{n:05d}",
-            notes=[_NOTE, _NOTE, _NOTE],
-            summary=f"Patient {n}: hypertension and diabetes, stable [Note 1] [Note 3].",
-            specialty="Primary Care",
-        )
-        for n in range(count)
-    ]
 
 
 def varied_items(count: int) -> list[Item]:

@@ -5,14 +5,11 @@ creation writes them chunk by chunk inside one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
-
-import duckdb
+from collections.abc import Callable
 
 from clinjudge.rubrics import Item
 from clinjudge.runs._rows import ITEM_COLUMNS, item_from_columns
-from clinjudge.runs._store import RunStore, _owner_only_files, rollback
+from clinjudge.runs._store import RunStore, WriteRows
 
 
 def run_item_keys(store: RunStore, run_id: str) -> tuple[list[str], list[int]]:
@@ -80,53 +77,14 @@ class StoredItemReader:
         self.close()
 
 
-WriteRows = Callable[[str, Sequence[dict[str, Any]]], None]
-"""Writes rows to a table (rows whose key exists are ignored)."""
-
-
 def write_in_one_transaction(store: RunStore, produce: Callable[[WriteRows], None]) -> None:
-    """Write what ``produce`` hands its write function, chunk after chunk, as one transaction:
-    committed when it returns, rolled back (nothing written) when it raises.
-
-    Rows whose key exists are ignored. They go in first with a plain ``INSERT`` (a new run's
-    rows, the usual case: DuckDB's ``INSERT OR IGNORE`` costs it about twice the CPU, measured
-    on run creation); when a key exists, the transaction is rolled back and written again
-    ignoring such rows. DuckDB's cache is bounded meanwhile (:meth:`RunStore.bounded_cache`;
-    measured on run creation, it halves the memory growth per item); when a chunk does not fit
-    the bound, the whole transaction is rolled back and written again without it. So
-    ``produce`` must be able to run more than once.
+    """:meth:`RunStore.write_rows` (one transaction, rows whose key exists ignored, ``produce``
+    run again when it must) with DuckDB's cache bounded meanwhile: measured on run creation,
+    the bound halves the memory growth per item; a transaction that does not fit lifts it.
 
     Args:
         store: The run store.
         produce: Called with the write function; writes every row.
     """
-    try:
-        with store.bounded_cache():
-            _ignoring_existing(store, produce)
-    except duckdb.OutOfMemoryException:
-        _ignoring_existing(store, produce)
-
-
-def _ignoring_existing(store: RunStore, produce: Callable[[WriteRows], None]) -> None:
-    try:
-        _one_transaction(store, produce, ignore_existing=False)
-    except duckdb.ConstraintException:
-        _one_transaction(store, produce, ignore_existing=True)
-
-
-def _one_transaction(
-    store: RunStore, produce: Callable[[WriteRows], None], *, ignore_existing: bool
-) -> None:
-    # `insert_rows` reads the store's flag (as `write_batch` sets it): same package.
-    store._ignore_existing = ignore_existing
-    try:
-        store.con.execute("BEGIN TRANSACTION")
-        try:
-            produce(store.insert_rows)
-            with _owner_only_files():
-                store.con.execute("COMMIT")
-        except BaseException:
-            rollback(store.con)
-            raise
-    finally:
-        store._ignore_existing = True
+    with store.bounded_cache():
+        store.write_rows(produce)
