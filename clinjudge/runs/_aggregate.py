@@ -132,15 +132,8 @@ def finalize_run(
 
 
 def _execute(store: RunStore, sql: str, params: dict[str, Any]) -> None:
-    """Run one statement; as in RunStore.write_batch, one that does not fit the store's bounded
-    cache lifts the bound and runs again (the failed statement changed nothing)."""
-    try:
-        _statement(store, sql, params)
-    except duckdb.OutOfMemoryException:
-        if store._cache_bound is None:
-            raise
-        store._lift_cache_bound()
-        _statement(store, sql, params)
+    """Run one statement (under the store's bounded cache, as its batch writes are)."""
+    store.lift_bound_on_overflow(lambda: _statement(store, sql, params))
 
 
 def _statement(store: RunStore, sql: str, params: dict[str, Any]) -> None:

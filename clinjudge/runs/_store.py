@@ -617,13 +617,23 @@ class RunStore:
         Args:
             produce: Called with the insert function; writes every row.
         """
+        self.lift_bound_on_overflow(lambda: self._write_ignoring_existing(produce))
+
+    def lift_bound_on_overflow(self, write: Callable[[], None]) -> None:
+        """Run ``write`` (one transaction or one statement); under :meth:`bounded_cache`, a
+        write DuckDB cannot fit in the bound (rolled back, so it changed nothing) lifts the
+        bound and runs again.
+
+        Args:
+            write: The write; it must be able to run twice.
+        """
         try:
-            self._write_ignoring_existing(produce)
+            write()
         except duckdb.OutOfMemoryException:
             if self._cache_bound is None:
                 raise
             self._lift_cache_bound()
-            self._write_ignoring_existing(produce)
+            write()
 
     def _write_ignoring_existing(self, produce: Callable[[WriteRows], None]) -> None:
         try:
