@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, overload
 
 from autogen_core import CancellationToken, FunctionCall
 from autogen_core.models import (
@@ -23,6 +23,7 @@ from autogen_core.tools import Tool, ToolSchema
 
 from clinjudge.judges.clients._accounting import count_message_tokens
 from clinjudge.judges.clients._faults import ProviderFault
+from clinjudge.rubrics import ChatTurn
 
 GENERIC_MODEL_INFO = ModelInfo(
     vision=False,
@@ -44,8 +45,87 @@ def message_text(message: LLMMessage) -> str:
     return str(content)
 
 
+_SYSTEM_MESSAGES: dict[int, tuple[str, SystemMessage]] = {}
+"""System messages by the identity of their text: a run's system prompt is one string object
+(rendered once per rubric), sent with every call. The entry holds the text, so its id is never
+reused while the entry lives; nothing changes a message after it is built."""
+
+
+def _system_message(content: str) -> SystemMessage:
+    known = _SYSTEM_MESSAGES.get(id(content))
+    if known is not None and known[0] is content:
+        return known[1]
+    if len(_SYSTEM_MESSAGES) >= 256:  # texts made per call (a persona's prefix) come and go
+        _SYSTEM_MESSAGES.clear()
+    message = SystemMessage(content=content)
+    _SYSTEM_MESSAGES[id(content)] = (content, message)
+    return message
+
+
+def to_autogen_messages(turns: Sequence[ChatTurn], agent: str = "judge") -> list[LLMMessage]:
+    """Convert rendered turns into AutoGen messages (a role other than system or assistant is
+    the user's).
+
+    Args:
+        turns: The rendered conversation.
+        agent: Source named on assistant messages.
+    """
+    converted: list[LLMMessage] = []
+    for turn in turns:
+        if turn.role == "system":
+            converted.append(_system_message(turn.content))
+        elif turn.role == "assistant":
+            converted.append(AssistantMessage(content=turn.content, source=agent))
+        else:
+            converted.append(UserMessage(content=turn.content, source="user"))
+    return converted
+
+
+class TurnMessages(Sequence[LLMMessage]):
+    """Rendered turns read as AutoGen messages, which are made only when something reads them.
+
+    A client that sends chat-format dicts (ours) takes the turns straight from
+    :attr:`turns` through :func:`to_openai_messages`, with no AutoGen object made and taken
+    apart again on every call; whatever else reads the sequence (a cache key, a token
+    estimate) sees the messages :func:`to_autogen_messages` makes.
+
+    Args:
+        turns: The rendered conversation (copied: the caller may go on appending to its list).
+    """
+
+    __slots__ = ("_messages", "turns")
+
+    def __init__(self, turns: Sequence[ChatTurn]):
+        self.turns = tuple(turns)
+        self._messages: list[LLMMessage] | None = None
+
+    def _built(self) -> list[LLMMessage]:
+        if self._messages is None:
+            self._messages = to_autogen_messages(self.turns)
+        return self._messages
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    @overload
+    def __getitem__(self, index: int) -> LLMMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[LLMMessage]: ...
+    def __getitem__(self, index: int | slice) -> LLMMessage | list[LLMMessage]:
+        return self._built()[index]
+
+    def __iter__(self) -> Iterator[LLMMessage]:
+        return iter(self._built())
+
+
 def to_openai_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     """Convert AutoGen messages into OpenAI chat-format dicts."""
+    if type(messages) is TurnMessages:
+        # What the conversion below makes of to_autogen_messages(turns), without making it.
+        return [
+            {"role": t.role if t.role in _TURN_ROLES else "user", "content": t.content}
+            for t in messages.turns
+        ]
     converted: list[dict[str, Any]] = []
     for message in messages:
         if isinstance(message, SystemMessage):
@@ -76,6 +156,10 @@ def to_openai_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
                 for r in message.content
             )
     return converted
+
+
+_TURN_ROLES = frozenset({"system", "assistant"})
+"""Turn roles kept as they are in chat format; any other turn is the user's."""
 
 
 def _is_tool_request(content: Any) -> TypeGuard[list[FunctionCall]]:
@@ -162,11 +246,13 @@ def prompt_cache_counts(usage: Mapping[str, Any], prompt_tokens: int) -> tuple[i
         prompt_tokens: The call's validated prompt tokens.
     """
     details = usage.get("prompt_tokens_details")
-    details = details if isinstance(details, Mapping) else {}
     read = usage.get("cache_read_input_tokens")
+    write = usage.get("cache_creation_input_tokens")
+    if details is None and read is None and write is None:
+        return 0, 0  # a reply that reports no prompt cache (a local server's)
+    details = details if isinstance(details, Mapping) else {}
     if read is None:
         read = details.get("cached_tokens")
-    write = usage.get("cache_creation_input_tokens")
     if write is None:
         write = details.get("cache_creation_tokens")
     cached = min(check_token_count("cached_tokens", read), prompt_tokens)
@@ -182,11 +268,16 @@ def reply_usage(usage: Any) -> PromptUsage | None:
     """
     if not isinstance(usage, dict):
         return None
-    prompt_tokens = check_token_count("prompt_tokens", usage.get("prompt_tokens"))
+    prompt_tokens = usage.get("prompt_tokens")
+    if type(prompt_tokens) is not int or not 0 <= prompt_tokens <= MAX_TOKENS_PER_CALL:
+        prompt_tokens = check_token_count("prompt_tokens", prompt_tokens)
+    completion_tokens = usage.get("completion_tokens")
+    if type(completion_tokens) is not int or not 0 <= completion_tokens <= MAX_TOKENS_PER_CALL:
+        completion_tokens = check_token_count("completion_tokens", completion_tokens)
     cached, written = prompt_cache_counts(usage, prompt_tokens)
     return PromptUsage(
         prompt_tokens=prompt_tokens,
-        completion_tokens=check_token_count("completion_tokens", usage.get("completion_tokens")),
+        completion_tokens=completion_tokens,
         cached_input_tokens=cached,
         cache_write_tokens=written,
     )
@@ -201,8 +292,11 @@ def openai_result(data: Any) -> CreateResult:
     Raises:
         ValueError: The body has no usable choice.
     """
-    choices = data.get("choices") if isinstance(data, dict) else None
-    usage = reply_usage(data.get("usage") if isinstance(data, dict) else None)
+    if isinstance(data, dict):
+        choices = data.get("choices")
+        usage = reply_usage(data.get("usage"))
+    else:
+        choices, usage = None, None
     if not choices or not isinstance(choices[0], dict):
         # A 200 without a choice is still billed: keep its usage so the cost is counted.
         raise ProviderFault(
@@ -261,7 +355,10 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        result = await self._complete(messages, json_output, extra_create_args, tools)
+        return self._counted(await self._complete(messages, json_output, extra_create_args, tools))
+
+    def _counted(self, result: CreateResult) -> CreateResult:
+        """``result``, its usage added to this client's running sums."""
         self._last = result.usage
         self._total_prompt += result.usage.prompt_tokens
         self._total_completion += result.usage.completion_tokens

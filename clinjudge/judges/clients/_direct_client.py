@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
 import orjson
 import yarl
+from autogen_core import CancellationToken
 from autogen_core.models import CreateResult, LLMMessage, ModelInfo
 from autogen_core.tools import Tool, ToolSchema
 
@@ -33,8 +34,13 @@ from clinjudge.judges.clients._faults import (
     status_fault,
     timeout_fault,
 )
-from clinjudge.judges.clients._http_guard import DEFAULT_MAX_REPLY_BYTES, read_capped
-from clinjudge.judges.clients._structured import openai_response_format, split_schema
+from clinjudge.judges.clients._http_guard import (
+    DEFAULT_MAX_REPLY_BYTES,
+    read_capped,
+    readable_whole,
+)
+from clinjudge.judges.clients._structured import ReplySchema, openai_response_format, split_schema
+from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY
 
 
 class DirectChatCompletionClient(SimpleChatCompletionClient):
@@ -67,6 +73,8 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         self._model = model
         # Parsed once: aiohttp would parse a string URL again on every request.
         self._url = yarl.URL(_endpoint(base_url, "chat/completions"))
+        # The session's own headers: aiohttp merges a request's headers into a new mapping on
+        # every request, its session's it copies as they are.
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -78,11 +86,14 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
 
     def _get_session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
+        session = self._session
+        if session is None or self._loop is not loop or session.closed:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            session = self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, headers=self._headers
+            )
             self._loop = loop
-        return self._session
+        return session
 
     def _body(
         self,
@@ -90,51 +101,75 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Tool | ToolSchema],
+        *,
+        prepared: bool = True,
     ) -> dict[str, Any]:
-        schema, extra = split_schema(extra)
+        """The request as it is sent: JSON values and, unless ``prepared`` is False (for json,
+        which knows no fragments), :class:`orjson.Fragment` for the parts that are the same on
+        every call of a run (the system prompt, the reply schema), serialized once."""
+        schema = None
+        if extra and STRUCTURED_OUTPUT_KEY in extra:
+            if len(extra) == 1 and type(extra[STRUCTURED_OUTPUT_KEY]) is ReplySchema:
+                schema, extra = extra[STRUCTURED_OUTPUT_KEY], {}  # what JudgeModel sends
+            else:
+                schema, extra = split_schema(extra)
+        wire = to_openai_messages(messages)
         body: dict[str, Any] = {
             "model": self._model,
-            "messages": to_openai_messages(messages),
+            "messages": [m if m["role"] != "system" else _prejsoned(m) for m in wire]
+            if prepared
+            else wire,
             **self._sampling,
             **extra,
         }
         if schema is not None:
             # vLLM, SGLang, llama.cpp and `transformers serve` take OpenAI's strict form.
-            body["response_format"] = openai_response_format(schema)
+            body["response_format"] = (
+                _response_format(schema) if prepared else openai_response_format(schema)
+            )
         elif json_output is True:
             body["response_format"] = {"type": "json_object"}
         if tools:
             body["tools"] = [tool_schema(t) for t in tools]
         return body
 
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        session = self._get_session()
-        payload = _dumps(body)
-        # A redirect would carry the prompt to another origin: refuse it, never follow it.
-        async with session.post(
-            self._url, data=payload, headers=self._headers, allow_redirects=False
-        ) as resp:
-            if 300 <= resp.status < 400:
-                raise redirect_fault(resp.status, resp.headers.get("Location"))
-            raw = await read_capped(resp, self._max_reply_bytes)
-            if resp.status >= 400:
-                raise status_fault(resp.status, raw.decode("utf-8", "replace")[:300], resp.headers)
-        try:
-            return _loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ProviderFault(
-                f"malformed response: body is not JSON ({exc})", retryable=True
-            ) from exc
-
-    async def _complete(
+    async def create(
         self,
         messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
+        *,
         tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Any = "auto",
+        json_output: Any = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
+        cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
+        # The whole exchange in this one coroutine (not create -> _complete -> a post helper):
+        # every coroutine between the task and the socket is resumed on each wake-up.
         try:
-            data = await self._post(self._body(messages, json_output, extra, tools))
+            # orjson is several times faster than json on prompts of many kilobytes.
+            payload: bytes | str = orjson.dumps(
+                self._body(messages, json_output, extra_create_args, tools)
+            )
+        except TypeError:
+            # What orjson cannot take (an integer beyond 64 bits, a lone surrogate) json can.
+            payload = json.dumps(
+                self._body(messages, json_output, extra_create_args, tools, prepared=False)
+            )
+        limit = self._max_reply_bytes
+        try:
+            # A redirect would carry the prompt to another origin: refuse it, never follow it.
+            async with self._get_session().post(
+                self._url, data=payload, allow_redirects=False
+            ) as resp:
+                status = resp.status
+                if 300 <= status < 400:
+                    raise redirect_fault(status, resp.headers.get("Location"))
+                if readable_whole(resp, limit):
+                    raw = await resp.content.read()
+                else:
+                    raw = await read_capped(resp, limit)
+                if status >= 400:
+                    raise status_fault(status, raw.decode("utf-8", "replace")[:300], resp.headers)
         except TimeoutError as exc:
             # aiohttp's own timeout (some of its timeout errors are ClientErrors too): the same
             # fault as the model's timeout, retried as sparingly.
@@ -143,7 +178,27 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
             raise ProviderFault(
                 f"connection failed: {type(exc).__name__}: {exc}"[:500], retryable=True
             ) from exc
-        return _to_result(data)
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = _loads(raw)
+        try:
+            result = openai_result(data)
+        except ValueError as exc:
+            raise ProviderFault(str(exc), retryable=True) from None
+        return self._counted(result)
+
+    async def _complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Tool | ToolSchema] = (),
+    ) -> CreateResult:
+        # create() does the work here (and counts the usage); nothing else calls this.
+        return await self.create(
+            messages, tools=tools, json_output=json_output, extra_create_args=extra
+        )
 
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:
@@ -151,28 +206,58 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         self._session = None
 
 
-def _dumps(body: dict[str, Any]) -> bytes | str:
-    """The request body as JSON; orjson is several times faster than json on prompts of many
-    kilobytes (what json cannot take either, e.g. an integer beyond 64 bits, goes to json)."""
+_PREJSONED: dict[int, tuple[object, orjson.Fragment | None]] = {}
+"""Serialized forms of what every call of a run sends again (the system prompt's message, the
+reply schema's ``response_format``), by the identity of the object they come from. Each entry
+holds its object, so an id is never reused while the entry lives; strings and reply schemas are
+never changed after they are made."""
+
+
+def _serialized_once(owner: Any, value_of: Callable[[Any], Any]) -> orjson.Fragment | None:
+    """``value_of(owner)`` serialized, once per ``owner``; None where orjson cannot serialize
+    it (the body then goes to json, unprepared)."""
+    known = _PREJSONED.get(id(owner))
+    if known is not None and known[0] is owner:
+        return known[1]
     try:
-        return orjson.dumps(body)
+        fragment: orjson.Fragment | None = orjson.Fragment(orjson.dumps(value_of(owner)))
     except TypeError:
-        return json.dumps(body)
+        fragment = None
+    if len(_PREJSONED) >= 256:  # system texts made per call (a persona's prefix) come and go
+        _PREJSONED.clear()
+    _PREJSONED[id(owner)] = (owner, fragment)
+    return fragment
+
+
+def _system_message(content: str) -> dict[str, Any]:
+    return {"role": "system", "content": content}
+
+
+def _prejsoned(message: dict[str, Any]) -> dict[str, Any] | orjson.Fragment:
+    """A chat-format message, serialized once when it is a system prompt (the same text object
+    comes back with every call of a run)."""
+    content = message["content"]
+    if message["role"] != "system" or type(content) is not str or len(message) != 2:
+        return message
+    fragment = _serialized_once(content, _system_message)
+    return message if fragment is None else fragment
+
+
+def _response_format(schema: ReplySchema) -> dict[str, Any] | orjson.Fragment:
+    """OpenAI's strict ``response_format`` for a schema, serialized once per schema object."""
+    fragment = _serialized_once(schema, openai_response_format)
+    return openai_response_format(schema) if fragment is None else fragment
 
 
 def _loads(raw: bytes) -> Any:
-    """A reply body decoded with orjson; json decides (and words the error) when orjson refuses."""
+    """A reply body orjson refused, decoded by json (which takes what orjson does not, e.g. a
+    NaN, and words the error); a body neither takes is a retryable fault."""
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
         return json.loads(raw)
-
-
-def _to_result(data: Any) -> CreateResult:
-    try:
-        return openai_result(data)
-    except ValueError as exc:
-        raise ProviderFault(str(exc), retryable=True) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProviderFault(
+            f"malformed response: body is not JSON ({exc})", retryable=True
+        ) from exc
 
 
 def _endpoint(base_url: str, path: str) -> str:

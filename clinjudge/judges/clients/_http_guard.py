@@ -27,6 +27,29 @@ def _declared_length(headers: Any) -> int | None:
         return None
 
 
+def readable_whole(resp: aiohttp.ClientResponse, limit: int) -> bool:
+    """Whether the reply's body can be read in one piece (a model call's usual reply): its
+    length is declared, within ``limit``, and neither compressed nor chunked. Otherwise
+    :func:`read_capped` reads it.
+
+    Args:
+        resp: An open response (not yet read).
+        limit: Most bytes accepted.
+
+    Raises:
+        ProviderFault: The declared length is over ``limit`` (nothing is read).
+    """
+    headers = resp.headers
+    try:
+        declared = int(headers.get("content-length", ""))
+    except (TypeError, ValueError):
+        return False
+    if declared > limit:
+        raise reply_too_large(limit)
+    # The parser hands over exactly the declared bytes, already checked against the limit.
+    return "Content-Encoding" not in headers and "Transfer-Encoding" not in headers
+
+
 async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     """The body of an aiohttp response, or a fault as soon as it passes ``limit`` bytes.
 
@@ -34,17 +57,7 @@ async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
         resp: An open response (not yet read).
         limit: Most bytes accepted (after decompression).
     """
-    headers = resp.headers
-    declared = _declared_length(headers)
-    if declared is not None and declared > limit:
-        raise reply_too_large(limit)
-    if (
-        declared is not None
-        and "Content-Encoding" not in headers
-        and "Transfer-Encoding" not in headers
-    ):
-        # The parser hands over exactly the declared bytes, already checked against the limit:
-        # one read, without a chunk iterator per reply (a model call's usual reply).
+    if readable_whole(resp, limit):
         return await resp.content.read()
     chunks: list[bytes] = []
     size = 0

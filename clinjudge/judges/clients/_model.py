@@ -13,13 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
 from autogen_core.models import (
-    AssistantMessage,
     ChatCompletionClient,
     CreateResult,
     LLMMessage,
     RequestUsage,
-    SystemMessage,
-    UserMessage,
 )
 
 from clinjudge.errors import UserError
@@ -32,13 +29,17 @@ from clinjudge.judges.clients._accounting import (
 )
 from clinjudge.judges.clients._base_client import (
     GENERIC_MODEL_INFO,
+    MAX_TOKENS_PER_CALL,
     PromptUsage,
     SimpleChatCompletionClient,
+    TurnMessages,
     check_token_count,
     message_text,
     prompt_cache_counts,
+    to_autogen_messages,
 )
 from clinjudge.judges.clients._cache import ResponseCache, cache_key
+from clinjudge.judges.clients._deadlines import CallDeadlines
 from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
 from clinjudge.judges.clients._faults import (
     ProviderFault,
@@ -395,34 +396,51 @@ def _cached_outcome(entry: dict[str, Any]) -> CallOutcome:
     )
 
 
-_SYSTEM_MESSAGES: dict[int, tuple[str, SystemMessage]] = {}
-"""System messages by the identity of their text: a run's system prompt is one string object
-(rendered once per rubric), sent with every call. The entry holds the text, so its id is never
-reused while the entry lives; nothing changes a message after it is built."""
+@dataclass(frozen=True, slots=True)
+class _SettingsFacts:
+    """What every call reads from one settings object, worked out once for it (settings are
+    replaced, never changed in place)."""
+
+    settings: ModelSettings
+    prices: TokenPrices | None
+    is_mock: bool
+    probes_schemas: bool
+    """A ``json_schema`` call under ``structured_output: auto`` first finds out whether the
+    endpoint takes schemas (not the simulated judge, nor an hf/ model, which decodes under the
+    schema itself)."""
+
+    @classmethod
+    def of(cls, settings: ModelSettings) -> _SettingsFacts:
+        is_mock = settings.is_mock
+        return cls(
+            settings=settings,
+            # The lookup scans the price map's names: once per settings object, not per call.
+            prices=token_prices(settings),
+            is_mock=is_mock,
+            probes_schemas=not is_mock and settings.provider != "hf",
+        )
 
 
-def _system_message(content: str) -> SystemMessage:
-    known = _SYSTEM_MESSAGES.get(id(content))
-    if known is not None and known[0] is content:
-        return known[1]
-    if len(_SYSTEM_MESSAGES) >= 256:  # texts made per call (a persona's prefix) come and go
-        _SYSTEM_MESSAGES.clear()
-    message = SystemMessage(content=content)
-    _SYSTEM_MESSAGES[id(content)] = (content, message)
-    return message
+@dataclass(frozen=True, slots=True)
+class _ClientKind:
+    """How a call reaches one client object, worked out once for it."""
 
+    client: ChatCompletionClient
+    foreign: bool
+    """autogen-ext's OpenAI or Azure client (see :func:`_foreign_openai`)."""
+    ours: bool
+    """One of our clients (they take a validated :class:`ReplySchema`)."""
+    takes_turns: bool
+    """The direct client, which sends rendered turns without AutoGen messages in between."""
 
-def to_autogen_messages(turns: list[ChatTurn], agent: str = "judge") -> list[LLMMessage]:
-    """Convert rendered turns into AutoGen messages."""
-    converted: list[LLMMessage] = []
-    for turn in turns:
-        if turn.role == "system":
-            converted.append(_system_message(turn.content))
-        elif turn.role == "assistant":
-            converted.append(AssistantMessage(content=turn.content, source=agent))
-        else:
-            converted.append(UserMessage(content=turn.content, source="user"))
-    return converted
+    @classmethod
+    def of(cls, client: ChatCompletionClient) -> _ClientKind:
+        return cls(
+            client=client,
+            foreign=_foreign_openai(client),
+            ours=isinstance(client, SimpleChatCompletionClient),
+            takes_turns=isinstance(client, DirectChatCompletionClient),
+        )
 
 
 class JudgeModel:
@@ -447,16 +465,33 @@ class JudgeModel:
         asks for JSON mode for the rest of the run); shared by every agent on this model."""
         self._schema_accepted = False
         self._probe: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
-        self._prices: tuple[ModelSettings, TokenPrices | None] | None = None
+        self._facts: _SettingsFacts | None = None
+        self._kind: _ClientKind | None = None
+        self._deadlines: CallDeadlines | None = None
 
-    def _token_prices(self) -> TokenPrices | None:
-        """:func:`token_prices` of the current settings, looked up once per settings object
-        (settings are replaced, never changed in place; the lookup scans the price map's names
-        on every call otherwise)."""
-        known = self._prices
-        if known is None or known[0] is not self.settings:
-            known = self._prices = (self.settings, token_prices(self.settings))
-        return known[1]
+    def _settings_facts(self) -> _SettingsFacts:
+        facts = self._facts
+        if facts is None or facts.settings is not self.settings:
+            facts = self._facts = _SettingsFacts.of(self.settings)
+        return facts
+
+    def _call_deadlines(self) -> CallDeadlines:
+        """The deadlines of this model's calls on the running loop, under its timeout."""
+        loop = asyncio.get_running_loop()
+        deadlines = self._deadlines
+        if (
+            deadlines is None
+            or deadlines.loop is not loop
+            or deadlines.delay != self.settings.timeout
+        ):
+            deadlines = self._deadlines = CallDeadlines(loop, self.settings.timeout)
+        return deadlines
+
+    def _client_kind(self) -> _ClientKind:
+        kind = self._kind
+        if kind is None or kind.client is not self.client:
+            kind = self._kind = _ClientKind.of(self.client)
+        return kind
 
     async def complete(
         self,
@@ -475,12 +510,17 @@ class JudgeModel:
             extra_create_args: AutoGen's extra arguments; ``json_schema`` asks for a reply
                 schema (see :mod:`clinjudge.judges.clients._structured`).
         """
-        outcome = await self.create(
-            to_autogen_messages(turns),
-            variation=variation,
-            max_tokens=max_tokens,
-            extra_create_args=extra_create_args,
+        messages: Sequence[LLMMessage] = (
+            TurnMessages(turns) if self._client_kind().takes_turns else to_autogen_messages(turns)
         )
+        # What create() does, without one more coroutine per call.
+        schema, extra, mode, probe = self._plan(extra_create_args, None)
+        if probe:
+            outcome = await self._probing(messages, (), None, variation, max_tokens, extra, schema)
+        else:
+            outcome = await self._send(
+                messages, (), None, variation, max_tokens, extra, schema, mode
+            )
         if outcome.result is not None and not isinstance(outcome.result.content, str):
             raise ProviderFault("reply held tool calls, not text", retryable=False)
         return outcome
@@ -528,24 +568,54 @@ class JudgeModel:
             extra_create_args: AutoGen's extra arguments; ``json_schema`` asks for a reply
                 schema (else the one set by ``structured_reply`` applies).
         """
+        schema, extra, mode, probe = self._plan(extra_create_args, json_output)
+        if probe:
+            return await self._probing(
+                messages, tools, json_output, variation, max_tokens, extra, schema
+            )
+        return await self._send(
+            messages, tools, json_output, variation, max_tokens, extra, schema, mode
+        )
+
+    def _plan(
+        self, extra_create_args: Mapping[str, Any] | None, json_output: Any
+    ) -> tuple[ReplySchema | None, dict[str, Any], OutputMode, bool]:
+        """A call's schema, extra arguments (without our key), output mode, and whether it
+        must wait for the endpoint's first answer to a schema request."""
         schema = requested_schema(extra_create_args)
-        extra = {k: v for k, v in (extra_create_args or {}).items() if k != STRUCTURED_OUTPUT_KEY}
+        extra = (
+            {k: v for k, v in extra_create_args.items() if k != STRUCTURED_OUTPUT_KEY}
+            if extra_create_args
+            else {}
+        )
         mode = self.output_mode(schema, json_output)
-        if (
+        probe = (
             mode == "json_schema"
-            and self.settings.structured_output == "auto"
             and not self._schema_accepted
-            and not self.settings.is_mock
-            and self.settings.provider != "hf"  # decodes under the schema itself: no probe
-        ):
-            # Until the endpoint has answered one schema request, one call at a time finds out
-            # whether it takes schemas: at most one rejected call per run and endpoint.
-            async with self._probe_lock():
-                mode = self.output_mode(schema, json_output)  # the probe may have settled it
-                if mode == "json_schema" and not self._schema_accepted:
-                    return await self._send(
-                        messages, tools, json_output, variation, max_tokens, extra, schema, mode
-                    )
+            and self.settings.structured_output == "auto"
+            and self._settings_facts().probes_schemas
+        )
+        return schema, extra, mode, probe
+
+    async def _probing(
+        self,
+        messages: Sequence[LLMMessage],
+        tools: Sequence[Any],
+        json_output: Any,
+        variation: str,
+        max_tokens: int | None,
+        extra: dict[str, Any],
+        schema: ReplySchema | None,
+    ) -> CallOutcome:
+        """A schema call before the endpoint has answered one: until it has, one call at a
+        time finds out whether it takes schemas (at most one rejected call per run and
+        endpoint)."""
+        async with self._probe_lock():
+            mode = self.output_mode(schema, json_output)  # the probe may have settled it
+            if mode == "json_schema" and not self._schema_accepted:
+                return await self._send(
+                    messages, tools, json_output, variation, max_tokens, extra, schema, mode
+                )
         return await self._send(
             messages, tools, json_output, variation, max_tokens, extra, schema, mode
         )
@@ -561,15 +631,14 @@ class JudgeModel:
         schema: ReplySchema | None,
         mode: OutputMode,
     ) -> CallOutcome:
-        extra: dict[str, Any] = {"seed": variation} if self.settings.is_mock else {}
-        extra.update(extra_args)
         settings = self.settings
+        facts = self._settings_facts()
+        extra = {"seed": variation, **extra_args} if facts.is_mock else extra_args
         if max_tokens is not None and max_tokens != settings.max_tokens:
             # The request carries the new cap, and the cache keys it as a setting.
             settings = settings.model_copy(update={"max_tokens": max_tokens})
-            extra["max_completion_tokens" if settings.is_reasoning_model else "max_tokens"] = (
-                max_tokens
-            )
+            cap = "max_completion_tokens" if settings.is_reasoning_model else "max_tokens"
+            extra = {**extra, cap: max_tokens}
         key = None
         if self.cache is not None:
             keyed = dict(extra_args)
@@ -594,7 +663,7 @@ class JudgeModel:
                 raise
         if mode == "json_schema":
             self._schema_accepted = True
-        outcome = self._outcome(messages, result, time.perf_counter() - started)
+        outcome = self._outcome(messages, result, time.perf_counter() - started, facts.prices)
         outcome.max_tokens = settings.max_tokens
         outcome.output_mode = mode
         if key is not None and self.cache is not None and isinstance(result.content, str):
@@ -627,32 +696,40 @@ class JudgeModel:
         mode: OutputMode,
     ) -> CreateResult:
         """One request to the client in one output mode; faults come back classified."""
-        extra = dict(extra)
+        kind = self._client_kind()
         if mode == "json_schema" and schema is not None:
             json_output = None
-            if _foreign_openai(self.client):
+            if kind.foreign:
                 # autogen-ext's OpenAI/Azure clients send extra arguments to the SDK as they
                 # are: they get the request field itself.
-                extra["response_format"] = openai_response_format(schema)
-            elif isinstance(self.client, SimpleChatCompletionClient):
+                extra = {**extra, "response_format": openai_response_format(schema)}
+            elif kind.ours:
                 # Our clients translate the key and take the validated schema as it is: a
                 # mapping would be validated again on every call.
-                extra[STRUCTURED_OUTPUT_KEY] = schema
+                extra = {**extra, STRUCTURED_OUTPUT_KEY: schema}
             else:
-                extra[STRUCTURED_OUTPUT_KEY] = schema.as_arg()
+                extra = {**extra, STRUCTURED_OUTPUT_KEY: schema.as_arg()}
         elif mode == "json_object":
             json_output = True
         elif mode == "off" and isinstance(json_output, bool):
             json_output = None
+        # Only autogen-ext's clients report their SDK's usage objects (see _reporting_usage).
         sink: list[Any] = []
-        token = _SDK_USAGE.set(sink)
+        token = _SDK_USAGE.set(sink) if kind.foreign else None
         try:
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the call as one more
-            # task, a cost on every model call.
-            async with asyncio.timeout(self.settings.timeout):
-                result = await self.client.create(
+            # Bounded like asyncio.timeout(settings.timeout), under one timer for all calls
+            # (neither wait_for, a task more per call, nor a timer of its own per call).
+            deadlines = self._call_deadlines()
+            deadline = deadlines.start()
+            try:
+                result = await kind.client.create(
                     messages, tools=tools, json_output=json_output, extra_create_args=extra
                 )
+            except BaseException as exc:
+                if deadlines.finish(deadline) and isinstance(exc, asyncio.CancelledError):
+                    raise TimeoutError from exc
+                raise
+            deadlines.finish(deadline)
             return _with_sdk_usage(result, sink) if sink else result
         except asyncio.CancelledError:
             raise
@@ -664,10 +741,15 @@ class JudgeModel:
                 fault.cost_usd = call_cost(self.settings, *fault.usage)
             raise fault from exc
         finally:
-            _SDK_USAGE.reset(token)
+            if token is not None:
+                _SDK_USAGE.reset(token)
 
     def _outcome(
-        self, messages: Sequence[LLMMessage], result: CreateResult, latency: float
+        self,
+        messages: Sequence[LLMMessage],
+        result: CreateResult,
+        latency: float,
+        prices: TokenPrices | None,
     ) -> CallOutcome:
         content = result.content
         text = (
@@ -676,11 +758,14 @@ class JudgeModel:
             else json.dumps([{"name": c.name, "arguments": c.arguments} for c in content])
         )
         usage = result.usage
-        # Every client's counts pass one check: an absurd count would corrupt the cost roll-up.
-        prompt_tokens = check_token_count("prompt_tokens", usage.prompt_tokens if usage else 0)
-        completion_tokens = check_token_count(
-            "completion_tokens", usage.completion_tokens if usage else 0
-        )
+        # Every client's counts pass one check: an absurd count would corrupt the cost roll-up
+        # (check_token_count, called only for what its first test would not pass).
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        if type(prompt_tokens) is not int or not 0 <= prompt_tokens <= MAX_TOKENS_PER_CALL:
+            prompt_tokens = check_token_count("prompt_tokens", prompt_tokens)
+        completion_tokens = usage.completion_tokens if usage else 0
+        if type(completion_tokens) is not int or not 0 <= completion_tokens <= MAX_TOKENS_PER_CALL:
+            completion_tokens = check_token_count("completion_tokens", completion_tokens)
         cached, written = 0, 0
         if isinstance(usage, PromptUsage):
             cached, written = usage.cached_input_tokens, usage.cache_write_tokens
@@ -689,7 +774,6 @@ class JudgeModel:
             prompt_tokens = count_message_tokens([message_text(m) for m in messages])
             completion_tokens = count_tokens(text)
             cached, written = 0, 0
-        prices = self._token_prices()
         return CallOutcome(
             text=text,
             finish_reason=result.finish_reason,
