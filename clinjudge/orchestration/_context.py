@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage
@@ -30,7 +32,7 @@ from clinjudge.judges import (
 )
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
-from clinjudge.orchestration._retry import retry_send
+from clinjudge.orchestration._retry import AttemptRecorder, retry_after, retry_send
 from clinjudge.personas import Persona, PersonaSet, resolve_personas
 from clinjudge.rubrics import ChatTurn, Item, Rubric, Shot
 from clinjudge.runs import SampleKey, call_row
@@ -48,6 +50,25 @@ def resolve_run_personas(config: RunConfig) -> PersonaSet | None:
     if config.mode == "single":
         return None
     return resolve_personas(config.personas)
+
+
+@dataclass(slots=True)
+class _AgentCalls:
+    """What every call of one agent in a run uses, worked out once per run
+    (``ModelPool._agent_calls``).
+
+    Args:
+        settings: The agent's settings (the entry they were worked out from).
+        model: The shared model the agent calls.
+        limiter: The model's rate limiter, None when it has no rpm or tpm limit.
+        stance: Appended to each sample's variation (``|stance=...`` for a simulated
+            persona with a stance, else empty).
+    """
+
+    settings: ModelSettings
+    model: JudgeModel
+    limiter: RateLimiter | None
+    stance: str
 
 
 class ModelPool:
@@ -90,6 +111,7 @@ class ModelPool:
         """Replies every model reuses when the run has ``cache`` on (set by the session)."""
         self._in_flight: dict[int, float] = {}
         self._call_numbers = itertools.count()
+        self._agents: dict[tuple[str, str], _AgentCalls] = {}
         if default is not None:
             self._models[default.settings.model_dump_json()] = default
 
@@ -194,6 +216,31 @@ class ModelPool:
         model.cache = self.response_cache
         return model
 
+    def _agent_calls(self, agent: str, role: str) -> _AgentCalls:
+        """The model, limiter and variation stance of an agent, worked out on its first call
+        of the run and reused (its settings are looked up again, so a changed entry counts).
+
+        Args:
+            agent: Agent name.
+            role: The agent's role.
+        """
+        roles = self._config.roles
+        found = roles.get(agent) or roles.get(role) or self._config.judge
+        known = self._agents.get((agent, role))
+        if known is None or known.settings is not found:
+            settings = self.settings_for(agent, role)  # the same lookup; raises without one
+            model = self.model_for(agent, role)
+            stance = self.stance_of(agent, role) if self.simulated else None
+            known = self._agents[(agent, role)] = _AgentCalls(
+                settings,
+                model,
+                self.limiter_for(model.settings),
+                "" if stance in (None, "neutral") else f"|stance={stance}",
+            )
+        else:
+            known.model.cache = self.response_cache
+        return known
+
     def stance_of(self, agent: str, role: str) -> str | None:
         """An agent's scoring stance: its persona's (lenient, strict, ...), ``chair`` for the
         orchestrator, None for a plain judge. The simulated provider scores by it."""
@@ -272,6 +319,9 @@ class SampleContext:
         rubric: The rubric.
         models: The run's model pool.
         shots: Few-shot examples drawn for this sample.
+        calls_bounded: The caller already keeps this run's calls in flight within
+            ``concurrency`` (the runner's single judge: one call at a time per worker, no more
+            workers than ``concurrency``), so calls take no run-wide slot.
     """
 
     def __init__(
@@ -283,6 +333,8 @@ class SampleContext:
         rubric: Rubric,
         models: ModelPool,
         shots: list[Shot] | None = None,
+        *,
+        calls_bounded: bool = False,
     ):
         self.run_id = run_id
         self.item = item
@@ -296,6 +348,8 @@ class SampleContext:
         self.extra_rows: dict[str, list[dict[str, Any]]] = {}
         """Rows for other tables (e.g. ``prm_steps``), written with the sample."""
         self._seq: dict[str, int] = {}
+        self._calls_bounded = calls_bounded
+        self._key: SampleKey | None = None
 
     @property
     def personas(self) -> list[Persona]:
@@ -314,24 +368,37 @@ class SampleContext:
 
     def key(self, agent: str) -> SampleKey:
         """The store key of this sample for an agent."""
-        return SampleKey(self.run_id, self.item.id, self.sample, agent)
+        # The last one is kept: a single judge's calls and its sample share one key.
+        key = self._key
+        if key is None or key.agent != agent:
+            key = self._key = SampleKey(self.run_id, self.item.id, self.sample, agent)
+        return key
 
-    def _record(self, agent: str, role: str, model: JudgeModel):
-        def record(started: datetime, outcome: CallOutcome | None, fault: ProviderFault | None):
-            seq = self._seq.get(agent, 0)
-            self._seq[agent] = seq + 1
-            row = call_row(
+    def _record(self, agent: str, role: str, model: JudgeModel) -> AttemptRecorder:
+        return functools.partial(self._record_attempt, agent, role, model.settings.model)
+
+    def _record_attempt(
+        self,
+        agent: str,
+        role: str,
+        model: str,
+        started: datetime,
+        outcome: CallOutcome | None,
+        fault: ProviderFault | None,
+    ) -> None:
+        seq = self._seq.get(agent, 0)
+        self._seq[agent] = seq + 1
+        self.calls.append(
+            call_row(
                 self.key(agent),
                 seq,
                 role=role,
-                model=model.settings.model,
+                model=model,
                 started=started,
                 outcome=outcome,
                 fault=fault,
             )
-            self.calls.append(row)
-
-        return record
+        )
 
     def record_local_call(
         self,
@@ -400,20 +467,12 @@ class SampleContext:
             prompt: The text of each message sent (for the token estimate).
         """
         record = self._record(agent, role, model)
-        models = self.models
-        slots = models.call_slots()
-
-        async def bounded() -> CallOutcome:
-            async with slots:
-                number = models.call_started()
-                try:
-                    return await attempt()
-                finally:
-                    models.call_ended(number)
-
+        slots = None if self._calls_bounded else self.models.call_slots()
         limiter = self.models.limiter_for(model.settings)
         if limiter is None:
-            return await retry_send(bounded, self.config.retry, record)
+            return await retry_send(
+                functools.partial(self._bounded, attempt, slots), self.config.retry, record
+            )
         prompt_tokens = 0
         if limiter.counts_tokens and prompt is not None:
             prompt_tokens = count_message_tokens(prompt())
@@ -421,7 +480,7 @@ class SampleContext:
         async def limited() -> CallOutcome:
             ticket = await limiter.acquire(limiter.estimate(prompt_tokens))
             try:
-                outcome = await bounded()
+                outcome = await self._bounded(attempt, slots)
             except ProviderFault as fault:
                 if fault.retry_after is not None:
                     limiter.hold(min(fault.retry_after, self.config.retry.max_wait))
@@ -433,9 +492,70 @@ class SampleContext:
 
         return await retry_send(limited, self.config.retry, record)
 
+    async def _bounded(
+        self, attempt: Callable[[], Awaitable[CallOutcome]], slots: asyncio.Semaphore | None
+    ) -> CallOutcome:
+        """One attempt within the run's slots (when taken), counted as in flight meanwhile."""
+        if slots is not None:
+            await slots.acquire()
+        models = self.models
+        number = models.call_started()
+        try:
+            return await attempt()
+        finally:
+            models.call_ended(number)
+            if slots is not None:
+                slots.release()
+
+    async def _call(
+        self,
+        agent: str,
+        role: str,
+        calls: _AgentCalls,
+        turns: list[ChatTurn],
+        *,
+        max_tokens: int | None = None,
+    ) -> CallOutcome:
+        """One logical call over rendered turns without a rate limit: what :meth:`send` does,
+        with the first attempt made here (one coroutine between the workflow and the model
+        instead of four); a retry, rare, goes on with :func:`retry_after`'s schedule."""
+        model = calls.model
+        variation = self.variation + calls.stance
+        models = self.models
+        slots = None if self._calls_bounded else models.call_slots()
+        # UTC: the same instant as local time, without a local-time conversion per call.
+        started = datetime.now(UTC)
+        if slots is not None:
+            await slots.acquire()
+        number = next(models._call_numbers)
+        models._in_flight[number] = time.monotonic()
+        failed: ProviderFault | None = None
+        try:
+            outcome = await model.complete(turns, variation=variation, max_tokens=max_tokens)
+        except ProviderFault as fault:
+            failed = fault
+        finally:
+            del models._in_flight[number]
+            if slots is not None:
+                slots.release()
+        if failed is None:
+            self._record_attempt(agent, role, model.settings.model, started, outcome, None)
+            return outcome
+        self._record_attempt(agent, role, model.settings.model, started, None, failed)
+        again = functools.partial(model.complete, turns, variation=variation, max_tokens=max_tokens)
+        return await retry_after(
+            failed,
+            functools.partial(self._bounded, again, slots),
+            self.config.retry,
+            self._record(agent, role, model),
+        )
+
     def call_fn(self, agent: str, role: str) -> CallFn:
         """A call function over rendered turns for one agent (single judges, panel members)."""
-        model = self.models.model_for(agent, role)
+        calls = self.models._agent_calls(agent, role)
+        if calls.limiter is None:
+            return functools.partial(self._call, agent, role, calls)
+        model = calls.model
 
         async def call(turns: list[ChatTurn], *, max_tokens: int | None = None) -> CallOutcome:
             return await self.send(

@@ -103,22 +103,48 @@ async def retry_send(
         outcome = await send()
     except ProviderFault as exc:
         record(started, None, exc)
-        first: ProviderFault | None = exc
+        first = exc
     else:
         record(started, outcome, None)
         return outcome
+    # Outside the handler: the retries' faults must not chain to the first one.
+    return await retry_after(first, send, policy, record)
+
+
+async def retry_after(
+    first: ProviderFault,
+    send: Callable[[], Awaitable[CallOutcome]],
+    policy: RetryPolicy,
+    record: AttemptRecorder,
+) -> CallOutcome:
+    """Go on after a first attempt that failed with ``first`` (already recorded): retry
+    ``send`` as :func:`retry_send` would, or raise ``first`` when it is final.
+
+    Callers that make the first attempt themselves (the runner's call functions, without a
+    coroutine per layer) share the retry schedule this way.
+
+    Args:
+        first: The first attempt's fault.
+        send: Makes one attempt (one model call).
+        policy: Retry policy.
+        record: Called once per attempt with its start time and outcome or fault.
+
+    Raises:
+        ProviderFault: The last fault, when attempts run out or the fault is not retryable.
+    """
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.max_attempts),
         wait=_ProviderAwareWait(policy),
         retry=retry_if_exception(_retry_filter(policy)),
         reraise=True,
     )
+    pending: ProviderFault | None = first
     async for attempt in retrying:
         with attempt:
-            if first is not None:
-                # tenacity's first attempt is the one made above: it sees its fault, so its
+            if pending is not None:
+                # tenacity's first attempt is the one made already: it sees its fault, so its
                 # stop, wait and filter (timeouts counted) decide exactly as before.
-                made, first = first, None
+                made, pending = pending, None
                 raise made
             started = now()
             try:

@@ -38,13 +38,13 @@ from clinjudge.judges import (
     count_message_tokens,
     price_per_token,
 )
-from clinjudge.judges.workflows import JUDGE_AGENT, workflow_for
+from clinjudge.judges.workflows import JUDGE_AGENT, one_call_at_a_time, workflow_for
 from clinjudge.orchestration._collector import relaxed_collection
 from clinjudge.orchestration._config import RunConfig
 from clinjudge.orchestration._context import ModelPool, SampleContext
 from clinjudge.orchestration._progress import RunProgress
 from clinjudge.rubrics import Item, Rubric, Shot, render_messages
-from clinjudge.runs import RunStore, SampleKey, workflow_rows
+from clinjudge.runs import RunStore, workflow_rows
 
 if TYPE_CHECKING:
     from clinjudge.orchestration._pending import PendingWork
@@ -128,7 +128,8 @@ class SampleRunner:
         progress_every: Seconds between progress lines off a terminal (default
             :func:`progress_interval`: ``$CLINJUDGE_PROGRESS_SECONDS``, else 30).
         console: Console for the progress bar.
-        flush_every: Samples buffered before a write.
+        flush_every: Samples buffered before a write; workers wait for the store when twice
+            as many are buffered while a write is still running.
         flush_seconds: Longest time a finished sample waits in the buffer.
     """
 
@@ -159,6 +160,9 @@ class SampleRunner:
         self.console = console or Console(stderr=True)
         self.flush_every = flush_every
         self.flush_seconds = flush_seconds
+        self.held_samples = 2 * flush_every
+        """Finished samples the buffer holds at most (plus those in flight) while a write
+        runs; workers wait for the store beyond it."""
         self.tally = RunTally()
         self._buffer: dict[str, list[dict[str, Any]]] = {}
         self._buffered = 0
@@ -189,6 +193,8 @@ class SampleRunner:
         self._work_items: set[str] = set()
         """Items of the work being run (the breaker's every-item rule counts them)."""
         self._work_units = 0
+        self._calls_bounded = False
+        """The workers alone keep calls within ``concurrency`` (see :meth:`run`)."""
 
     def _first_estimate(self, unit: WorkUnit) -> float | None:
         """Expected dollars of a sample before any has finished: its rendered prompt, priced."""
@@ -231,31 +237,57 @@ class SampleRunner:
         return self.tally.requests / elapsed * 60.0
 
     async def _judge(self, unit: WorkUnit) -> None:
-        shots = self.config.shots_for(self.shot_pool, unit.item.id, unit.sample)
+        config = self.config
+        item, sample = unit.item, unit.sample
+        # No shots asked for: none drawn (draw_shots' answer for k = 0, without the call).
+        shots = config.shots_for(self.shot_pool, item.id, sample) if config.shots > 0 else None
         ctx = SampleContext(
-            self.run_id, unit.item, unit.sample, self.config, self.rubric, self.models, shots
+            self.run_id,
+            item,
+            sample,
+            config,
+            self.rubric,
+            self.models,
+            shots,
+            calls_bounded=self._calls_bounded,
         )
         cache = self.models.response_cache
-        with cache.scope() if cache is not None else contextlib.nullcontext() as scope:
+        if cache is None:
             result = await self.workflow(ctx)
-        fatal = _fatal_fault(ctx.calls) if result.verdict.status != "ok" else None
-        if fatal is not None:
-            # Not stored: once the key, model or endpoint is fixed, --resume redoes the sample.
-            # Its cached replies stay in the cache, written when the run ends.
-            self.fatal = self.fatal or fatal
-            return
-        key = SampleKey(self.run_id, unit.item.id, unit.sample, result.agent)
+        else:
+            with cache.scope() as scope:
+                result = await self.workflow(ctx)
+        verdict, calls = result.verdict, ctx.calls
+        if verdict.status != "ok":
+            fatal = _fatal_fault(calls)
+            if fatal is not None:
+                # Not stored: once the key, model or endpoint is fixed, --resume redoes the
+                # sample. Its cached replies stay in the cache, written when the run ends.
+                self.fatal = self.fatal or fatal
+                return
         rows = workflow_rows(
-            key, self.rubric, result.verdict, result.members, result.transcript, ctx.calls
+            ctx.key(result.agent),
+            self.rubric,
+            verdict,
+            result.members,
+            result.transcript,
+            calls,
         )
-        for extra in (ctx.extra_rows, result.extra_rows):
-            for table, table_rows in extra.items():
-                rows.setdefault(table, []).extend(table_rows)
+        if ctx.extra_rows or result.extra_rows:
+            for extra in (ctx.extra_rows, result.extra_rows):
+                for table, table_rows in extra.items():
+                    rows.setdefault(table, []).extend(table_rows)
         if cache is not None:
             # The replies this sample received go into its batch, in the same transaction: a
             # kill never leaves stored samples whose replies the cache lacks.
             rows["response_cache"] = cache.take_new(scope)
-        self._settle(rows, result.verdict, ctx.calls)
+        if self._streak_kind is None and (
+            verdict.status == "ok" or not config.max_consecutive_failures
+        ):
+            # No streak held and none starting: what _settle would do, without the call.
+            self._accept(rows, verdict, calls)
+        else:
+            self._settle(rows, verdict, calls)
 
     def _settle(
         self,
@@ -324,27 +356,41 @@ class SampleRunner:
         verdict: SampleVerdict,
         calls: list[dict[str, Any]],
     ) -> None:
+        buffer = self._buffer
         for table, table_rows in rows.items():
-            self._buffer.setdefault(table, []).extend(table_rows)
+            held = buffer.get(table)
+            if held is None:
+                buffer[table] = list(table_rows)  # a copy: the sample's lists stay its own
+            else:
+                held.extend(table_rows)
         self._buffered += 1
-        self.tally.requests += len(calls)
+        tally = self.tally
+        tally.requests += len(calls)
         cost = 0.0
-        for call in calls:
-            if call.get("cost_usd") is None and call["status"] == "ok":
-                self.tally.cost_known = False
-            cost += call.get("cost_usd") or 0.0
-        self.tally.cost_usd += cost
+        tokens = 0
+        for call in calls:  # one pass: cost, whether every price is known, tokens
+            call_cost = call.get("cost_usd")
+            if call_cost is None:
+                if call["status"] == "ok":
+                    tally.cost_known = False
+            else:
+                cost += call_cost
+            tokens += (call.get("prompt_tokens") or 0) + (call.get("completion_tokens") or 0)
+        tally.cost_usd += cost
         if verdict.status == "ok":
-            self.tally.ok += 1
+            tally.ok += 1
         else:
-            self.tally.failed += 1
+            tally.failed += 1
             reason = (verdict.error or "unknown").split(":")[0]
-            self.tally.errors[reason] = self.tally.errors.get(reason, 0) + 1
-        tokens = sum(
-            (c.get("prompt_tokens") or 0) + (c.get("completion_tokens") or 0) for c in calls
-        )
+            tally.errors[reason] = tally.errors.get(reason, 0) + 1
         self._on_sample(verdict, cost, tokens)
-        self._collect_writer()
+        writer = self._writer
+        if writer is not None and writer.done():
+            self._collect_writer()
+        self._write_if_due()
+
+    def _write_if_due(self) -> None:
+        """Start a background write of the buffer when it is due and no write is running."""
         due = self._buffered >= self.flush_every or (
             time.monotonic() - self._last_flush >= self.flush_seconds
         )
@@ -424,18 +470,37 @@ class SampleRunner:
             f"(database {self.store.path})"
         )
 
+    async def _wait_for_store(self) -> None:
+        """Hold a worker while the store is a whole batch behind: a store slower than the
+        model (a loaded disk, a fast local judge) would otherwise let the buffer, and memory,
+        grow with the run."""
+        writer = self._writer
+        while writer is not None and not writer.done() and self._buffered >= self.held_samples:
+            await asyncio.wait((writer,))  # its failure is collected, not raised, here
+            self._collect_writer()
+            self._write_if_due()
+            writer = self._writer
+
     async def _worker(self, queue: asyncio.Queue[WorkUnit]) -> None:
         worker = asyncio.current_task()
         assert worker is not None
+        budget = self.config.max_cost
         while not self.tally.budget_exhausted and self.fatal is None and self.breaker is None:
-            self._collect_writer()
+            writer = self._writer
+            if writer is not None:
+                if writer.done():
+                    self._collect_writer()
+                elif self._buffered >= self.held_samples:
+                    await self._wait_for_store()
+                    if self.tally.budget_exhausted or self.fatal or self.breaker:
+                        return
             if self.write_failure is not None:
                 return
             try:
                 unit = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            if not self._within_budget(unit):
+            if budget is not None and not self._within_budget(unit):
                 # No new work; samples in flight finish; the rest is left for --resume.
                 self.tally.budget_exhausted = True
                 self.tally.not_started = queue.qsize() + 1
@@ -475,6 +540,9 @@ class SampleRunner:
         if self.config.max_cost is not None and self.config.mode != "single":
             self._calls_per_sample = max(len(self.models.personas), 1)
         self._work_units = len(units)
+        # A sample of a workflow that calls the model one call at a time, in one of at most
+        # ``concurrency`` workers: the calls in flight stay within bounds without a semaphore.
+        self._calls_bounded = one_call_at_a_time(self.workflow)
         progress = None
         if self.show_progress:
             progress = RunProgress(

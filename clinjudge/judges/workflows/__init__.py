@@ -18,6 +18,7 @@ from clinjudge.judges.workflows._panel import PANEL_MEMBER_ROLE
 from clinjudge.judges.workflows._prm_evidence import prescore_evidence, prm_scorer
 from clinjudge.judges.workflows._registry import (
     Workflow,
+    one_call_at_a_time,
     register_claims_workflow,
     register_workflow,
     registered_modes,
@@ -46,6 +47,7 @@ __all__ = [
     "WorkflowSettings",
     "draw_shots",
     "first_turns",
+    "one_call_at_a_time",
     "prm_scorer",
     "prescore_evidence",
     "register_claims_workflow",

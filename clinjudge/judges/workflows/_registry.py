@@ -15,16 +15,31 @@ Workflow = Callable[[WorkflowContext], Awaitable[WorkflowResult]]
 
 async def single_workflow(ctx: WorkflowContext) -> WorkflowResult:
     """One judge, one prompt, bounded repair."""
+    config = ctx.config
+    call = ctx.call_fn(JUDGE_AGENT, "judge")
+    # Without --prm there is no evidence: no coroutine per sample to find that out.
+    evidence = None if config.prm is None else await prompt_evidence(ctx)
     verdict = await judge_single_sample(
         ctx.item,
         ctx.rubric,
-        ctx.call_fn(JUDGE_AGENT, "judge"),
+        call,
         shots=ctx.shots,
-        explanations=ctx.config.explanations,
-        max_repairs=ctx.config.max_repairs,
-        evidence=await prompt_evidence(ctx),
+        explanations=config.explanations,
+        max_repairs=config.max_repairs,
+        evidence=evidence,
     )
     return WorkflowResult(agent=JUDGE_AGENT, verdict=verdict)
+
+
+def one_call_at_a_time(workflow: Workflow) -> bool:
+    """Whether a workflow makes at most one model call at a time per sample (the built-in
+    single judge): a runner whose workers are no more than its concurrency, one sample each,
+    keeps such a run's calls within bounds without counting them again.
+
+    Args:
+        workflow: A registered workflow.
+    """
+    return workflow is single_workflow
 
 
 # Only the workflows: each mode's deciding agent lives in one table (clinjudge/_util/modes.py),

@@ -195,40 +195,35 @@ async def judge_single_sample(
     # Every call of this sample (repairs too) asks for replies following the rubric's schema;
     # the call function passes through the runner, so the schema rides on the context.
     schema = shared_reply_schema(rubric, explanations=explanations)
+    # The repair loop runs here, not in a coroutine of its own: one frame less per call.
     with structured_reply(rubric.name, schema, shared=True):
-        return await _judge_with_repairs(turns, rubric, call, max_repairs)
-
-
-async def _judge_with_repairs(
-    turns: list[ChatTurn], rubric: Rubric, call: CallFn, max_repairs: int
-) -> SampleVerdict:
-    outcome: CallOutcome | None = None
-    problem = ""
-    first_cap: int | None = None
-    cap: int | None = None  # None: the model's own max_tokens
-    for _ in range(max_repairs + 1):
-        try:
-            if cap is None:  # call functions that take no max_tokens keep working
-                outcome = await call(list(turns))
-            else:
-                outcome = await call(list(turns), max_tokens=cap)
-        except ProviderFault as fault:
-            raw = outcome.text if outcome else None
-            return SampleVerdict(
-                "failed", error=f"provider: {fault.reason}", raw_text=raw, transcript=turns
-            )
-        first_cap = first_cap or outcome.max_tokens
-        turns.append(ChatTurn("assistant", outcome.text))
-        try:
-            parsed = parse_judgment(outcome.text, rubric)
-        except JudgmentParseError as exc:
-            problem = reply_problem(str(exc), outcome.finish_reason, outcome.max_tokens)
-            truncated = outcome.finish_reason == "length"
-            if truncated:
-                cap = repair_max_tokens(outcome.max_tokens, first_cap)
-            turns.append(ChatTurn("user", render_repair(problem, rubric, truncated=truncated)))
-            continue
-        return SampleVerdict.judged(parsed, turns)
+        outcome: CallOutcome | None = None
+        problem = ""
+        first_cap: int | None = None
+        cap: int | None = None  # None: the model's own max_tokens
+        for _ in range(max_repairs + 1):
+            try:
+                if cap is None:  # call functions that take no max_tokens keep working
+                    outcome = await call(list(turns))
+                else:
+                    outcome = await call(list(turns), max_tokens=cap)
+            except ProviderFault as fault:
+                raw = outcome.text if outcome else None
+                return SampleVerdict(
+                    "failed", error=f"provider: {fault.reason}", raw_text=raw, transcript=turns
+                )
+            first_cap = first_cap or outcome.max_tokens
+            turns.append(ChatTurn("assistant", outcome.text))
+            try:
+                parsed = parse_judgment(outcome.text, rubric)
+            except JudgmentParseError as exc:
+                problem = reply_problem(str(exc), outcome.finish_reason, outcome.max_tokens)
+                truncated = outcome.finish_reason == "length"
+                if truncated:
+                    cap = repair_max_tokens(outcome.max_tokens, first_cap)
+                turns.append(ChatTurn("user", render_repair(problem, rubric, truncated=truncated)))
+                continue
+            return SampleVerdict.judged(parsed, turns)
     assert outcome is not None
     turns.pop()  # the last repair request was never sent
     return SampleVerdict(
