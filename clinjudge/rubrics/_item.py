@@ -51,6 +51,13 @@ class Item(BaseModel):
     def _notes_from_strings(cls, value: Any) -> Any:
         if not isinstance(value, list):
             return value
+        for note in value:
+            if isinstance(note, str) or (
+                isinstance(note, dict) and isinstance(note.get("id"), int)
+            ):
+                break
+        else:
+            return value  # nothing to convert (notes read back from a store, for every sample)
         notes = []
         for position, note in enumerate(value, start=1):
             if isinstance(note, str):

@@ -228,6 +228,10 @@ class _Reading:
     gates: tuple[tuple[str, str, int], ...]
     """(key, gating key, the gating value that makes the key null) of each gated attribute,
     in the rubric's order."""
+    all_plain: bool = False
+    """Every key is plain: a reply of exactly the keys (and the rationale) may be exact."""
+    strict: bool = False
+    """The rubric's gate setting is ``strict`` (a score where the gate says null is refused)."""
 
 
 _READINGS: dict[int, _Reading] = {}
@@ -258,6 +262,8 @@ def _reading(rubric: Rubric) -> _Reading:
             for a in rubric.attributes
             if a.gate is not None
         ),
+        all_plain=plain == frozenset(rubric.keys),
+        strict=rubric.settings.gate == "strict",
     )
     if len(_READINGS) >= 64:
         _READINGS.clear()
@@ -453,6 +459,54 @@ def _whole_object(text: str) -> dict[str, Any] | None:
     return decoded if isinstance(decoded, dict) else None
 
 
+_MISSING = object()
+
+
+def _accept_exact(candidate: dict[str, Any], reading: _Reading) -> ParsedJudgment | None:
+    """The judgment of a reply in the schema's exact shape that breaks no rule, as
+    :func:`parse_judgment` makes it; None for any other reply (that path then reads and reports
+    it). Every sample of a run with structured output comes this way, in one pass.
+    """
+    keys = reading.keys
+    if not reading.all_plain:
+        return None
+    overall: str | None = None
+    extra = len(candidate) - len(keys)
+    if extra:
+        # The one key beside the rubric's may only be a text rationale (every rubric key must
+        # be found below, so nothing else is left over).
+        overall = candidate.get(RATIONALE_KEY)
+        if extra != 1 or not reading.rationale_plain or not isinstance(overall, str):
+            return None
+    values: dict[str, int | None] = {}
+    for key in keys:  # in the rubric's order, as the judgment keeps them
+        raw = candidate.get(key, _MISSING)
+        if raw is not None and type(raw) is not int:  # missing, or not an integer or null
+            return None
+        values[key] = raw
+    coerced: dict[str, int] = {}
+    gates = reading.gates
+    if gates:
+        # _gate_aliases, then _coerce_gated, on values that hold every key.
+        for key, gating, null_when in gates:
+            if values[gating] == null_when and values[key] == 0:
+                values[key] = None
+        if not reading.strict:
+            for key, gating, null_when in gates:
+                value = values[key]
+                if value is not None and values[gating] == null_when:
+                    coerced[key] = value
+                    values[key] = None
+    for key, allowed, _ in reading.checks:
+        if values[key] not in allowed:
+            return None
+    for key, gating, null_when in gates:
+        # Rubric.gate_violation's two rules, from the gates worked out once per rubric.
+        if (values[gating] == null_when) is not (values[key] is None):
+            return None
+    return ParsedJudgment(values=values, rationales={}, rationale=overall, coerced=coerced)
+
+
 def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     """Extract and validate a judgment from a model reply.
 
@@ -468,6 +522,12 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     reading = _reading(rubric)
     aliases = reading.aliases
     whole = _whole_object(text)
+    if whole is not None:
+        accepted = _accept_exact(whole, reading)
+        if accepted is not None:
+            return accepted
+    # Anything the exact path does not accept as it is (a reply in another shape, or one that
+    # breaks a rule) is read and reported below, as it always was.
     exact = _exact_fields(whole, reading) if whole is not None else None
     if exact is not None:
         values, rationales, overall, problems = exact

@@ -263,33 +263,97 @@ def _render_system(rubric: Rubric, explanations: bool, prm: bool) -> str:
     )
 
 
-def _fenced_item(item: Item, rubric: Rubric) -> str:
+@dataclass(frozen=True)
+class _UserLayout:
+    """The parts of the user message that depend on the rubric alone, worked out once per
+    rubric object (a run renders a user message for every sample)."""
+
+    specialty: bool
+    notes_head: str | None
+    """The notes' heading and opening fence, None when the rubric takes no notes."""
+    reference_head: str | None
+    summary_head: str
+    closing: str
+    """The last line: grade every key."""
+
+
+_USER_LAYOUTS: IdentityMemo[_UserLayout] = IdentityMemo()
+
+
+def _user_layout(rubric: Rubric) -> _UserLayout:
+    return _USER_LAYOUTS.get(rubric, None, lambda: _make_user_layout(rubric))
+
+
+def _make_user_layout(rubric: Rubric) -> _UserLayout:
     labels = rubric.labels
+    return _UserLayout(
+        specialty="specialty" in rubric.inputs,
+        notes_head=f"{labels.notes} (numbered; citations such as [Note 2] refer to these numbers)"
+        "\n<CLINICAL_NOTES>\n"
+        if "notes" in rubric.inputs
+        else None,
+        reference_head=f"{labels.reference}\n<REFERENCE>\n"
+        if "reference" in rubric.inputs
+        else None,
+        summary_head=f"{labels.summary} TO EVALUATE\n<CLINICAL_SUMMARY>\n",
+        closing=f"Grade the {labels.summary} above on all {len(rubric.attributes)} keys and "
+        "answer with the JSON object only.",
+    )
+
+
+_NOTE_OPENINGS = tuple((str(n), f'<SOURCE_NOTE number="{n}">\n') for n in range(1, 65))
+"""(number as text, opening fence) of notes 1 to 64 whose id is their number."""
+
+
+def _note_opening(number: int) -> tuple[str, str]:
+    if number <= len(_NOTE_OPENINGS):
+        return _NOTE_OPENINGS[number - 1]
+    return str(number), f'<SOURCE_NOTE number="{number}">\n'
+
+
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def _fenced_item(item: Item, rubric: Rubric, layout: _UserLayout | None = None) -> str:
+    # Every untrusted text goes through neutralise; its test for text that needs nothing
+    # (ASCII without "<") is made here first, saving a call per text.
+    if layout is None:
+        layout = _user_layout(rubric)
     parts: list[str] = []
-    if "specialty" in rubric.inputs:
-        specialty = neutralise(item.specialty or "not stated", rubric)
+    if layout.specialty:
+        specialty = item.specialty or "not stated"
+        if not (specialty.isascii() and "<" not in specialty):
+            specialty = neutralise(specialty, rubric)
         parts.append(
             f"TARGET CLINICIAN SPECIALTY\n<TARGET_SPECIALTY>{specialty}</TARGET_SPECIALTY>"
         )
-    if "notes" in rubric.inputs:
+    if layout.notes_head is not None:
         notes = []
-        for number, note in enumerate(item.notes, start=1):
-            label = f'number="{number}"'
-            if note.id != str(number):
-                safe_id = re.sub(r"[^A-Za-z0-9_.:-]", "_", note.id)[:64]
-                label += f' source_id="{safe_id}"'
-            notes.append(f"<SOURCE_NOTE {label}>\n{neutralise(note.text, rubric)}\n</SOURCE_NOTE>")
-        parts.append(
-            f"{labels.notes} (numbered; citations such as [Note 2] refer to these numbers)\n"
-            "<CLINICAL_NOTES>\n" + "\n".join(notes) + "\n</CLINICAL_NOTES>"
+        item_notes = item.notes
+        openings = (
+            _NOTE_OPENINGS
+            if len(item_notes) <= len(_NOTE_OPENINGS)
+            else [_note_opening(n) for n in range(1, len(item_notes) + 1)]
         )
-    if "reference" in rubric.inputs:
-        reference = neutralise(item.reference or "", rubric)
-        parts.append(f"{labels.reference}\n<REFERENCE>\n{reference}\n</REFERENCE>")
-    summary = neutralise(item.summary, rubric)
-    parts.append(
-        f"{labels.summary} TO EVALUATE\n<CLINICAL_SUMMARY>\n{summary}\n</CLINICAL_SUMMARY>"
-    )
+        for note, (numeral, opening) in zip(item_notes, openings, strict=False):
+            text = note.text
+            if not (text.isascii() and "<" not in text):
+                text = neutralise(text, rubric)
+            if note.id != numeral:
+                safe_id = _UNSAFE_ID.sub("_", note.id)[:64]
+                opening = f'<SOURCE_NOTE number="{numeral}" source_id="{safe_id}">\n'
+            notes.append(f"{opening}{text}\n</SOURCE_NOTE>")
+        body = "\n".join(notes)
+        parts.append(f"{layout.notes_head}{body}\n</CLINICAL_NOTES>")
+    if layout.reference_head is not None:
+        reference = item.reference or ""
+        if not (reference.isascii() and "<" not in reference):
+            reference = neutralise(reference, rubric)
+        parts.append(f"{layout.reference_head}{reference}\n</REFERENCE>")
+    summary = item.summary
+    if not (summary.isascii() and "<" not in summary):
+        summary = neutralise(summary, rubric)
+    parts.append(f"{layout.summary_head}{summary}\n</CLINICAL_SUMMARY>")
     return "\n\n".join(parts)
 
 
@@ -334,16 +398,17 @@ def render_user(
         evidence: A process reward model's report on the item (it quotes the evaluated text,
             so it is fenced like it).
     """
+    layout = _user_layout(rubric)
+    if not shots and evidence is None:
+        # Every sample of a plain run: the same text as the sections below, in one piece.
+        return f"DOCUMENT TO GRADE\n\n{_fenced_item(item, rubric, layout)}\n\n{layout.closing}"
     sections = []
     if shots:
         sections.append(_examples_block(shots, rubric))
-    sections.append("DOCUMENT TO GRADE\n\n" + _fenced_item(item, rubric))
+    sections.append("DOCUMENT TO GRADE\n\n" + _fenced_item(item, rubric, layout))
     if evidence is not None:
         sections.append(render_evidence(evidence, rubric))
-    sections.append(
-        f"Grade the {rubric.labels.summary} above on all {len(rubric.attributes)} keys and answer "
-        "with the JSON object only."
-    )
+    sections.append(layout.closing)
     return "\n\n".join(sections)
 
 
@@ -364,13 +429,17 @@ def render_messages(
         explanations: Ask for an explanation with every score.
         evidence: A process reward model's report on the item, shown after the document.
     """
-    return [
-        ChatTurn(
-            "system",
-            render_system(rubric, explanations=explanations, prm=evidence is not None),
-        ),
-        ChatTurn("user", render_user(item, rubric, shots, evidence=evidence)),
-    ]
+    prm = evidence is not None
+    # The system turn is one frozen object per rubric object and options, like its text.
+    system = _SYSTEM_TURNS.get(
+        rubric,
+        (explanations, prm),
+        lambda: ChatTurn("system", render_system(rubric, explanations=explanations, prm=prm)),
+    )
+    return [system, ChatTurn("user", render_user(item, rubric, shots, evidence=evidence))]
+
+
+_SYSTEM_TURNS: IdentityMemo[ChatTurn] = IdentityMemo()
 
 
 def render_repair(problems: str, rubric: Rubric, *, truncated: bool = False) -> str:

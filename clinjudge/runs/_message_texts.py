@@ -19,7 +19,8 @@ inserts): :class:`~clinjudge.runs.RunStore` does it for the rows it is given as 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from itertools import repeat
 from typing import Any
 
 import duckdb
@@ -110,17 +111,21 @@ class TextIds:
 
 
 def split_messages(
-    rows: Sequence[dict[str, Any]], ids: TextIds
+    rows: Sequence[dict[str, Any]],
+    ids: TextIds,
+    *,
+    stored: Collection[tuple[Any, str]] = (),
 ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """Columns of ``message_rows`` and of ``message_texts`` for rows of ``messages``.
 
     Args:
         rows: Dicts with the columns of ``messages``.
         ids: The store's memo of text keys.
+        stored: (run_id, text_id) of texts known to be stored already: left out of the texts.
 
     Returns:
         ``message_rows`` columns (shared texts replaced by their key) and the distinct shared
-        texts they name, as ``message_texts`` columns.
+        texts they name that ``stored`` lacks, as ``message_texts`` columns.
     """
     run_ids: list[Any] = []
     contents: list[Any] = []
@@ -138,20 +143,22 @@ def split_messages(
         else:
             contents.append(content)
             text_ids.append(None)
+    get = dict.get
     message_rows = {
         "run_id": run_ids,
-        "item_id": [row.get("item_id") for row in rows],
-        "sample": [row.get("sample") for row in rows],
-        "agent": [row.get("agent") for row in rows],
-        "seq": [row.get("seq") for row in rows],
-        "role": [row.get("role") for row in rows],
+        "item_id": list(map(get, rows, repeat("item_id"))),
+        "sample": list(map(get, rows, repeat("sample"))),
+        "agent": list(map(get, rows, repeat("agent"))),
+        "seq": list(map(get, rows, repeat("seq"))),
+        "role": list(map(get, rows, repeat("role"))),
         "content": contents,
         "text_id": text_ids,
     }
+    new = [(key, text) for key, text in texts.items() if key not in stored]
     message_texts = {
-        "run_id": [run_id for run_id, _ in texts],
-        "text_id": [key for _, key in texts],
-        "content": list(texts.values()),
+        "run_id": [run_id for (run_id, _), _ in new],
+        "text_id": [text_key for (_, text_key), _ in new],
+        "content": [text for _, text in new],
     }
     return message_rows, message_texts
 
