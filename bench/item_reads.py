@@ -1,13 +1,17 @@
-"""CPU per item of the three passes a run makes over its items (#27, items streamed): the
-check (`prepare_run`: every record read and validated once, ids kept), run creation
-(`create_run`: the items read from the file again and written to the store a chunk at a time)
-and the runner's intake (`PendingWork`: every missing sample's item read back from the store).
+"""CPU per item of the passes a run makes over its items (#27, items streamed): the check
+(`prepare_run`: every record read, validated and, unless a shuffled sample is drawn, its row
+built, scanned and staged on disk), run creation (`create_run`: the staged rows written to the
+store; with `--shuffle`, the items read from the file again, validated, scanned and written a
+chunk at a time) and the runner's intake (`PendingWork`: every missing sample's item read back
+from the store).
 
-Per item: `time.process_time`, best of `--repeat`, on `--items` items of the throughput
+Per item: `time.process_time`, the check and creation of the repetition (of `--repeat`) with
+the least total, and the intake's best, on `--items` items of the throughput
 benchmark (three 0.8 KB notes, summary, specialty) and of a varied set (numbered and plain
-notes, reference, vendor, meta). The injection scan's memo is emptied before each creation.
+notes, reference, vendor, meta). The injection scan's memo is emptied before each check and
+each creation.
 
-    python bench/item_reads.py [--items 4000] [--repeat 3]
+    python bench/item_reads.py [--items 4000] [--repeat 3] [--shuffle]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.throughput import bench_items  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
-from clinjudge.orchestration import RunConfig, create_run, prepare_run  # noqa: E402
+from clinjudge.orchestration import PreparedRun, RunConfig, create_run, prepare_run  # noqa: E402
 from clinjudge.orchestration._session import pending_work  # noqa: E402
 from clinjudge.rubrics import Item, _injection  # noqa: E402
 from clinjudge.runs import RunStore  # noqa: E402
@@ -66,7 +70,12 @@ def best(repeat: int, run: Callable[[], None]) -> float:
     return min(times)
 
 
-def measure(label: str, items: list[Item], repeat: int) -> None:
+def _forget_scans() -> None:
+    _injection._MEMO.clear()
+    _injection._memo_used = 0
+
+
+def measure(label: str, items: list[Item], repeat: int, shuffle: bool = False) -> None:
     """Print CPU per item of the check, the creation and the runner's intake."""
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "items.jsonl"
@@ -74,24 +83,26 @@ def measure(label: str, items: list[Item], repeat: int) -> None:
         config = RunConfig(
             data=str(data), db=str(Path(tmp) / "b.duckdb"), judge=ModelSettings(model="mock/j")
         )
-        prepared = [prepare_run(config)]
-
-        def check() -> None:
-            prepared[0] = prepare_run(config)
-
-        check_s = best(repeat, check)
+        # limit = every item: the same items, drawn after the check (read again to create).
+        limit = len(items) if shuffle else None
         store = RunStore(config.db)
         run_ids: list[str] = []
-
-        def create() -> None:
-            _injection._MEMO.clear()
-            _injection._memo_used = 0
-            run_ids.append(create_run(store, prepared[0]))
-
-        create_s = best(repeat, create)
+        prepared: list[PreparedRun] = []
+        times: list[tuple[float, float]] = []
+        for _ in range(repeat):
+            # A prepared run is created once (its staged rows go with the creation).
+            _forget_scans()
+            start = time.process_time()
+            prepared.append(prepare_run(config, limit=limit, shuffle=shuffle))
+            checked = time.process_time()
+            _forget_scans()
+            created = time.process_time()
+            run_ids.append(create_run(store, prepared[-1]))
+            times.append((checked - start, time.process_time() - created))
+        check_s, create_s = min(times, key=sum)
 
         def intake() -> None:
-            work = pending_work(store, run_ids[-1], prepared[0])
+            work = pending_work(store, run_ids[-1], prepared[-1])
             for _ in work:
                 pass
 
@@ -100,7 +111,8 @@ def measure(label: str, items: list[Item], repeat: int) -> None:
     n = len(items)
     print(
         f"{label}: {n} items, per item: check {check_s / n * 1e6:.1f} us, "
-        f"create {create_s / n * 1e6:.1f} us, runner intake {intake_s / n * 1e6:.1f} us"
+        f"create {create_s / n * 1e6:.1f} us (both {(check_s + create_s) / n * 1e6:.1f} us), "
+        f"runner intake {intake_s / n * 1e6:.1f} us"
     )
 
 
@@ -108,9 +120,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--shuffle", action="store_true", help="a shuffled sample of every item (read twice)"
+    )
     args = parser.parse_args()
-    measure("benchmark items", bench_items(args.items), args.repeat)
-    measure("varied items", varied_items(args.items), args.repeat)
+    measure("benchmark items", bench_items(args.items), args.repeat, args.shuffle)
+    measure("varied items", varied_items(args.items), args.repeat, args.shuffle)
 
 
 if __name__ == "__main__":

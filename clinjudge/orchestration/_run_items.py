@@ -16,7 +16,7 @@ from typing import overload
 
 from clinjudge.inputs import InputError, in_file_order, iter_items
 from clinjudge.rubrics import Item, Rubric
-from clinjudge.runs import RunStore, StoredItemReader, run_item_keys
+from clinjudge.runs import RunStore, StagedItemRows, StoredItemReader, run_item_keys
 
 ITEM_CHUNK = 256
 """Items read (and written) at a time."""
@@ -82,21 +82,41 @@ class FileItems(RunItems):
         rubric: The run's rubric.
         ids: The selected items' ids, in order.
         positions: Their positions among the file's items (increasing).
+        staged: The selected items' rows, built during the check (``prepare_run``): run
+            creation writes them instead of reading the file again.
+        stamp: The file's size and modification time when it was checked (default: now).
     """
 
-    def __init__(self, path: str | Path, rubric: Rubric, ids: list[str], positions: list[int]):
+    def __init__(
+        self,
+        path: str | Path,
+        rubric: Rubric,
+        ids: list[str],
+        positions: list[int],
+        *,
+        staged: StagedItemRows | None = None,
+        stamp: tuple[int, int] | None = None,
+    ):
         self.path = Path(path)
         self.rubric = rubric
         self.ids = ids
         self.positions = positions
-        self._stamp = _file_stamp(self.path)
+        self.staged = staged
+        self._stamp = stamp if stamp is not None else file_stamp(self.path)
 
-    def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
-        changed = InputError(
+    def check_unchanged(self) -> None:
+        """Raise :class:`InputError` when the file's size or time differ from the check's."""
+        if file_stamp(self.path) != self._stamp:
+            raise self._changed()
+
+    def _changed(self) -> InputError:
+        return InputError(
             [f"{self.path}: the file changed since its items were checked; start the run again"]
         )
-        if _file_stamp(self.path) != self._stamp:
-            raise changed
+
+    def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
+        changed = self._changed()
+        self.check_unchanged()
         problems: list[str] = []
         chunk: list[Item] = []
         k = 0
@@ -173,7 +193,8 @@ def run_items(items: Sequence[Item]) -> RunItems:
     return items if isinstance(items, RunItems) else ListItems(items)
 
 
-def _file_stamp(path: Path) -> tuple[int, int] | None:
+def file_stamp(path: str | Path) -> tuple[int, int] | None:
+    """A file's size and modification time (None: it cannot be read)."""
     try:
         stat = os.stat(path)
     except OSError:

@@ -44,7 +44,14 @@ from clinjudge.orchestration._context import ModelPool, resolve_run_personas
 from clinjudge.orchestration._fit import context_window, oversized_item
 from clinjudge.orchestration._pending import PendingWork
 from clinjudge.orchestration._preflight import check_doclens_config, check_prm_config
-from clinjudge.orchestration._run_items import FileItems, StoredItems, run_items
+from clinjudge.orchestration._run_items import (
+    ITEM_CHUNK,
+    FileItems,
+    RunItems,
+    StoredItems,
+    file_stamp,
+    run_items,
+)
 from clinjudge.orchestration._sample_runner import (
     CircuitBreakerOpen,
     RunTally,
@@ -65,8 +72,10 @@ from clinjudge.rubrics import (
 )
 from clinjudge.runs import (
     RunStore,
+    StagedItemRows,
     WriteRows,
     finalize_run,
+    insert_staged_items,
     item_row,
     load_response_cache,
     now,
@@ -241,7 +250,10 @@ def prepare_run(
     """Load and validate the rubric, data and shot pool of a new run (writes nothing).
 
     The data is read and checked whole, a chunk at a time; the prepared run keeps the items'
-    ids and positions and reads the items again when they are needed (:class:`FileItems`).
+    ids and positions. Unless ``shuffle`` picks the items (known only once the file was read
+    whole), the same pass also builds the selected items' rows for :func:`create_run` and keeps
+    them on disk (:class:`StagedItemRows`), so a run reads, validates and scans its data once;
+    the items themselves are read again only when iterated (:class:`FileItems`: dry runs).
 
     Args:
         config: The run configuration.
@@ -264,35 +276,73 @@ def prepare_run(
     if rubric.method == "claims":
         check_doclens_config(config)  # e.g. an NLI model that cannot load
     check_prm_config(config, rubric)  # the PRM loads here, once per process
-    if config.shard:
-        parse_shard(config.shard)  # a bad --shard fails before the data is read
-    ids, shard_id = _check_data(config, rubric, personas)
-    shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
-    if config.shots:
-        for item_id in ids:
-            config.shots_for(shots, item_id, 1)
-    positions = list(range(len(ids)))
-    if config.shard:
-        index, count = parse_shard(config.shard)
-        positions = [p for p in positions if shard_of(ids[p], count) == index]
-    positions = _limited(positions, config.seed, limit, shuffle)
-    items = FileItems(config.data, rubric, [ids[p] for p in positions], positions)
+    shard = parse_shard(config.shard) if config.shard else None  # fails before the data is read
+    stamp = file_stamp(config.data)
+    # A shuffled sample is drawn once the file was read whole: its rows are not staged.
+    selection = None if shuffle else _Selection(shard, limit)
+    check = _check_data(config, rubric, personas, selection)
+    ids, staged = check.ids, check.staged
+    try:
+        shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
+        if config.shots:
+            for item_id in ids:
+                config.shots_for(shots, item_id, 1)
+        positions = list(range(len(ids)))
+        if shard is not None:
+            index, count = shard
+            positions = [p for p in positions if shard_of(ids[p], count) == index]
+        positions = _limited(positions, config.seed, limit, shuffle)
+        if staged is not None and check.staged_positions != positions:  # pragma: no cover
+            raise AssertionError("the staged rows are not the selected items")
+    except BaseException:
+        if staged is not None:
+            staged.close()
+        raise
+    items = FileItems(
+        config.data, rubric, [ids[p] for p in positions], positions, staged=staged, stamp=stamp
+    )
     return PreparedRun(
         config,
         rubric,
         items,
         shots,
-        run_id=shard_id,
+        run_id=check.shard_id,
         positions=positions if config.shard or len(positions) < len(ids) else None,
         personas=personas,
     )
 
 
+@dataclass
+class _Selection:
+    """Which items of the file a run takes, where that is known as the file is read: those of
+    a shard, the first ``limit`` ones (a shuffled sample is known only at the end)."""
+
+    shard: tuple[int, int] | None
+    limit: int | None
+
+    def takes(self, item_id: str, taken: int) -> bool:
+        if self.limit is not None and taken >= self.limit:
+            return False
+        return self.shard is None or shard_of(item_id, self.shard[1]) == self.shard[0]
+
+
+@dataclass
+class _CheckedData:
+    ids: list[str]
+    """Every item's id, in file order."""
+    shard_id: str | None
+    staged: StagedItemRows | None
+    """The selected items' rows, when the selection was known while reading."""
+    staged_positions: list[int]
+
+
 def _check_data(
-    config: RunConfig, rubric: Rubric, personas: PersonaSet | None
-) -> tuple[list[str], str | None]:
+    config: RunConfig, rubric: Rubric, personas: PersonaSet | None, selection: _Selection | None
+) -> _CheckedData:
     """Read and check every item of the run's data, one at a time, keeping their ids: records
-    (file, line, field), then prompts beyond the context window; and the sharded run id.
+    (file, line, field), then prompts beyond the context window; and the sharded run id. The
+    rows of the items ``selection`` takes are built as they pass (the item scanned for text
+    that addresses the judge) and staged on disk; None stages nothing.
 
     Raises:
         InputError: Every problem of the first check that found some.
@@ -303,22 +353,43 @@ def _check_data(
     window = context_window(config.judge) if rubric.method == "scores" else None
     digest = _ShardDigest(config, personas) if config.shard else None
     ids: list[str] = []
-    with contextlib.closing(iter_items(config.data, rubric, problems)) as items:
-        for _, item in items:
-            ids.append(item.id)
-            if problems:
-                continue  # the run is refused: the rest is only read for its problems
-            if window is not None:
-                problem = oversized_item(item, rubric, config.judge, config.data, window)
-                if problem is not None:
-                    oversized.append(problem)
-            if digest is not None:
-                digest.add(item)
-    if problems:
-        raise InputError(in_file_order(problems))
-    if oversized:
-        raise InputError(oversized)
-    return ids, None if digest is None else digest.run_id()
+    staged = None if selection is None else StagedItemRows()
+    staged_positions: list[int] = []
+    rows: list[dict[str, Any]] = []
+    try:
+        with contextlib.closing(iter_items(config.data, rubric, problems)) as items:
+            for position, (_, item) in enumerate(items):
+                ids.append(item.id)
+                if problems:
+                    continue  # the run is refused: the rest is only read for its problems
+                if window is not None:
+                    problem = oversized_item(item, rubric, config.judge, config.data, window)
+                    if problem is not None:
+                        oversized.append(problem)
+                if digest is not None:
+                    digest.add(item)
+                if staged is None or oversized:
+                    continue
+                assert selection is not None
+                if selection.takes(item.id, len(staged_positions)):
+                    # The row the run will store, built here once.
+                    rows.append(item_row("", position, item, rubric))
+                    staged_positions.append(position)
+                    if len(rows) >= ITEM_CHUNK:
+                        staged.add(rows)
+                        rows = []
+        if problems:
+            raise InputError(in_file_order(problems))
+        if oversized:
+            raise InputError(oversized)
+        if staged is not None:
+            staged.add(rows)
+            staged.finish()
+    except BaseException:
+        if staged is not None:
+            staged.close()
+        raise
+    return _CheckedData(ids, None if digest is None else digest.run_id(), staged, staged_positions)
 
 
 def _limited(positions: list[int], seed: int, limit: int | None, shuffle: bool) -> list[int]:
@@ -362,8 +433,11 @@ def apply_shard(
 def create_run(store: RunStore, prepared: PreparedRun) -> str:
     """Record a new run and its items in one transaction.
 
-    The items are read and written a chunk at a time; a problem met on the way (an input file
-    changed since it was checked) rolls the whole transaction back.
+    Items whose rows :func:`prepare_run` staged go in from there, without reading the input
+    file again (a file whose size or time changed since the check is refused, as a re-read
+    would), and the staged rows are dropped; others (and the items of a prepared run created
+    a second time) are read and written a chunk at a time, and a problem met on the way (an
+    input file changed since it was checked) rolls the whole transaction back.
 
     Args:
         store: The run store.
@@ -405,6 +479,24 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
         "n_samples": config.samples,
     }
     items = run_items(prepared.items)
+    staged = _staged_rows(prepared, items)
+    if staged is not None:
+        assert isinstance(items, FileItems)
+        items.check_unchanged()
+        attempts = [0]
+
+        def write_staged(write: WriteRows) -> None:
+            # A second call is the store writing again, ignoring rows whose key exists (a
+            # shard's run already stored by another shard) or with its cache bound lifted.
+            attempts[0] += 1
+            write("runs", [run_row])
+            insert_staged_items(store, run_id, staged, ignore_existing=attempts[0] > 1)
+
+        write_in_one_transaction(store, write_staged)
+        # Written: the disk they took is freed (creating the run again reads the file again).
+        items.staged = None
+        staged.close()
+        return run_id
 
     def write_run(write: WriteRows) -> None:
         positions = iter(prepared.positions or range(len(items)))
@@ -417,6 +509,18 @@ def create_run(store: RunStore, prepared: PreparedRun) -> str:
 
     write_in_one_transaction(store, write_run)
     return run_id
+
+
+def _staged_rows(prepared: PreparedRun, items: RunItems) -> StagedItemRows | None:
+    """The rows :func:`prepare_run` staged for these items, if they are still the run's: the
+    same rubric, the same positions."""
+    if not isinstance(items, FileItems) or items.staged is None:
+        return None
+    if items.rubric is not prepared.rubric or items.staged.count != len(items):
+        return None
+    if list(prepared.positions or range(len(items))) != items.positions:
+        return None
+    return items.staged
 
 
 def load_stored_run(store: RunStore, run_id: str) -> tuple[str, PreparedRun]:

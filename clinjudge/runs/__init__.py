@@ -150,8 +150,10 @@ from clinjudge.runs._run_reads import (
 # isort: split
 # A run's items read and written a chunk at a time (#27).
 from clinjudge.runs._item_reads import (
+    StagedItemRows,
     StoredItemReader,
     WriteRows,
+    insert_staged_items,
     run_item_keys,
     write_in_one_transaction,
 )
@@ -287,8 +289,10 @@ __all__ = [
     "run_item_rows",
     "run_table",
     "stored_samples",
+    "StagedItemRows",
     "StoredItemReader",
     "WriteRows",
+    "insert_staged_items",
     "run_item_keys",
     "write_in_one_transaction",
 ]

@@ -119,11 +119,17 @@ def test_a_run_never_holds_all_its_items(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("same_stamp", [True, False])
-def test_a_record_gone_bad_after_the_check_writes_nothing(tmp_path: Path, same_stamp: bool) -> None:
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "read_again"])
+def test_a_record_gone_bad_after_the_check_writes_nothing(
+    tmp_path: Path, same_stamp: bool, staged: bool
+) -> None:
     items = make_items(2000)
     data = write_jsonl(tmp_path / "items.jsonl", items)
     db = tmp_path / "runs.duckdb"
-    prepared = prepare_run(RunConfig(data=str(data), judge=MOCK, db=str(db)))
+    config = RunConfig(data=str(data), judge=MOCK, db=str(db))
+    # A shuffled sample (here: every item) is drawn after the check, so creation reads the
+    # file again; otherwise the rows built during the check are written.
+    prepared = prepare_run(config) if staged else prepare_run(config, limit=2000, shuffle=True)
     before = os.stat(data)
     # Line 1,990 loses its summary, well past the first chunks written.
     text = data.read_text()
@@ -133,6 +139,17 @@ def test_a_record_gone_bad_after_the_check_writes_nothing(tmp_path: Path, same_s
     if same_stamp:
         # The same size and time: only reading the records again finds it, mid-transaction.
         os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+    if staged and same_stamp:
+        # Not read again: what is written is what was checked, line 1,990 as it was.
+        with RunStore(db) as store:
+            run_id = create_run(store, prepared)
+            stored = store.con.execute(
+                "SELECT count(*), max(CASE WHEN position = 1989 THEN summary END) FROM items "
+                "WHERE run_id = ?",
+                [run_id],
+            ).fetchone()
+        assert stored == (2000, items[1989].summary)
+        return
     with RunStore(db) as store, pytest.raises(InputError) as caught:
         create_run(store, prepared)
     message = str(caught.value)
