@@ -46,9 +46,8 @@ def call_row(
 ) -> dict[str, Any]:
     """One row of the calls table (a single attempt)."""
     run_id, item_id, sample, agent = key.run_id, key.item_id, key.sample, key.agent
-    if outcome is not None and fault is None:
-        # Every call that succeeds: the row in one literal, its keys in the order of the
-        # general path below (which the store does not need, but tests and callers see).
+    if outcome is not None:
+        # Every call that got a reply: the row in one literal (the hot path).
         return {
             "call_id": f"{run_id}/{item_id}/{sample}/{agent}/{seq}",
             "run_id": run_id,
@@ -60,7 +59,7 @@ def call_row(
             "model": model,
             "started_at": started,
             "status": "ok",
-            "error": None,
+            "error": fault.reason if fault is not None else None,
             "latency_s": outcome.latency_s,
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": outcome.completion_tokens,
@@ -83,7 +82,7 @@ def call_row(
         "role": role,
         "model": model,
         "started_at": started,
-        "status": "ok" if outcome else "error",
+        "status": "error",
         "error": fault.reason if fault else None,
         # A failed attempt costs time too (a hang costs the whole timeout).
         "latency_s": max((now() - started).total_seconds(), 0.0),
@@ -97,20 +96,6 @@ def call_row(
             completion_tokens=fault.usage[1],
             tokens_estimated=False,
             cost_usd=fault.cost_usd,
-        )
-    if outcome is not None:
-        row.update(
-            prompt_tokens=outcome.prompt_tokens,
-            completion_tokens=outcome.completion_tokens,
-            tokens_estimated=outcome.tokens_estimated,
-            cost_usd=outcome.cost_usd,
-            latency_s=outcome.latency_s,
-            finish_reason=outcome.finish_reason,
-            cached=outcome.cached,
-            output_mode=outcome.output_mode,
-            cached_input_tokens=outcome.cached_input_tokens,
-            cache_write_tokens=outcome.cache_write_tokens,
-            cache_saving_usd=outcome.cache_saving_usd,
         )
     return row
 

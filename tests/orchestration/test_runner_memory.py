@@ -13,15 +13,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from clinjudge.judges import ModelSettings, SampleVerdict
-from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
+from clinjudge.judges import SampleVerdict
 from clinjudge.orchestration._context import SampleContext
 from clinjudge.orchestration._sample_runner import SampleRunner
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
-from tests.fake_openai import FakeOpenAIServer
-
-FAST = RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.05, jitter=0.01)
+from tests.orchestration._runner_hooks import after_each_sample, run_on_fake_server
 
 
 def _live(kinds: tuple[type, ...]) -> Counter[str]:
@@ -37,40 +34,23 @@ def test_a_long_run_keeps_no_objects_per_finished_sample(
     data = write_jsonl(tmp_path / "items.jsonl", make_items(items))
     counts: dict[int, Counter[str]] = {}
     buffered: dict[int, int] = {}
-    accept = SampleRunner._accept
 
-    def counting_accept(self: SampleRunner, rows, verdict, calls) -> None:  # type: ignore[no-untyped-def]
-        accept(self, rows, verdict, calls)
-        done = self.tally.ok + self.tally.failed
+    def count(runner: SampleRunner) -> None:
+        done = runner.tally.ok + runner.tally.failed
         if done in (60, items - 20):
             counts[done] = _live((SampleContext, SampleVerdict))
-            buffered[done] = sum(len(rows) for rows in self._buffer.values())
+            buffered[done] = sum(len(rows) for rows in runner._buffer.values())
 
-    monkeypatch.setattr(SampleRunner, "_accept", counting_accept)
     # A small buffer, so that several batches are written between the two counts.
-    init = SampleRunner.__init__
-
-    def small_buffer(self: SampleRunner, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        kwargs["flush_every"] = flush_every
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(SampleRunner, "__init__", small_buffer)
-    with FakeOpenAIServer(latency=0.0) as srv:
-        judge = ModelSettings(model="openai/local-judge", base_url=srv.base_url, timeout=5)
-        config = RunConfig(
-            data=str(data),
-            judge=judge,
-            db=str(tmp_path / "runs.duckdb"),
-            concurrency=concurrency,
-            retry=FAST,
-        )
-        prepared = prepare_run(config)
-        with RunStore(config.db) as store:
-            run_id = create_run(store, prepared)
-            tally = execute_run(store, run_id, prepared, show_progress=False)
-            stored = store.con.execute(
-                "SELECT count(*) FROM samples WHERE run_id = ? AND sample > 0", [run_id]
-            ).fetchone()
+    after_each_sample(monkeypatch, count, flush_every=flush_every)
+    tally, stored = run_on_fake_server(
+        tmp_path,
+        data,
+        concurrency,
+        "SELECT count(*) FROM samples WHERE run_id = ? AND sample > 0",
+    )
+    if isinstance(tally, Exception):
+        raise tally
     assert tally.ok == items and stored == (items,)
     early, late = counts[60], counts[items - 20]
     # At most one context and verdict per sample in flight (the one being accepted included):

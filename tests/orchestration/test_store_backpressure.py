@@ -12,33 +12,16 @@ from typing import Any
 
 import pytest
 
-from clinjudge.judges import ModelSettings
-from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
-from clinjudge.orchestration._sample_runner import SampleRunner
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
-from tests.fake_openai import FakeOpenAIServer
-
-FAST = RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.05, jitter=0.01)
+from tests.orchestration._runner_hooks import after_each_sample, run_on_fake_server
 
 
 def _run_with_slow_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, items: int, fail_first: bool = False
 ) -> tuple[list[int], int, Any, list[int]]:
-    flush_every, concurrency = 8, 4
     buffered: list[int] = []
-    accept = SampleRunner._accept
-
-    def counting_accept(self: SampleRunner, rows, verdict, calls) -> None:  # type: ignore[no-untyped-def]
-        accept(self, rows, verdict, calls)
-        buffered.append(self._buffered)
-
-    init = SampleRunner.__init__
-
-    def small_buffer(self: SampleRunner, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        kwargs["flush_every"] = flush_every
-        init(self, *args, **kwargs)
-
+    after_each_sample(monkeypatch, lambda runner: buffered.append(runner._buffered), flush_every=8)
     write_batch = RunStore.write_batch
     writes: list[int] = []
 
@@ -50,34 +33,16 @@ def _run_with_slow_store(
             raise OSError(28, "No space left on device")
         write_batch(self, batch)
 
-    monkeypatch.setattr(SampleRunner, "_accept", counting_accept)
-    monkeypatch.setattr(SampleRunner, "__init__", small_buffer)
     monkeypatch.setattr(RunStore, "write_batch", slow_write)
     data = write_jsonl(tmp_path / "items.jsonl", make_items(items))
-    with FakeOpenAIServer(latency=0.0) as srv:
-        judge = ModelSettings(model="openai/local-judge", base_url=srv.base_url, timeout=5)
-        config = RunConfig(
-            data=str(data),
-            judge=judge,
-            db=str(tmp_path / "runs.duckdb"),
-            concurrency=concurrency,
-            retry=FAST,
-        )
-        prepared = prepare_run(config)
-        with RunStore(config.db) as store:
-            run_id = create_run(store, prepared)
-            try:
-                tally: Any = execute_run(store, run_id, prepared, show_progress=False)
-            except Exception as exc:  # noqa: BLE001 - the failing store's run stops
-                tally = exc
-            stored = store.con.execute(
-                "SELECT count(*), count(DISTINCT item_id) FROM samples "
-                "WHERE run_id = ? AND sample > 0",
-                [run_id],
-            ).fetchone()
-    assert stored is not None
+    outcome, stored = run_on_fake_server(
+        tmp_path,
+        data,
+        4,
+        "SELECT count(*), count(DISTINCT item_id) FROM samples WHERE run_id = ? AND sample > 0",
+    )
     assert stored[0] == stored[1]  # never a duplicate
-    return buffered, stored[0], tally, writes
+    return buffered, stored[0], outcome, writes
 
 
 def test_a_slow_store_holds_the_buffer_to_two_batches(

@@ -336,7 +336,9 @@ def test_delete_leaves_no_orphan_texts_and_other_runs_intact(tmp_path: Path) -> 
     assert _every_reader(db, second) == kept_before
 
 
-def _rows(run_id: str, system: str, items: range, role: str = "system") -> list[dict[str, Any]]:
+def message_rows(
+    run_id: str, system: str, items: range, role: str = "system"
+) -> list[dict[str, Any]]:
     return [
         {
             "run_id": run_id,
@@ -357,9 +359,11 @@ def _rows(run_id: str, system: str, items: range, role: str = "system") -> list[
 def test_writes_are_idempotent_and_atomic(tmp_path: Path) -> None:
     system = "rubric " * 2000
     with RunStore(tmp_path / "runs.duckdb") as store:
-        store.write_batch({"messages": _rows("r", system, range(3))})
-        store.write_batch({"messages": _rows("r", system, range(3))})  # a batch written again
-        store.write_batch({"messages": _rows("r", system, range(2, 5))})  # partly stored
+        store.write_batch({"messages": message_rows("r", system, range(3))})
+        store.write_batch(
+            {"messages": message_rows("r", system, range(3))}
+        )  # a batch written again
+        store.write_batch({"messages": message_rows("r", system, range(2, 5))})  # partly stored
         assert store.query("SELECT count(*) AS n FROM message_rows") == [{"n": 15}]
         assert store.query("SELECT run_id, content FROM message_texts") == [
             {"run_id": "r", "content": system}
@@ -374,17 +378,17 @@ def test_writes_are_idempotent_and_atomic(tmp_path: Path) -> None:
         }
         with pytest.raises(Exception):  # noqa: B017 - DuckDB's conversion error
             store.write_batch(
-                {"messages": _rows("r2", "other " * 300, range(1)), "judgments": [bad]}
+                {"messages": message_rows("r2", "other " * 300, range(1)), "judgments": [bad]}
             )
         assert store.query("SELECT count(*) AS n FROM message_texts") == [{"n": 1}]
         assert store.query("SELECT count(*) AS n FROM message_rows WHERE run_id = 'r2'") == [
             {"n": 0}
         ]
         # The same text in another run is that run's own.
-        store.write_batch({"messages": _rows("r2", system, range(1))})
+        store.write_batch({"messages": message_rows("r2", system, range(1))})
         assert store.query("SELECT count(*) AS n FROM message_texts") == [{"n": 2}]
     with RunStore(tmp_path / "runs.duckdb") as store:  # a new process resuming: same keys
-        store.write_batch({"messages": _rows("r", system, range(5, 6))})
+        store.write_batch({"messages": message_rows("r", system, range(5, 6))})
         assert store.query("SELECT count(*) AS n FROM message_texts WHERE run_id = 'r'") == [
             {"n": 1}
         ]
@@ -410,16 +414,16 @@ def test_each_distinct_system_message_is_hashed_once(
     system = "rubric " * 1500
     with RunStore(tmp_path / "runs.duckdb") as store:
         for start in range(0, 40, 4):
-            store.write_batch({"messages": _rows("r", system, range(start, start + 4))})
+            store.write_batch({"messages": message_rows("r", system, range(start, start + 4))})
         assert hashed == [len(system)]
         # An equal text in another object (a persona's prompt rendered again): same key, no
         # second SHA-256, no second text.
         equal = "".join(["rubric "] * 1500)
         assert equal is not system
-        store.write_batch({"messages": _rows("r", equal, range(40, 41))})
+        store.write_batch({"messages": message_rows("r", equal, range(40, 41))})
         assert hashed == [len(system)]
         other = "another rubric " * 800
-        store.write_batch({"messages": _rows("r", other, range(41, 42))})
+        store.write_batch({"messages": message_rows("r", other, range(41, 42))})
         assert hashed == [len(system), len(other)]
         assert store.query("SELECT count(*) AS n FROM message_texts") == [{"n": 2}]
 

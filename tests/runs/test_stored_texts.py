@@ -13,26 +13,9 @@ from typing import Any
 import pytest
 
 from clinjudge.runs import RunStore, delete_run
+from tests.runs.test_message_texts import message_rows
 
 SYSTEM = "You grade clinical summaries. " * 300
-
-
-def _rows(run_id: str, system: str, items: range) -> list[dict[str, Any]]:
-    return [
-        {
-            "run_id": run_id,
-            "item_id": f"i{n}",
-            "sample": 1,
-            "agent": "judge",
-            "seq": seq,
-            "role": role,
-            "content": text,
-        }
-        for n in items
-        for seq, (role, text) in enumerate(
-            (("system", system), ("user", f"item {n}"), ("assistant", "{}"))
-        )
-    ]
 
 
 def _expected(run_id: str, system: str, items: range) -> list[tuple[str, int, str, str]]:
@@ -71,15 +54,15 @@ def text_writes(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 def test_committed_texts_are_not_written_again(tmp_path: Path, text_writes: list) -> None:
     with RunStore(tmp_path / "runs.duckdb") as store, store.bounded_cache():
         for start in range(0, 12, 3):
-            store.write_batch({"messages": _rows("r", SYSTEM, range(start, start + 3))})
+            store.write_batch({"messages": message_rows("r", SYSTEM, range(start, start + 3))})
         assert text_writes == [["r"]]  # the first batch only
         # Another run's copy of the text, and another text, are new.
-        store.write_batch({"messages": _rows("r2", SYSTEM, range(2))})
-        store.write_batch({"messages": _rows("r", SYSTEM + "v2", range(12, 13))})
+        store.write_batch({"messages": message_rows("r2", SYSTEM, range(2))})
+        store.write_batch({"messages": message_rows("r", SYSTEM + "v2", range(12, 13))})
         assert text_writes == [["r"], ["r2"], ["r"]]
         # A batch written from another thread (as the runner's writer does) reads it the same.
         worker = threading.Thread(
-            target=store.write_batch, args=({"messages": _rows("r", SYSTEM, range(13, 15))},)
+            target=store.write_batch, args=({"messages": message_rows("r", SYSTEM, range(13, 15))},)
         )
         worker.start()
         worker.join()
@@ -98,9 +81,9 @@ def test_a_rolled_back_text_is_written_again(tmp_path: Path, text_writes: list) 
     with RunStore(tmp_path / "runs.duckdb") as store, store.bounded_cache():
         # The texts go in first, then the batch fails: nothing of it stays, its text included.
         with pytest.raises(Exception):  # noqa: B017 - DuckDB's conversion error
-            store.write_batch({"messages": _rows("r", SYSTEM, range(2)), "samples": [bad]})
+            store.write_batch({"messages": message_rows("r", SYSTEM, range(2)), "samples": [bad]})
         assert store.query("SELECT count(*) AS n FROM message_texts") == [{"n": 0}]
-        store.write_batch({"messages": _rows("r", SYSTEM, range(2, 4))})
+        store.write_batch({"messages": message_rows("r", SYSTEM, range(2, 4))})
         assert text_writes == [["r"], ["r"]]
         assert _read(store, "r") == _expected("r", SYSTEM, range(2, 4))
 
@@ -108,11 +91,11 @@ def test_a_rolled_back_text_is_written_again(tmp_path: Path, text_writes: list) 
 def test_texts_of_a_batch_written_again_after_a_key_conflict(tmp_path: Path) -> None:
     path = tmp_path / "runs.duckdb"
     with RunStore(path) as store:
-        store.write_batch({"messages": _rows("r", SYSTEM, range(2))})
+        store.write_batch({"messages": message_rows("r", SYSTEM, range(2))})
     with RunStore(path) as store, store.bounded_cache():  # a resumed run: it knows no texts
         # Item 1 exists: the plain INSERT fails, the batch goes in again ignoring it.
-        store.write_batch({"messages": _rows("r", SYSTEM, range(1, 4))})
-        store.write_batch({"messages": _rows("r", SYSTEM, range(4, 5))})
+        store.write_batch({"messages": message_rows("r", SYSTEM, range(1, 4))})
+        store.write_batch({"messages": message_rows("r", SYSTEM, range(4, 5))})
         assert _read(store, "r") == _expected("r", SYSTEM, range(5))
         assert store.query("SELECT count(*) AS n FROM message_texts") == [{"n": 1}]
 
@@ -121,13 +104,13 @@ def test_texts_are_remembered_only_within_a_write_block(tmp_path: Path, text_wri
     run_row = {"run_id": "r", "status": "completed"}
     with RunStore(tmp_path / "runs.duckdb") as store:
         # Outside a block every batch writes its texts (ignored when stored).
-        store.write_batch({"messages": _rows("r", SYSTEM, range(2))})
-        store.write_batch({"messages": _rows("r", SYSTEM, range(2, 4))})
+        store.write_batch({"messages": message_rows("r", SYSTEM, range(2))})
+        store.write_batch({"messages": message_rows("r", SYSTEM, range(2, 4))})
         assert text_writes == [["r"], ["r"]]
         with store.bounded_cache():
             with store.bounded_cache():  # nested: the outer block decides
-                store.write_batch({"messages": _rows("r", SYSTEM, range(4, 5))})
-            store.write_batch({"messages": _rows("r", SYSTEM, range(5, 6))})
+                store.write_batch({"messages": message_rows("r", SYSTEM, range(4, 5))})
+            store.write_batch({"messages": message_rows("r", SYSTEM, range(5, 6))})
         assert text_writes == [["r"], ["r"], ["r"]]
         # The run is deleted and written again under the same id by the same store object:
         # its text must go in again, or its rows would name a missing text.
@@ -135,5 +118,5 @@ def test_texts_are_remembered_only_within_a_write_block(tmp_path: Path, text_wri
         delete_run(store, "r")
         assert store.query("SELECT count(*) AS n FROM message_texts") == [{"n": 0}]
         with store.bounded_cache():
-            store.write_batch({"runs": [run_row], "messages": _rows("r", SYSTEM, range(3))})
+            store.write_batch({"runs": [run_row], "messages": message_rows("r", SYSTEM, range(3))})
         assert _read(store, "r") == _expected("r", SYSTEM, range(3))
