@@ -385,6 +385,9 @@ def _check_data(
         if staged is not None:
             staged.add(rows)
             staged.finish()
+            if staged.failed:  # no room for the rows: creation reads the data again
+                staged.close()
+                staged = None
     except BaseException:
         if staged is not None:
             staged.close()

@@ -141,6 +141,9 @@ class StagedItemRows:
             self._file, self._schema
         )
         self.count = 0
+        self.failed = False
+        """The temporary file could not be written (a full disk): the rows are dropped and
+        the caller reads its data again instead."""
 
     def add(self, rows: Sequence[dict[str, Any]]) -> None:
         """Append rows (dicts with at least the staged columns; ``run_id`` is ignored).
@@ -148,21 +151,36 @@ class StagedItemRows:
         Args:
             rows: Rows of the items table, in position order.
         """
-        if not rows:
+        if not rows or self.failed:
             return
         assert self._writer is not None, "rows added after the staging ended"
         arrays = [
             pa.array([row[field.name] for row in rows], field.type, memory_pool=self._pool)
             for field in self._schema
         ]
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+        try:
+            self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self._schema))
+        except OSError:
+            self._give_up()
+            return
         self.count += len(rows)
 
     def finish(self) -> None:
         """End writing (the rows can be read from now on)."""
         if self._writer is not None:
-            self._writer.close()
+            try:
+                self._writer.close()
+                self._file.flush()  # a full disk shows here, not when the rows are read
+            except OSError:
+                self._give_up()
             self._writer = None
+
+    def _give_up(self) -> None:
+        # Staging only saves a second read of the data: a disk too full for it costs that.
+        self.failed = True
+        self._writer = None
+        with contextlib.suppress(OSError):
+            self._closer()
 
     def reader(self) -> pa.RecordBatchReader:
         """The rows from the first on, as an Arrow ``RecordBatchReader`` read lazily."""
@@ -174,7 +192,8 @@ class StagedItemRows:
         """Drop the rows (the temporary file goes)."""
         with contextlib.suppress(Exception):
             self.finish()
-        self._closer()
+        with contextlib.suppress(OSError):  # buffered bytes a full disk refused
+            self._closer()
 
 
 def insert_staged_items(

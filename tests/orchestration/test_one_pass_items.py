@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RunConfig, create_run, estimate_run, prepare_run
 from clinjudge.orchestration._session import shard_of
 from clinjudge.runs import RunStore
+from tests.factories import small_tmpfs
 
 MOCK = ModelSettings(model="mock/judge")
 _COLUMNS = "item_id, position, notes, summary, specialty, reference, vendor, meta, flags"
@@ -202,3 +204,25 @@ def test_a_prepared_run_still_estimates_and_creates_after_a_dry_run(
     assert reads == [str(data)] * 4
     assert _stored(db, first)[0][1:] == _stored(db, second)[0][1:]
     assert len(_stored(db, second)) == len(records)
+
+
+def test_a_temp_disk_too_full_for_the_staged_rows_reads_the_data_again(
+    tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staging is only a saving: with no room in the temporary folder (a real full tmpfs),
+    the run is created from a second read of the data, every item stored as read."""
+    records = _records(1500)  # ~0.5 MB of rows, far more than the 64 KB folder
+    data = _write(tmp_path / "items.jsonl", records)
+    db = tmp_path / "runs.duckdb"
+    config = RunConfig(data=str(data), judge=MOCK, db=str(db))
+    with small_tmpfs(tmp_path, "64k") as mount:
+        monkeypatch.setattr(tempfile, "tempdir", str(mount))
+        prepared = prepare_run(config)
+        assert getattr(prepared.items, "staged", "absent") is None
+        with RunStore(db) as store:
+            run_id = create_run(store, prepared)
+        assert os.listdir(mount) == []
+    assert reads == [str(data)] * 2
+    rows = _stored(db, run_id)
+    assert [(r[0], r[1]) for r in rows] == [(r["id"], n) for n, r in enumerate(records)]
+    assert [r[3] for r in rows] == [r["summary"] for r in records]
