@@ -527,15 +527,14 @@ class SampleContext:
         started = datetime.now(UTC)
         if slots is not None:
             await slots.acquire()
-        number = next(models._call_numbers)
-        models._in_flight[number] = time.monotonic()
+        number = models.call_started()
         failed: ProviderFault | None = None
         try:
             outcome = await model.complete(turns, variation=variation, max_tokens=max_tokens)
         except ProviderFault as fault:
             failed = fault
         finally:
-            del models._in_flight[number]
+            models.call_ended(number)
             if slots is not None:
                 slots.release()
         if failed is None:

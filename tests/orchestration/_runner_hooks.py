@@ -51,7 +51,12 @@ def after_each_sample(
 
 
 def run_on_fake_server(
-    tmp_path: Path, data: Path, concurrency: int, query: str
+    tmp_path: Path,
+    data: Path,
+    concurrency: int,
+    query: str,
+    *,
+    on_prepared: Callable[[], None] | None = None,
 ) -> tuple[Any, tuple[Any, ...]]:
     """Judge ``data`` on an instant fake server; returns the tally (or the exception the run
     raised) and ``query``'s row, run with the run id as its parameter.
@@ -61,6 +66,7 @@ def run_on_fake_server(
         data: The items file.
         concurrency: Model calls in flight.
         query: SQL read from the store after the run (one ``?``: the run id).
+        on_prepared: Called once the data is checked, before the run is created.
     """
     with FakeOpenAIServer(latency=0.0) as srv:
         judge = ModelSettings(model="openai/local-judge", base_url=srv.base_url, timeout=5)
@@ -72,6 +78,8 @@ def run_on_fake_server(
             retry=FAST,
         )
         prepared = prepare_run(config)
+        if on_prepared is not None:
+            on_prepared()
         with RunStore(config.db) as store:
             run_id = create_run(store, prepared)
             try:

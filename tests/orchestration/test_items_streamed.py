@@ -39,9 +39,8 @@ from clinjudge.orchestration._sample_runner import SampleRunner
 from clinjudge.rubrics import Item
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
-from tests.fake_openai import FakeOpenAIServer
+from tests.orchestration._runner_hooks import after_each_sample, run_on_fake_server
 
-FAST = RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.05, jitter=0.01)
 MOCK = ModelSettings(model="mock/judge")
 
 # What a chunk may leave alive besides itself: the chunk being read while the last one is
@@ -84,32 +83,24 @@ def test_a_run_never_holds_all_its_items(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(_session, "item_row", counting_row)
 
     # While it is judged: counted when 1,200 samples are done.
-    accept = SampleRunner._accept
-
-    def counting_accept(self: SampleRunner, rows, verdict, calls) -> None:  # type: ignore[no-untyped-def]
-        accept(self, rows, verdict, calls)
-        if self.tally.ok + self.tally.failed == 1200:
+    def count_judged(runner: SampleRunner) -> None:
+        if runner.tally.ok + runner.tally.failed == 1200:
             seen["judge"] = _live_items()
 
-    monkeypatch.setattr(SampleRunner, "_accept", counting_accept)
+    after_each_sample(monkeypatch, count_judged)
 
-    with FakeOpenAIServer(latency=0.0) as srv:
-        judge = ModelSettings(model="openai/local-judge", base_url=srv.base_url, timeout=5)
-        config = RunConfig(
-            data=str(data),
-            judge=judge,
-            db=str(tmp_path / "runs.duckdb"),
-            concurrency=4,
-            retry=FAST,
-        )
-        prepared = prepare_run(config)
+    def count_prepared() -> None:
         seen["prepared"] = _live_items()
-        with RunStore(config.db) as store:
-            run_id = create_run(store, prepared)
-            tally = execute_run(store, run_id, prepared, show_progress=False)
-            stored = store.con.execute(
-                "SELECT count(*) FROM samples WHERE run_id = ? AND sample > 0", [run_id]
-            ).fetchone()
+
+    tally, stored = run_on_fake_server(
+        tmp_path,
+        data,
+        4,
+        "SELECT count(*) FROM samples WHERE run_id = ? AND sample > 0",
+        on_prepared=count_prepared,
+    )
+    if isinstance(tally, Exception):
+        raise tally
     assert tally.ok == count and stored == (count,)
     assert set(seen) == {"check", "prepared", "create", "judge"}
     # Held all at once (before streaming), each count would be 1,200 to 1,500.
