@@ -2,16 +2,26 @@
 runner's buffer only up to twice a batch (plus those in flight) while a write runs, so memory
 does not grow with the run when the disk is the bottleneck (issue 27). The store's slowness is
 a sleep inside its write; what is asserted is the buffer's size at every accepted sample and
-that every sample is stored once, not a time."""
+that every sample is stored once, not a time. A run cancelled while workers are held still
+stores what it accepted."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from clinjudge.judges import JudgeModel, ModelSettings
+from clinjudge.orchestration import (
+    RunConfig,
+    SampleRunner,
+    create_run,
+    missing_work,
+    prepare_run,
+)
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.orchestration._runner_hooks import after_each_sample, run_on_fake_server
@@ -71,3 +81,58 @@ def test_a_failed_slow_write_still_stops_the_run_with_nothing_lost(
     assert max(buffered) <= 2 * 8 + 4
     assert isinstance(outcome, Exception) and "resume" in str(outcome)
     assert stored < 80
+
+
+def test_a_run_cancelled_while_workers_wait_for_the_store_stores_what_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while workers are held behind a slow write: the run ends cancelled, promptly,
+    and every sample it accepted is stored once."""
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(200))
+    config = RunConfig(
+        data=str(data), db=str(tmp_path / "x.duckdb"), judge=ModelSettings(model="mock/judge")
+    )
+    prepared = prepare_run(config)
+    store = RunStore(config.db)
+    run_id = create_run(store, prepared)
+    assert config.judge is not None
+    runner = SampleRunner(
+        store,
+        run_id,
+        prepared.rubric,
+        config,
+        JudgeModel(config.judge, prepared.rubric),
+        show_progress=False,
+        flush_every=4,
+    )
+    write_batch = store.write_batch
+
+    def slow_write(batch) -> None:  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        write_batch(batch)
+
+    monkeypatch.setattr(store, "write_batch", slow_write)
+    held = SampleRunner._wait_for_store
+
+    async def main() -> None:
+        run = asyncio.create_task(runner.run(missing_work(store, run_id, prepared)))
+
+        async def waiting(self: SampleRunner) -> None:
+            run.cancel()  # the first time a worker is held
+            await held(self)
+
+        monkeypatch.setattr(SampleRunner, "_wait_for_store", waiting)
+        await run
+
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    assert time.monotonic() - started < 10
+    assert runner.tally.interrupted
+    rows = store.con.execute(
+        "SELECT count(*), count(DISTINCT item_id) FROM samples WHERE run_id = ? AND sample > 0",
+        [run_id],
+    ).fetchone()
+    store.close()
+    assert rows is not None and rows[0] == rows[1]
+    assert 0 < rows[0] == runner.tally.ok < 200
