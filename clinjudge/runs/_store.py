@@ -381,6 +381,7 @@ def _prepare_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool)
         )
     if read_only:
         return
+    _refuse_shadowing_names(con, path)
     # Version 1 stores lack columns and tables added since; every statement of _DDL is
     # additive (IF NOT EXISTS), so running it is the migration. Recorded in the same
     # transaction, so a store is never marked migrated without being so.
@@ -395,6 +396,27 @@ def _prepare_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool)
     except BaseException:
         rollback(con)
         raise
+
+
+INCOMING_ROWS = "_clinjudge_incoming"
+"""The name under which the store's batch inserts read their Arrow rows (a DuckDB replacement
+scan, which a table or view of the same name in the database would take the place of)."""
+
+
+def _refuse_shadowing_names(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Refuse to write to a database holding a table or view named :data:`INCOMING_ROWS`:
+    every batch would insert its rows instead of the run's."""
+    found = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE lower(table_name) = $name "
+        "UNION ALL SELECT view_name FROM duckdb_views() WHERE lower(view_name) = $name",
+        {"name": INCOMING_ROWS},
+    ).fetchone()
+    if found is not None:
+        raise StoreError(
+            f"{path}: holds a table or view named {found[0]!r}, a name clinjudge reserves for the "
+            "rows it is writing (it is not one of clinjudge's tables); rename or drop it, or "
+            "use another database"
+        )
 
 
 @contextmanager
@@ -549,14 +571,13 @@ class RunStore:
         if not next(iter(columns.values()), None):
             return
         # DuckDB reads this local by its name in the statement (a replacement scan): no
-        # register/unregister pair, ~1 ms of DuckDB's CPU per table per batch.
+        # register/unregister pair, ~1 ms of DuckDB's CPU per table per batch. Its name is
+        # INCOMING_ROWS, which no table of a store we write may take (_refuse_shadowing_names).
         _clinjudge_incoming = pa.table(columns)  # noqa: F841 - read by the statement
         verb = "INSERT OR IGNORE" if ignore else "INSERT"
         names = ", ".join(columns)
         with _owner_only_files():
-            self.con.execute(
-                f"{verb} INTO {table} ({names}) SELECT {names} FROM _clinjudge_incoming"
-            )
+            self.con.execute(f"{verb} INTO {table} ({names}) SELECT {names} FROM {INCOMING_ROWS}")
 
     def upsert_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
         """Insert rows in one transaction, replacing rows whose key already exists.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from clinjudge.runs import RunStore
+from clinjudge.runs import RunStore, StoreError
 
 
 def _sample(item: str, status: str = "ok") -> dict[str, object]:
@@ -80,3 +80,35 @@ def test_a_refused_batch_leaves_nothing_of_itself(tmp_path):
             ("a", "ok"),
             ("d", "ok"),
         ]
+
+
+_EVIL_SAMPLE = (
+    "SELECT 'r' AS run_id, 'evil' AS item_id, 1 AS sample, 'judge' AS agent, 'ok' AS status"
+)
+
+
+@pytest.mark.parametrize(
+    "kind, name",
+    [("TABLE", "_clinjudge_incoming"), ("VIEW", "_CLINJUDGE_INCOMING")],
+    ids=["table", "view in capitals"],
+)
+def test_a_database_with_a_table_named_like_the_incoming_rows_is_refused(tmp_path, kind, name):
+    # Batches are read by DuckDB from a Python local of that name, which a table or view of
+    # the database would take the place of: every insert would copy its rows instead.
+    path = tmp_path / "s.duckdb"
+    with RunStore(path):
+        pass
+    with duckdb.connect(str(path)) as con:
+        con.execute(f"CREATE {kind} {name} AS {_EVIL_SAMPLE}")
+    with pytest.raises(StoreError, match=r"(?i)_clinjudge_incoming.*reserves") as caught:
+        RunStore(path)
+    assert str(path) in str(caught.value)
+    # Reading it changes nothing and writes nothing: allowed.
+    with RunStore(path, read_only=True) as store:
+        assert store.query("SELECT count(*) AS n FROM samples") == [{"n": 0}]
+    # Without it the store writes the batch's own rows.
+    with duckdb.connect(str(path)) as con:
+        con.execute(f"DROP {kind} {name}")
+    with RunStore(path) as store:
+        store.write_batch({"samples": [_sample("a")]})
+        assert _rows(store, "SELECT item_id FROM samples") == [("a",)]
