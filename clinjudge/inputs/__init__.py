@@ -25,6 +25,7 @@ from clinjudge.inputs._records import (
 from clinjudge.inputs._vendors import (
     AuditItems,
     audit_item_id,
+    iter_audit_items,
     load_audit_items,
     unmatched_encounters,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "check_rubric_inputs",
     "in_file_order",
     "iter_items",
+    "iter_audit_items",
     "load_audit_items",
     "load_items",
     "load_ratings",

@@ -6,7 +6,8 @@ The stored item id is ``f"{vendor}::{encounter_id}"``, ``item.vendor`` names the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ from clinjudge.inputs._records import (
     InputError,
     check_rubric_inputs,
     in_file_order,
-    read_records,
-    validate_records,
+    iter_records,
+    iter_validated,
 )
 from clinjudge.rubrics import Item, Rubric
 
@@ -25,9 +26,12 @@ ID_SEPARATOR = "::"
 
 @dataclass
 class AuditItems:
-    """The combined items of an audit and how they match across vendors."""
+    """What checking an audit's vendor files keeps: each item's stored id and encounter, in
+    file order, and how the vendors match. The items themselves are read again when needed
+    (:func:`iter_audit_items`), so an audit does not hold them all."""
 
-    items: list[Item]
+    ids: list[str]
+    encounter_ids: list[str]
     vendors: list[str]
     encounters: list[str]
     unmatched: list[dict[str, Any]]
@@ -56,11 +60,77 @@ def unmatched_encounters(
     return rows
 
 
-def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
-    """Read every vendor's file and combine them into one run's items.
+def iter_audit_items(
+    paths: Sequence[str | Path], rubric: Rubric, problems: list[str]
+) -> Generator[tuple[str, Item], None, None]:
+    """Every vendor file's items as an audit stores them, streamed in file order with their
+    locations: the id ``vendor::encounter``, ``vendor`` set, ``meta.encounter_id`` the record's
+    id. With one file every record must name its ``vendor``; with several, a record's vendor
+    is its ``vendor`` field or else the file's stem.
 
-    With one file every record must name its ``vendor``; with several, a record's vendor is its
-    ``vendor`` field or else the file's stem. The record ``id`` is the encounter id.
+    Problems (invalid records, a missing vendor, an encounter twice for one vendor, an empty or
+    unreadable file) go to ``problems`` as they are met; the items are only usable when it stays
+    empty at the end, which the caller checks.
+
+    Args:
+        paths: Vendor files (JSONL, CSV or Parquet).
+        rubric: The rubric the items will be judged with.
+        problems: Collects error messages.
+    """
+    seen: dict[str, str] = {}
+    for path in paths:
+        before = len(problems)
+        records_read = 0
+        try:
+            with contextlib.closing(iter_records(path, problems)) as records:
+                for where, item in iter_validated(records, Item, problems):
+                    records_read += 1
+                    audited = _audited(where, item, path, len(paths), rubric, problems, seen)
+                    if audited is not None:
+                        yield where, audited
+        except InputError as exc:
+            problems.extend(exc.problems)
+            continue
+        if not records_read and len(problems) == before:
+            problems.append(f"{path}: no records")
+
+
+def _audited(
+    where: str,
+    item: Item,
+    path: str | Path,
+    files: int,
+    rubric: Rubric,
+    problems: list[str],
+    seen: dict[str, str],
+) -> Item | None:
+    """One record as the audit stores it, or None after recording why it cannot be."""
+    check_rubric_inputs(where, item, rubric, problems)
+    vendor = item.vendor or (Path(path).stem if files > 1 else None)
+    if not vendor:
+        problems.append(
+            f"{where}: field vendor: one input file needs a vendor on every record "
+            "(or pass one file per vendor)"
+        )
+        return None
+    if ID_SEPARATOR in vendor or ID_SEPARATOR in item.id:
+        problems.append(f"{where}: field id: {ID_SEPARATOR!r} is reserved")
+        return None
+    stored_id = audit_item_id(vendor, item.id)
+    first = seen.setdefault(stored_id, where)
+    if first is not where:
+        problems.append(
+            f"{where}: field id: vendor {vendor!r} has encounter {item.id!r} twice "
+            f"(first at {first})"
+        )
+        return None
+    meta = {**item.meta, "encounter_id": item.id}
+    return item.model_copy(update={"id": stored_id, "vendor": vendor, "meta": meta})
+
+
+def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
+    """Read and check every vendor's file, keeping each item's id and encounter (not the
+    items: :func:`iter_audit_items` reads them again).
 
     Args:
         paths: Vendor files (JSONL, CSV or Parquet).
@@ -72,47 +142,22 @@ def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
     if not paths:
         raise InputError(["no input data: give one file per vendor"], setting="data")
     problems: list[str] = []
-    items: list[Item] = []
+    ids: list[str] = []
+    encounter_ids: list[str] = []
     vendors: list[str] = []
     presence: dict[str, set[str]] = {}
-    seen: dict[str, str] = {}
-    for path in paths:
-        before = len(problems)
-        try:
-            records = read_records(path, problems)
-        except InputError as exc:
-            problems.extend(exc.problems)
-            continue
-        if not records and len(problems) == before:
-            problems.append(f"{path}: no records")
-            continue
-        for where, item in validate_records(records, Item, problems):
-            check_rubric_inputs(where, item, rubric, problems)
-            vendor = item.vendor or (Path(path).stem if len(paths) > 1 else None)
-            if not vendor:
-                problems.append(
-                    f"{where}: field vendor: one input file needs a vendor on every record "
-                    "(or pass one file per vendor)"
-                )
-                continue
-            if ID_SEPARATOR in vendor or ID_SEPARATOR in item.id:
-                problems.append(f"{where}: field id: {ID_SEPARATOR!r} is reserved")
-                continue
-            stored_id = audit_item_id(vendor, item.id)
-            if stored_id in seen:
-                problems.append(
-                    f"{where}: field id: vendor {vendor!r} has encounter {item.id!r} twice "
-                    f"(first at {seen[stored_id]})"
-                )
-                continue
-            seen[stored_id] = where
+    with contextlib.closing(iter_audit_items(paths, rubric, problems)) as items:
+        for _, item in items:
+            vendor, encounter = str(item.vendor), item.meta["encounter_id"]
+            ids.append(item.id)
+            encounter_ids.append(encounter)
             if vendor not in vendors:
                 vendors.append(vendor)
-            presence.setdefault(item.id, set()).add(vendor)
-            meta = {**item.meta, "encounter_id": item.id}
-            items.append(item.model_copy(update={"id": stored_id, "vendor": vendor, "meta": meta}))
+            presence.setdefault(encounter, set()).add(vendor)
     if problems:
         raise InputError(in_file_order(problems))
     if len(vendors) < 2:
         raise InputError([f"an audit needs at least two vendors; found {vendors or 'none'}"])
-    return AuditItems(items, vendors, sorted(presence), unmatched_encounters(presence, vendors))
+    return AuditItems(
+        ids, encounter_ids, vendors, sorted(presence), unmatched_encounters(presence, vendors)
+    )

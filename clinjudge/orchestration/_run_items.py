@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import overload
 
-from clinjudge.inputs import InputError, in_file_order, iter_items
+from clinjudge.inputs import InputError, in_file_order, iter_audit_items, iter_items
 from clinjudge.rubrics import Item, Rubric
 from clinjudge.runs import RunStore, StagedItemRows, StoredItemReader, run_item_keys
 
@@ -110,41 +110,111 @@ class FileItems(RunItems):
             raise self._changed()
 
     def _changed(self) -> InputError:
-        return InputError(
-            [f"{self.path}: the file changed since its items were checked; start the run again"]
-        )
+        return _changed_file(self.path)
 
     def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
-        changed = self._changed()
         self.check_unchanged()
         problems: list[str] = []
-        chunk: list[Item] = []
-        k = 0
-        with contextlib.closing(iter_items(self.path, self.rubric, problems)) as items:
-            for position, (_, item) in enumerate(items):
-                if problems:
-                    raise InputError(in_file_order(problems))
-                if k == len(self.ids):
-                    break
-                if position != self.positions[k]:
-                    continue
-                if item.id != self.ids[k]:
-                    raise changed
-                chunk.append(item)
-                k += 1
-                if len(chunk) >= size:
-                    yield chunk
-                    chunk = []
-        if problems:
-            raise InputError(in_file_order(problems))
-        if k < len(self.ids):
-            raise changed
-        if chunk:
-            yield chunk
+        stream = iter_items(self.path, self.rubric, problems)
+        yield from _selected_chunks(
+            stream, problems, self.ids, self.positions, size, lambda _: self._changed()
+        )
+
+
+_AUDIT_CHANGED = "the file changed since its items were checked; start the audit again"
+
+
+class AuditFileItems(RunItems):
+    """A vendor audit's items at some positions of its vendor files, checked whole
+    (``prepare_audit``) and read again as :func:`iter_audit_items` gives them, a chunk at a
+    time; vendor files changed since the check raise :class:`InputError`.
+
+    Args:
+        paths: The vendor files.
+        rubric: The audit's rubric.
+        ids: The selected items' stored ids (``vendor::encounter``), in order.
+        positions: Their positions among the files' items, in file order (increasing).
+        stamps: Each file's size and modification time when it was checked (default: now).
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        rubric: Rubric,
+        ids: list[str],
+        positions: list[int],
+        *,
+        stamps: Sequence[tuple[int, int] | None] | None = None,
+    ):
+        self.paths = [Path(p) for p in paths]
+        self.rubric = rubric
+        self.ids = ids
+        self.positions = positions
+        self._stamps = list(stamps) if stamps is not None else [file_stamp(p) for p in paths]
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`InputError` when a file's size or time differ from the check's."""
+        for path, stamp in zip(self.paths, self._stamps, strict=True):
+            if file_stamp(path) != stamp:
+                raise InputError([f"{path}: {_AUDIT_CHANGED}"])
+
+    def chunks(self, size: int = ITEM_CHUNK) -> Iterator[list[Item]]:
+        self.check_unchanged()
+        problems: list[str] = []
+        stream = iter_audit_items(self.paths, self.rubric, problems)
+        yield from _selected_chunks(stream, problems, self.ids, self.positions, size, self._changed)
+
+    def _changed(self, where: str | None) -> InputError:
+        if where is None:  # fewer items than checked, in some file
+            files = ", ".join(map(str, self.paths))
+            return InputError([f"{files}: fewer items than when they were checked; start again"])
+        return InputError([f"{where}: not the record checked there: {_AUDIT_CHANGED}"])
+
+
+def _changed_file(path: Path) -> InputError:
+    return InputError(
+        [f"{path}: the file changed since its items were checked; start the run again"]
+    )
+
+
+def _selected_chunks(
+    stream: Generator[tuple[str, Item], None, None],
+    problems: list[str],
+    ids: list[str],
+    positions: list[int],
+    size: int,
+    changed: Callable[[str | None], InputError],
+) -> Iterator[list[Item]]:
+    """The items at ``positions`` of a checked item stream, ``size`` at a time; ``changed``'s
+    error (given the location of the record that differs, None when items are missing) when
+    they are not those of the check, the stream's problems as an :class:`InputError`."""
+    chunk: list[Item] = []
+    k = 0
+    with contextlib.closing(stream):
+        for position, (where, item) in enumerate(stream):
+            if problems:
+                raise InputError(in_file_order(problems))
+            if k == len(ids):
+                break
+            if position != positions[k]:
+                continue
+            if item.id != ids[k]:
+                raise changed(where)
+            chunk.append(item)
+            k += 1
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+    if problems:
+        raise InputError(in_file_order(problems))
+    if k < len(ids):
+        raise changed(None)
+    if chunk:
+        yield chunk
 
 
 class ListItems(RunItems):
-    """Items held in a list (vendor audits, callers that built their own items).
+    """Items held in a list (callers that built their own items).
 
     Args:
         items: The items.

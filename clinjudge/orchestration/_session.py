@@ -407,32 +407,6 @@ def _limited(positions: list[int], seed: int, limit: int | None, shuffle: bool) 
     return [positions[k] for k in keep]
 
 
-def apply_shard(
-    prepared: PreparedRun, shard_key: Callable[[Item], str] = lambda item: item.id
-) -> PreparedRun:
-    """Keep only the items of the configured shard (``config.shard``), if any.
-
-    Args:
-        prepared: A validated run over the whole dataset.
-        shard_key: What decides an item's shard (audits keep an encounter's vendors together).
-    """
-    if not prepared.config.shard:
-        return prepared
-    index, count = parse_shard(prepared.config.shard)
-    items = prepared.items
-    keep = [p for p, item in enumerate(items) if shard_of(shard_key(item), count) == index]
-    kept = set(keep)
-    return PreparedRun(
-        prepared.config,
-        prepared.rubric,
-        [item for p, item in enumerate(items) if p in kept],
-        prepared.shots,
-        run_id=sharded_run_id(prepared.config, items, prepared.personas),
-        positions=keep,
-        personas=prepared.personas,
-    )
-
-
 def create_run(store: RunStore, prepared: PreparedRun) -> str:
     """Record a new run and its items in one transaction.
 

@@ -19,7 +19,7 @@ from clinjudge.analysis import (
     vendor_summaries,
 )
 from clinjudge.analysis import audit_for_run as _audit_for_run
-from clinjudge.inputs import InputError, load_audit_items, parse_flag_rule
+from clinjudge.inputs import InputError, iter_audit_items, load_audit_items, parse_flag_rule
 from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RunConfig, create_run, execute_run, prepare_audit
 from clinjudge.reports import write_audit_report
@@ -162,9 +162,11 @@ def test_load_audit_items_matches_by_encounter(tmp_path: Path, pdsqi9: Rubric) -
     b = write_jsonl(tmp_path / "beta.jsonl", _encounters(5, "beta", skip=(2,)))
     loaded = load_audit_items([a, b], pdsqi9)
     assert loaded.vendors == ["alpha", "beta"]
-    assert len(loaded.items) == 9
-    first = loaded.items[0]
-    assert first.id == "alpha::enc-000"
+    assert len(loaded.ids) == 9
+    assert loaded.ids[0] == "alpha::enc-000" and loaded.encounter_ids[0] == "enc-000"
+    problems: list[str] = []
+    first = next(iter_audit_items([a, b], pdsqi9, problems))[1]
+    assert first.id == "alpha::enc-000" and not problems
     assert first.vendor == "alpha" and first.meta["encounter_id"] == "enc-000"
     assert loaded.unmatched == [
         {"encounter_id": "enc-002", "present": ["alpha"], "missing": ["beta"]}
