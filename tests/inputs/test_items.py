@@ -286,6 +286,22 @@ def test_exactly_20_problems_are_not_truncated(tmp_path: Path, pdsqi9: Rubric) -
 # -- CSV and Parquet errors --------------------------------------------------------------------
 
 
+def test_csv_record_of_three_megabytes_is_read(tmp_path: Path, pdsqi9: Rubric) -> None:
+    # A long chart exported as one CSV row: DuckDB's default reader refuses rows over 2 MB; the
+    # smaller read buffer that bounds the reader's memory (CSV_BUFFER_BYTES) takes it.
+    note = "Day 1: stable. " * 200_000  # 3 MB
+    path = _csv(
+        tmp_path / "items.csv",
+        ["id", "notes", "summary", "specialty"],
+        [
+            ["long", json.dumps([note]), "One line [Note 1].", "PC"],
+            ["short", json.dumps(["n"]), "s", "PC"],
+        ],
+    )
+    long, short = load_items(path, pdsqi9)
+    assert (long.notes[0].text, short.id) == (note, "short")
+
+
 def test_csv_bad_json_in_notes_cell(tmp_path: Path, pdsqi9: Rubric) -> None:
     path = _csv(
         tmp_path / "x.csv",
