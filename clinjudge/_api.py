@@ -50,7 +50,7 @@ from clinjudge.orchestration import (
     estimate_run,
     execute_run_async,
     load_stored_run,
-    missing_work,
+    pending_work,
     prepare_audit,
     prepare_run,
     run_config_from,
@@ -582,7 +582,8 @@ async def _judge(
     and count what the run holds. ``store`` stays open (and locked) throughout."""
     config = prepared.config
     finished = resumed and store.get_run(run_id)["status"] == "completed"
-    nothing_left = finished and not missing_work(store, run_id, prepared)
+    # Counted, not read: a completed run's missing samples are usually none.
+    nothing_left = finished and not pending_work(store, run_id, prepared)
     if resumed and not nothing_left:
         # A key unset since the run began is bad settings: refused before the run restarts
         # (no call, the stored run left as it was, not marked failed again).

@@ -27,6 +27,7 @@ from clinjudge.orchestration._session import (
     load_stored_run,
     missing_work,
     new_run_id,
+    pending_work,
     prepare_run,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "execute_run_async",
     "load_stored_run",
     "missing_work",
+    "pending_work",
     "new_run_id",
     "prepare_audit",
     "prepare_run",
