@@ -7,7 +7,7 @@ The stored item id is ``f"{vendor}::{encounter_id}"``, ``item.vendor`` names the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,13 +128,20 @@ def _audited(
     return item.model_copy(update={"id": stored_id, "vendor": vendor, "meta": meta})
 
 
-def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
+def load_audit_items(
+    paths: Sequence[str | Path],
+    rubric: Rubric,
+    check_item: Callable[[str, Item], str | None] | None = None,
+) -> AuditItems:
     """Read and check every vendor's file, keeping each item's id and encounter (not the
     items: :func:`iter_audit_items` reads them again).
 
     Args:
         paths: Vendor files (JSONL, CSV or Parquet).
         rubric: The rubric the items will be judged with.
+        check_item: A further check of each valid item (given its location and the item as
+            stored), returning its problem or None; its problems are reported when the
+            records have none (e.g. a prompt beyond the judge's context window).
 
     Raises:
         InputError: Listing every problem found (file, line or row, field).
@@ -146,8 +153,13 @@ def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
     encounter_ids: list[str] = []
     vendors: list[str] = []
     presence: dict[str, set[str]] = {}
+    later: list[str] = []
     with contextlib.closing(iter_audit_items(paths, rubric, problems)) as items:
-        for _, item in items:
+        for where, item in items:
+            if check_item is not None and not problems:
+                problem = check_item(where, item)
+                if problem is not None:
+                    later.append(problem)
             vendor, encounter = str(item.vendor), item.meta["encounter_id"]
             ids.append(item.id)
             encounter_ids.append(encounter)
@@ -156,6 +168,8 @@ def load_audit_items(paths: Sequence[str | Path], rubric: Rubric) -> AuditItems:
             presence.setdefault(encounter, set()).add(vendor)
     if problems:
         raise InputError(in_file_order(problems))
+    if later:
+        raise InputError(later)
     if len(vendors) < 2:
         raise InputError([f"an audit needs at least two vendors; found {vendors or 'none'}"])
     return AuditItems(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clinjudge.inputs import AuditItems, load_audit_items, parse_flag_rule
 from clinjudge.orchestration._config import ConfigError, RunConfig
 from clinjudge.orchestration._context import resolve_run_personas
+from clinjudge.orchestration._fit import context_window, oversized_item
 from clinjudge.orchestration._run_items import AuditFileItems, file_stamp
 from clinjudge.orchestration._session import (
     PreparedRun,
@@ -16,7 +17,7 @@ from clinjudge.orchestration._session import (
     shard_of,
     sharded_run_id,
 )
-from clinjudge.rubrics import load_rubric
+from clinjudge.rubrics import Item, Rubric, load_rubric
 
 
 def prepare_audit(
@@ -43,7 +44,7 @@ def prepare_audit(
     personas = resolve_run_personas(config)  # stored with the run, like a run's
     shard = parse_shard(config.shard) if config.shard else None  # fails before the files are read
     stamps = [file_stamp(path) for path in paths]
-    audit_items = load_audit_items(paths, rubric)
+    audit_items = load_audit_items(paths, rubric, _fits_the_window(config, rubric))
     ids = audit_items.ids
     shots = load_shot_pool(config.shot_pool, rubric) if config.shot_pool else []
     if config.shots:
@@ -67,3 +68,15 @@ def prepare_audit(
         personas=personas,
     )
     return prepared, audit_items
+
+
+def _fits_the_window(config: RunConfig, rubric: Rubric) -> Callable[[str, Item], str | None] | None:
+    """The check a run makes of each item, for an audit's: its prompt within the judge's context
+    window (when the model map knows the window; scoring rubrics, as ``judge run``)."""
+    judge = config.judge
+    assert judge is not None
+    window = context_window(judge) if rubric.method == "scores" else None
+    if window is None:
+        return None
+    limit = window
+    return lambda where, item: oversized_item(item, rubric, judge, where, limit)

@@ -149,6 +149,31 @@ def test_audit_dry_run_writes_nothing(tmp_path: Path) -> None:
     assert "Dry run" in result.stderr and not db.exists() and result.stdout == ""
 
 
+def test_audit_prompt_beyond_the_context_window_fails_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    # As `judge run` does: a vendor's note too long for the judge's window is refused with its
+    # file, line, item and field before any call, not met as a failed call per sample.
+    note = "The patient reports chest pain radiating to the left arm with sweating. " * 9000
+    lines = VENDORS[1].read_text().splitlines()
+    record = json.loads(lines[2])
+    record["notes"] = [*record["notes"], note]
+    lines[2] = json.dumps(record)
+    vendor_b = tmp_path / "vendor_b.jsonl"
+    vendor_b.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "big.duckdb"
+    result = invoke(
+        "audit", "--data", str(VENDORS[0]), "--data", str(vendor_b), "--data", str(VENDORS[2]),
+        "--model", "openai/gpt-4o-mini", "--base-url", "http://127.0.0.1:9/v1", "--db", str(db),
+    )  # fmt: skip
+    assert result.exit_code == 2, result.stderr
+    message = " ".join(result.stderr.split())
+    last = len(record["notes"]) - 1
+    assert f"{vendor_b}:line 3: item 'vendor_b::{record['id']}': field notes.{last}.text" in message
+    assert "128000-token context window of openai/gpt-4o-mini" in message
+    assert not db.exists()
+
+
 def test_audit_one_file_with_vendor_field(tmp_path: Path) -> None:
     records = []
     for path in VENDORS[:2]:
