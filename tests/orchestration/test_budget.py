@@ -14,9 +14,9 @@ from clinjudge.orchestration import (
     create_run,
     execute_run,
     load_stored_run,
-    missing_work,
     prepare_run,
 )
+from clinjudge.orchestration._session import missing_work
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer

@@ -21,10 +21,10 @@ from clinjudge.orchestration import (
     RunConfig,
     SampleRunner,
     create_run,
-    missing_work,
     prepare_run,
 )
 from clinjudge.orchestration._context import ModelPool, SampleContext
+from clinjudge.orchestration._session import missing_work
 from clinjudge.rubrics import ChatTurn, Rubric, render_messages
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl

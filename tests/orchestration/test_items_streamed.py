@@ -31,11 +31,11 @@ from clinjudge.orchestration import (
     estimate_run,
     execute_run,
     load_stored_run,
-    missing_work,
     prepare_run,
 )
 from clinjudge.orchestration._run_items import ITEM_CHUNK
 from clinjudge.orchestration._sample_runner import SampleRunner
+from clinjudge.orchestration._session import missing_work
 from clinjudge.rubrics import Item
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl

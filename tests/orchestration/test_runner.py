@@ -26,10 +26,10 @@ from clinjudge.orchestration import (
     SampleRunner,
     create_run,
     execute_run,
-    missing_work,
     prepare_run,
 )
 from clinjudge.orchestration._sample_runner import WorkUnit
+from clinjudge.orchestration._session import missing_work
 from clinjudge.rubrics import JudgmentParseError, Rubric, parse_judgment
 from clinjudge.runs import FINAL_AGENT, RunStore
 from clinjudge.runs._store import FINAL_SAMPLE

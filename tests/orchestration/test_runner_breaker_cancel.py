@@ -17,9 +17,9 @@ from clinjudge.orchestration import (
     RunConfig,
     SampleRunner,
     create_run,
-    missing_work,
     prepare_run,
 )
+from clinjudge.orchestration._session import missing_work
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 

@@ -19,9 +19,9 @@ from clinjudge.orchestration import (
     RunConfig,
     SampleRunner,
     create_run,
-    missing_work,
     prepare_run,
 )
+from clinjudge.orchestration._session import missing_work
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.orchestration._runner_hooks import after_each_sample, run_on_fake_server
