@@ -17,11 +17,11 @@ from clinjudge.orchestration import (
     RunConfig,
     SampleRunner,
     create_run,
-    missing_work,
     prepare_run,
 )
 from clinjudge.orchestration._context import ModelPool
 from clinjudge.orchestration._limits import FakeClock, RateLimiter
+from clinjudge.orchestration._session import missing_work
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer

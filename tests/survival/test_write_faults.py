@@ -23,10 +23,10 @@ from clinjudge.orchestration import (
     create_run,
     execute_run,
     load_stored_run,
-    missing_work,
     prepare_run,
 )
 from clinjudge.orchestration._context import ModelPool
+from clinjudge.orchestration._session import missing_work
 from clinjudge.runs import RunStore
 from tests.factories import make_items, small_tmpfs, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, Fault
