@@ -302,6 +302,24 @@ def test_csv_record_of_three_megabytes_is_read(tmp_path: Path, pdsqi9: Rubric) -
     assert (long.notes[0].text, short.id) == (note, "short")
 
 
+def test_csv_record_beyond_the_buffer_is_refused_without_its_text(
+    tmp_path: Path, pdsqi9: Rubric
+) -> None:
+    # Past what the reader takes (~4 MB), the refusal names the file, never the record's text
+    # (DuckDB's message quotes the whole line on its next lines).
+    note = "PATIENT-TEXT " * 500_000  # 6.5 MB
+    path = _csv(
+        tmp_path / "items.csv",
+        ["id", "notes", "summary", "specialty"],
+        [["huge", json.dumps([note]), "s", "PC"]],
+    )
+    with pytest.raises(InputError) as caught:
+        load_items(path, pdsqi9)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: cannot read:"), message
+    assert "PATIENT-TEXT" not in message and len(message) < 300
+
+
 def test_csv_bad_json_in_notes_cell(tmp_path: Path, pdsqi9: Rubric) -> None:
     path = _csv(
         tmp_path / "x.csv",
