@@ -844,6 +844,9 @@ class FakeBatchAPI:
         self.fake = fake
         self.polls_to_complete = 2
         self.expire_after: int | None = None
+        # The providers' limits on one batch input file (OpenAI: 200 MB, 50,000 requests).
+        self.max_file_bytes = 200 * 1000 * 1000
+        self.max_requests = 50_000
         self.files: dict[str, dict[str, Any]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.uploads: list[str] = []
@@ -936,6 +939,11 @@ class FakeBatchAPI:
             handler._send_error(400, "multipart upload needs 'file' and 'purpose' fields")
             return
         purpose = fields["purpose"].decode()
+        if purpose == "batch" and len(fields["file"]) > self.max_file_bytes:
+            handler._send_error(
+                400, f"File is too large: a batch input file may be {self.max_file_bytes} bytes"
+            )
+            return
         record = self._store_file(fields["file"], purpose, filename)
         if purpose == "batch":
             with self._lock:
@@ -966,6 +974,11 @@ class FakeBatchAPI:
                 handler._send_error(404, f"No such File object: {body.get('input_file_id')}")
                 return
             total = sum(1 for raw_line in source["data"].splitlines() if raw_line.strip())
+            if total > self.max_requests:
+                handler._send_error(
+                    400, f"A batch may hold {self.max_requests} requests; the file has {total}"
+                )
+                return
             batch_id = self._new_id("batch")
             batch = {
                 "id": batch_id,

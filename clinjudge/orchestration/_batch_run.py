@@ -38,6 +38,7 @@ from clinjudge.judges.clients import (
     check_batch_settings,
     count_message_tokens,
     count_tokens,
+    pack_batch_file,
     request_line,
 )
 from clinjudge.judges.workflows import JUDGE_AGENT, first_turns, reply_problem
@@ -66,6 +67,8 @@ from clinjudge.runs import (
     call_row,
     calls_of_agent,
     ensure_batch_tables,
+    has_queued_requests,
+    iter_queued_requests,
     last_batch_attempt,
     last_request_seqs,
     open_batch,
@@ -77,8 +80,8 @@ from clinjudge.runs import (
     verdict_rows,
 )
 
-MAX_REQUESTS_PER_BATCH = 50_000
-"""OpenAI's limit on requests in one batch; a longer queue goes out in several batches."""
+QUEUE_CHUNK = 1000
+"""Requests :meth:`BatchRun.seed_queue` builds before it queues them (one transaction)."""
 
 
 def check_batch_config(
@@ -255,9 +258,11 @@ class BatchRun:
         open_samples = open_request_samples(self.store, self.run_id)
         last_seq = last_request_seqs(self.store, self.run_id, JUDGE_AGENT)
         config = self.prepared.config
-        new = []
-        # Items are read from the store a chunk at a time; the queued requests are kept (a
-        # batch file holds them all).
+        new: list[_Request] = []
+        queued = 0
+        # Items are read from the store a chunk at a time and their requests queued as they
+        # come: a process killed meanwhile leaves some queued, and the next seed (once they
+        # are out) queues the samples still without one.
         for unit in pending_work(self.store, self.run_id, self.prepared):
             where = (unit.item.id, unit.sample)
             if where in open_samples:
@@ -270,8 +275,17 @@ class BatchRun:
             new.append(
                 _Request(custom_id(unit.item.id, unit.sample, seq), *where, seq, 1, 0, turns)
             )
-        queue_requests(self.store, [r.row(self.run_id) for r in new])
-        return len(new)
+            if len(new) >= QUEUE_CHUNK:
+                queued += self._queue(new)
+        return queued + self._queue(new)
+
+    def _queue(self, requests: list[_Request]) -> int:
+        """Queue these requests (emptying the list); how many there were."""
+        if requests:
+            queue_requests(self.store, [r.row(self.run_id) for r in requests])
+        count = len(requests)
+        requests.clear()
+        return count
 
     def _requests(self, state: str, attempt: int | None = None) -> list[_Request]:
         rows = batch_requests(self.store, self.run_id, state, attempt)
@@ -282,17 +296,20 @@ class BatchRun:
 
     # -- one round ---------------------------------------------------------------------------
 
-    async def submit(self, queued: list[_Request]) -> dict[str, Any]:
-        """Upload queued requests and record the input file, then create the batch and record
-        its id; returns the stored batch row."""
+    async def submit(self) -> dict[str, Any]:
+        """Upload the queued requests that fit one batch input file and record the file, then
+        create the batch and record its id; returns the stored batch row."""
         attempt = last_batch_attempt(self.store, self.run_id) + 1
         rubric, explanations = self.prepared.rubric, self.prepared.config.explanations
         # The same reply schema a single judge's call carries (rubric_json_schema).
         schema = ReplySchema(
             name=rubric.name, schema=rubric_json_schema(rubric, explanations=explanations)
         )
-        lines = [request_line(self.settings, r.custom_id, r.turns, schema=schema) for r in queued]
-        file_id = await self.client.upload(lines)
+        queued = (_Request.from_row(row) for row in iter_queued_requests(self.store, self.run_id))
+        batch_file = pack_batch_file(
+            request_line(self.settings, r.custom_id, r.turns, schema=schema) for r in queued
+        )
+        file_id = await self.client.upload(batch_file)
         stamp = datetime.now(UTC)
         batch_row = {
             "run_id": self.run_id,
@@ -303,13 +320,13 @@ class BatchRun:
             "model": self.settings.model,
             "created_at": stamp,
             "updated_at": stamp,
-            "request_count": len(queued),
+            "request_count": len(batch_file.custom_ids),
             "completed": 0,
             "failed": 0,
             "input_file_id": file_id,
             "ingested": False,
         }
-        record_submitted_batch(self.store, batch_row, [r.custom_id for r in queued])
+        record_submitted_batch(self.store, batch_row, batch_file.custom_ids)
         await self._create(attempt, file_id)
         submitted = open_batch(self.store, self.run_id)
         assert submitted is not None
@@ -539,12 +556,9 @@ class BatchRun:
             while True:
                 batch = open_batch(self.store, self.run_id)
                 if batch is None:
-                    queued = self._requests("queued")
-                    if not queued and self.seed_queue():
-                        queued = self._requests("queued")
-                    if not queued:
+                    if not has_queued_requests(self.store, self.run_id) and not self.seed_queue():
                         return self.tally
-                    batch = await self.submit(queued[:MAX_REQUESTS_PER_BATCH])
+                    batch = await self.submit()
                 elif batch["batch_id"]:
                     self.console.print(
                         f"batch {batch['attempt']}: resuming the wait for {batch['batch_id']}"

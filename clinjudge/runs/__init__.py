@@ -97,6 +97,8 @@ from clinjudge.runs._claim_reads import (
 )
 from clinjudge.runs._provider_batches import (
     batch_requests,
+    has_queued_requests,
+    iter_queued_requests,
     last_batch_attempt,
     last_request_seqs,
     open_batch,
@@ -245,6 +247,8 @@ __all__ = [
     "ScoreCount",
     "audit_score_rows",
     "batch_requests",
+    "has_queued_requests",
+    "iter_queued_requests",
     "call_totals",
     "calls_by_agent",
     "calls_of_agent",

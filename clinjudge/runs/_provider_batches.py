@@ -9,7 +9,7 @@ rows (recording a submitted batch, ingesting its results) is one transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +117,49 @@ def last_request_seqs(store: RunStore, run_id: str, agent: str) -> dict[tuple[st
         [run_id, agent, run_id],
     )
     return {(r["item_id"], r["sample"]): r["seq"] for r in rows}
+
+
+QUEUE_PAGE = 1000
+"""Request rows :func:`iter_queued_requests` reads at a time."""
+
+
+def has_queued_requests(store: RunStore, run_id: str) -> bool:
+    """Whether a run has request lines waiting to go out in a batch.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    rows = store.query(
+        "SELECT 1 FROM provider_batch_requests WHERE run_id = ? AND state = 'queued' LIMIT 1",
+        [run_id],
+    )
+    return bool(rows)
+
+
+def iter_queued_requests(store: RunStore, run_id: str) -> Iterator[dict[str, Any]]:
+    """A run's queued request rows in :func:`batch_requests`'s order, read
+    :data:`QUEUE_PAGE` at a time, so a caller that stops early never reads the rest.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    after: list[Any] | None = None
+    while True:
+        # Keyset paging on the order's own columns: each page is one complete query, so no
+        # cursor stays open if the caller stops.
+        where = "" if after is None else "AND (sample, item_id, seq) > (?, ?, ?) "
+        page = store.query(
+            "SELECT * FROM provider_batch_requests WHERE run_id = ? AND state = 'queued' "
+            f"{where}ORDER BY sample, item_id, seq LIMIT {QUEUE_PAGE}",
+            [run_id, *(after or [])],
+        )
+        yield from page
+        if len(page) < QUEUE_PAGE:
+            return
+        last = page[-1]
+        after = [last["sample"], last["item_id"], last["seq"]]
 
 
 def batch_requests(

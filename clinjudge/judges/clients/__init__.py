@@ -15,12 +15,15 @@ from clinjudge.judges.clients._accounting import (
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient
 from clinjudge.judges.clients._batch_api import (
     BatchClient,
+    BatchFile,
     BatchLine,
+    BatchLineTooLarge,
     BatchState,
     batch_call_cost,
     batch_price_per_token,
     batch_supported,
     check_batch_settings,
+    pack_batch_file,
     request_line,
 )
 from clinjudge.judges.clients._cache import ResponseCache
@@ -38,7 +41,9 @@ from clinjudge.judges.clients._structured import ReplySchema, structured_reply
 __all__ = [
     "BatchClient",
     "COUNT_ENCODING",
+    "BatchFile",
     "BatchLine",
+    "BatchLineTooLarge",
     "BatchState",
     "CallOutcome",
     "JudgeModel",
@@ -56,6 +61,7 @@ __all__ = [
     "check_credentials",
     "bundled_model_map",
     "check_batch_settings",
+    "pack_batch_file",
     "count_message_tokens",
     "count_tokens",
     "counts_exactly",

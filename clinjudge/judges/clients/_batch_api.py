@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,56 @@ BATCH_DISCOUNT = 0.5
 """Share of the list price a batch request costs when the price map has no batch price."""
 
 COMPLETION_WINDOW = "24h"
+
+MAX_BATCH_REQUESTS = 50_000
+"""Request lines one batch input file may hold (OpenAI's limit; Azure OpenAI's is 100,000)."""
+
+MAX_BATCH_FILE_BYTES = 190_000_000
+"""Bytes one batch input file may hold: OpenAI and Azure OpenAI refuse a file over 200 MB, and
+the margin keeps under that whichever megabyte they count in."""
+
+
+class BatchLineTooLarge(ModelConfigError):
+    """One request line is larger than a batch input file may be."""
+
+
+@dataclass(frozen=True)
+class BatchFile:
+    """A batch input file: its JSONL bytes and the ``custom_id`` of each line, in order."""
+
+    data: bytes
+    custom_ids: list[str]
+
+
+def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
+    """The leading request lines that fit one batch input file (at most
+    :data:`MAX_BATCH_REQUESTS` lines and :data:`MAX_BATCH_FILE_BYTES` bytes); the lines after
+    them are not read, so a long queue is never held whole.
+
+    Args:
+        lines: Request lines (:func:`request_line`'s), in the order they should go out.
+
+    Raises:
+        BatchLineTooLarge: The first line alone is over the byte limit.
+    """
+    parts: list[bytes] = []
+    custom_ids: list[str] = []
+    size = 0
+    for line in lines:
+        encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+        if size + len(encoded) > MAX_BATCH_FILE_BYTES:
+            if not parts:
+                raise BatchLineTooLarge(
+                    f"request {line['custom_id']} is {len(encoded):,} bytes, more than a batch "
+                    f"input file may hold ({MAX_BATCH_FILE_BYTES:,}); judge it with a direct run"
+                )
+            break
+        parts.append(encoded)
+        custom_ids.append(str(line["custom_id"]))
+        size += len(encoded)
+        if len(custom_ids) >= MAX_BATCH_REQUESTS:
+            break
+    return BatchFile(b"".join(parts), custom_ids)
 
 
 def batch_supported(settings: ModelSettings) -> bool:
@@ -262,11 +312,10 @@ class BatchClient:
         azure = self.settings.provider in AZURE_PROVIDERS
         return "/chat/completions" if azure else "/v1/chat/completions"
 
-    async def upload(self, lines: Sequence[dict[str, Any]]) -> str:
-        """Upload request lines as a batch input file; returns the file id."""
-        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    async def upload(self, file: BatchFile) -> str:
+        """Upload a batch input file (:func:`pack_batch_file`'s); returns the file id."""
         created = await self.client.files.create(
-            file=("clinjudge-batch.jsonl", data.encode("utf-8"), "application/jsonl"),
+            file=("clinjudge-batch.jsonl", file.data, "application/jsonl"),
             purpose="batch",
         )
         return created.id

@@ -1,0 +1,183 @@
+"""Batch input files within the providers' limits (200 MB, 50,000 requests per file): a long
+queue goes out in several batches, each file under both limits, every request exactly once; the
+queue is written and read a part at a time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clinjudge.judges import ModelSettings
+from clinjudge.judges.clients import BatchLineTooLarge, _batch_api, pack_batch_file, request_line
+from clinjudge.orchestration import RunConfig, _batch_run, create_run, prepare_run
+from clinjudge.orchestration._batch_run import execute_batch_run
+from clinjudge.rubrics import render_messages
+from clinjudge.runs import RunStore
+from tests.factories import make_items, write_jsonl
+from tests.fake_openai import FakeOpenAIServer
+
+N_ITEMS = 5
+SAMPLES = 2
+
+
+def _start(tmp_path: Path, server: FakeOpenAIServer) -> tuple[RunStore, str, Any]:
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(N_ITEMS))
+    settings = ModelSettings(model="openai/gpt-4o-mini", base_url=server.base_url)
+    config = RunConfig(
+        data=str(data), judge=settings, db=str(tmp_path / "runs.duckdb"), samples=SAMPLES
+    )
+    prepared = prepare_run(config)
+    store = RunStore(config.db)
+    return store, create_run(store, prepared), prepared
+
+
+def _execute(store: RunStore, run_id: str, prepared: Any) -> Any:
+    return execute_batch_run(store, run_id, prepared, show_progress=False, poll_interval=0)
+
+
+def _line_bytes(line: dict[str, Any]) -> int:
+    """Bytes of one JSONL line as a provider counts them (UTF-8, newline included)."""
+    return len(json.dumps(line, ensure_ascii=False).encode("utf-8")) + 1
+
+
+def _largest_line(prepared: Any) -> int:
+    settings = prepared.config.judge
+    return max(
+        _line_bytes(
+            request_line(settings, "s1-c0-" + "0" * 16, render_messages(item, prepared.rubric))
+        )
+        for item in prepared.items
+    )
+
+
+def _uploaded_files(server: FakeOpenAIServer) -> list[bytes]:
+    api = server.batch_api
+    return [api.files[file_id]["data"] for file_id in api.uploads]
+
+
+def _assert_each_request_once(store: RunStore, run_id: str, server: FakeOpenAIServer) -> None:
+    ids = [
+        json.loads(raw)["custom_id"]
+        for data in _uploaded_files(server)
+        for raw in data.splitlines()
+    ]
+    assert len(ids) == len(set(ids)) == N_ITEMS * SAMPLES
+    samples = store.query(
+        "SELECT count(*) AS n, count(DISTINCT (item_id, sample)) AS d FROM samples "
+        "WHERE run_id = ? AND status = 'ok'",
+        [run_id],
+    )
+    assert samples == [{"n": N_ITEMS * SAMPLES, "d": N_ITEMS * SAMPLES}]
+    assert store.get_run(run_id)["status"] == "completed"
+
+
+def test_a_queue_over_the_file_size_limit_goes_out_in_batches_within_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        # Room for two to three lines: the provider refuses a larger file.
+        limit = int(_largest_line(prepared) * 2.5)
+        server.batch_api.max_file_bytes = limit
+        monkeypatch.setattr(_batch_api, "MAX_BATCH_FILE_BYTES", limit)
+        with store:
+            tally = _execute(store, run_id, prepared)
+            files = _uploaded_files(server)
+            assert len(files) >= 4  # 10 requests, at most 2 or 3 a file
+            assert all(len(data) <= limit for data in files)
+            assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
+            _assert_each_request_once(store, run_id, server)
+            counts = store.query(
+                "SELECT request_count FROM provider_batches WHERE run_id = ? ORDER BY attempt",
+                [run_id],
+            )
+            lines = [len(data.splitlines()) for data in files]
+            assert [c["request_count"] for c in counts] == lines
+
+
+def test_a_queue_over_the_request_limit_goes_out_in_batches_within_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        server.batch_api.max_requests = 3
+        monkeypatch.setattr(_batch_api, "MAX_BATCH_REQUESTS", 3)
+        with store:
+            _execute(store, run_id, prepared)
+            assert [len(data.splitlines()) for data in _uploaded_files(server)] == [3, 3, 3, 1]
+            _assert_each_request_once(store, run_id, server)
+
+
+def test_a_request_larger_than_a_file_may_be_is_refused_before_any_upload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        monkeypatch.setattr(_batch_api, "MAX_BATCH_FILE_BYTES", 1000)
+        with (
+            store,
+            pytest.raises(BatchLineTooLarge, match=r"request s1-c0-\S+ is [\d,]+ bytes.*1,000"),
+        ):
+            _execute(store, run_id, prepared)
+        assert server.batch_api.uploads == [] and server.batch_api.batches == {}
+
+
+def test_the_file_limit_counts_utf8_bytes_and_lines_that_fit_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = [{"custom_id": f"c{n}", "body": {"text": "é" * 40 + "x" * n}} for n in range(4)]
+    sizes = [_line_bytes(line) for line in lines]
+    assert sizes[0] == len(json.dumps(lines[0], ensure_ascii=False)) + 1 + 40  # é is 2 bytes
+
+    monkeypatch.setattr(_batch_api, "MAX_BATCH_FILE_BYTES", sum(sizes[:3]))
+    packed = pack_batch_file(iter(lines))
+    assert packed.custom_ids == ["c0", "c1", "c2"]
+    assert (
+        packed.data == "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines[:3]).encode()
+    )
+
+    monkeypatch.setattr(_batch_api, "MAX_BATCH_FILE_BYTES", sum(sizes[:3]) - 1)
+    assert pack_batch_file(iter(lines)).custom_ids == ["c0", "c1"]
+
+
+def test_lines_past_a_full_file_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken: list[int] = []
+
+    def lines() -> Iterator[dict[str, Any]]:
+        for n in range(10):
+            taken.append(n)
+            yield {"custom_id": f"c{n}"}
+
+    monkeypatch.setattr(_batch_api, "MAX_BATCH_REQUESTS", 4)
+    assert pack_batch_file(lines()).custom_ids == ["c0", "c1", "c2", "c3"]
+    assert taken == [0, 1, 2, 3]
+
+
+def test_the_queue_is_written_a_chunk_at_a_time_and_a_kill_between_chunks_resumes_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[int] = []
+    real_queue = _batch_run.queue_requests
+
+    def queue_then_die(store: RunStore, rows: list[dict[str, Any]]) -> None:
+        written.append(len(rows))
+        real_queue(store, rows)
+        if len(written) == 2:
+            raise KeyboardInterrupt  # killed after the second chunk was committed
+
+    monkeypatch.setattr(_batch_run, "QUEUE_CHUNK", 3)
+    monkeypatch.setattr(_batch_run, "queue_requests", queue_then_die)
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        with store:
+            with pytest.raises(KeyboardInterrupt):
+                _execute(store, run_id, prepared)
+            assert written == [3, 3] and server.batch_api.uploads == []
+            monkeypatch.setattr(_batch_run, "queue_requests", real_queue)
+            tally = _execute(store, run_id, prepared)
+            assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
+            _assert_each_request_once(store, run_id, server)
