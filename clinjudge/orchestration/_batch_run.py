@@ -182,7 +182,7 @@ class _Request:
             "seq": self.seq,
             "tries": self.tries,
             "repairs": self.repairs,
-            "messages": json.dumps([{"role": t.role, "content": t.content} for t in self.turns]),
+            "messages": [{"role": t.role, "content": t.content} for t in self.turns],
             "attempt": None,
             "state": "queued",
         }

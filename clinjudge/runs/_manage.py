@@ -218,7 +218,7 @@ def _run_tables(store: RunStore) -> list[str]:
 
 # Rows of these tables are counted as the rows of ``messages`` they make (shared texts are not
 # rows of their own to a reader).
-_COUNTED_AS = {"message_rows": "messages", "message_texts": None}
+_COUNTED_AS = {"message_rows": "messages", "message_texts": None, "provider_batch_texts": None}
 
 
 def delete_run(store: RunStore, run_id: str) -> dict[str, int]:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from clinjudge.runs._message_texts import SHARED_ROLE, TextIds
 from clinjudge.runs._store import RunStore, _owner_only_files, rollback
 
 if TYPE_CHECKING:  # the type only: the store never loads the clients
@@ -51,9 +52,17 @@ CREATE TABLE IF NOT EXISTS provider_batch_requests (
     state VARCHAR,
     PRIMARY KEY (run_id, custom_id)
 );
+CREATE TABLE IF NOT EXISTS provider_batch_texts (
+    run_id VARCHAR,
+    text_id VARCHAR,
+    content VARCHAR,
+    PRIMARY KEY (run_id, text_id)
+);
 """
 """``provider_batches``: one row per batch (``attempt`` numbers a run's batches from 1);
-``provider_batch_requests``: one row per request line, ``queued``, ``submitted`` or ``done``."""
+``provider_batch_requests``: one row per request line, ``queued``, ``submitted`` or ``done``;
+``provider_batch_texts``: the system messages of a run's request lines, each once (a request's
+``messages`` names it by ``text_id``, the SHA-256 of its text, in place of ``content``)."""
 
 
 def ensure_batch_tables(store: RunStore) -> None:
@@ -79,9 +88,76 @@ def queue_requests(store: RunStore, rows: Sequence[dict[str, Any]]) -> None:
 
     Args:
         store: The run store.
-        rows: The request rows.
+        rows: The request rows; ``messages`` a list of ``{"role", "content"}``.
     """
-    store.write_batch({"provider_batch_requests": rows})
+    store.write_batch(_request_rows(store, rows))
+
+
+def _request_rows(
+    store: RunStore, rows: Sequence[dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Request rows as stored, their system messages named by key, and the texts those keys
+    name that the store lacks (``provider_batch_texts`` rows): the rubric's system prompt was
+    ~3/4 of every request's bytes."""
+    keys = TextIds()
+    texts: dict[tuple[str, str], str] = {}
+    stored = []
+    for row in rows:
+        messages = []
+        for message in row["messages"]:
+            if message["role"] == SHARED_ROLE:
+                key = keys(message["content"])
+                texts.setdefault((row["run_id"], key), message["content"])
+                message = {"role": SHARED_ROLE, "text_id": key}
+            messages.append(message)
+        stored.append({**row, "messages": json.dumps(messages)})
+    known = _stored_text_keys(store, texts)
+    new = [
+        {"run_id": run_id, "text_id": key, "content": text}
+        for (run_id, key), text in texts.items()
+        if (run_id, key) not in known
+    ]
+    return {"provider_batch_texts": new, "provider_batch_requests": stored}
+
+
+def _stored_text_keys(
+    store: RunStore, texts: Mapping[tuple[str, str], str]
+) -> set[tuple[str, str]]:
+    if not texts:
+        return set()
+    found = store.query(
+        "SELECT run_id, text_id FROM provider_batch_texts "
+        "WHERE (run_id, text_id) IN (SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]))",
+        [[run_id for run_id, _ in texts], [key for _, key in texts]],
+    )
+    return {(r["run_id"], r["text_id"]) for r in found}
+
+
+def _with_texts(store: RunStore, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Request rows with ``messages`` as a list of ``{"role", "content"}`` (the texts stored
+    once put back; rows written before they were stored once hold them inline)."""
+    texts: dict[tuple[str, str], str] = {}
+    for row in rows:
+        messages = row["messages"]
+        row["messages"] = json.loads(messages) if isinstance(messages, str) else messages
+        for message in row["messages"]:
+            if "text_id" in message:
+                texts[(row["run_id"], message["text_id"])] = ""
+    if texts:
+        found = store.query(
+            "SELECT run_id, text_id, content FROM provider_batch_texts "
+            "WHERE (run_id, text_id) IN (SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]))",
+            [[run_id for run_id, _ in texts], [key for _, key in texts]],
+        )
+        texts = {(r["run_id"], r["text_id"]): r["content"] for r in found}
+    for row in rows:
+        row["messages"] = [
+            {"role": m["role"], "content": texts[(row["run_id"], m["text_id"])]}
+            if "text_id" in m
+            else m
+            for m in row["messages"]
+        ]
+    return rows
 
 
 def open_request_samples(store: RunStore, run_id: str) -> set[tuple[str, int]]:
@@ -155,7 +231,7 @@ def iter_queued_requests(store: RunStore, run_id: str) -> Iterator[dict[str, Any
             f"{where}ORDER BY sample, item_id, seq LIMIT {QUEUE_PAGE}",
             [run_id, *(after or [])],
         )
-        yield from page
+        yield from _with_texts(store, page)
         if len(page) < QUEUE_PAGE:
             return
         last = page[-1]
@@ -178,11 +254,12 @@ def batch_requests(
     params: list[Any] = [run_id, state]
     if attempt is not None:
         where, params = "attempt = ? AND state = ?", [run_id, attempt, state]
-    return store.query(
+    rows = store.query(
         f"SELECT * FROM provider_batch_requests WHERE run_id = ? AND {where} "
         "ORDER BY sample, item_id, seq",
         params,
     )
+    return _with_texts(store, rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,6 +378,9 @@ def record_ingested_batch(
         attempt: The batch.
         rows: Table name to rows to insert.
     """
+    requests = rows.get("provider_batch_requests")
+    if requests:
+        rows = {**rows, **_request_rows(store, requests)}
     _transaction(
         store,
         rows,

@@ -1,9 +1,10 @@
 """Batch input files within the providers' limits (200 MB, 50,000 requests per file): a long
 queue goes out in several batches, each file under both limits, every request exactly once; the
-queue is written and read a part at a time."""
+queue is written and read a part at a time, the system prompt stored once per run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from clinjudge.judges.clients import BatchLineTooLarge, _batch_api, pack_batch_f
 from clinjudge.orchestration import RunConfig, _batch_run, create_run, prepare_run
 from clinjudge.orchestration._batch_run import execute_batch_run
 from clinjudge.rubrics import render_messages
-from clinjudge.runs import RunStore
+from clinjudge.runs import RunStore, ensure_batch_tables, iter_queued_requests
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
@@ -181,3 +182,49 @@ def test_the_queue_is_written_a_chunk_at_a_time_and_a_kill_between_chunks_resume
             tally = _execute(store, run_id, prepared)
             assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
             _assert_each_request_once(store, run_id, server)
+
+
+def test_the_queue_stores_the_system_prompt_once_and_uploads_it_whole(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        with store:
+            _execute(store, run_id, prepared)
+            uploaded = server.batch_api.uploaded_lines()
+            systems = {
+                m["content"] for line in uploaded for m in line["body"]["messages"]
+                if m["role"] == "system"
+            }  # fmt: skip
+            assert len(systems) == 1
+            system = systems.pop()
+            texts = store.query(
+                "SELECT text_id, content FROM provider_batch_texts WHERE run_id = ?", [run_id]
+            )
+            key = hashlib.sha256(system.encode("utf-8")).hexdigest()
+            assert texts == [{"text_id": key, "content": system}]
+            rows = store.query(
+                "SELECT messages::VARCHAR AS m FROM provider_batch_requests WHERE run_id = ?",
+                [run_id],
+            )
+            assert len(rows) == N_ITEMS * SAMPLES
+            assert all(system not in row["m"] and key in row["m"] for row in rows)
+
+
+def test_request_rows_stored_with_inline_texts_still_read(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        with store:
+            ensure_batch_tables(store)
+            turns = render_messages(prepared.items[0], prepared.rubric)
+            inline = [{"role": t.role, "content": t.content} for t in turns]
+            # A row as a store written before texts were kept once holds: every text inline.
+            store.con.execute(
+                "INSERT INTO provider_batch_requests VALUES "
+                "(?, 'old-1', ?, 1, 0, 1, 0, ?, NULL, 'queued')",
+                [run_id, prepared.items[0].id, json.dumps(inline)],
+            )
+            assert [r["messages"] for r in iter_queued_requests(store, run_id)] == [inline]
+            _execute(store, run_id, prepared)
+            sent = [
+                line for line in server.batch_api.uploaded_lines() if line["custom_id"] == "old-1"
+            ]
+            assert [line["body"]["messages"] for line in sent] == [inline]
