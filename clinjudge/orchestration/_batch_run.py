@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from clinjudge.errors import UserError
 from clinjudge.judges import (
     CallOutcome,
     ModelConfigError,
@@ -79,6 +82,12 @@ from clinjudge.runs import (
     update_batch,
     verdict_rows,
 )
+
+
+class BatchProviderError(UserError):
+    """The provider refused or failed a step of a batch run (an upload, the wait, the results);
+    the run is kept as it stood, for ``--resume``."""
+
 
 QUEUE_CHUNK = 1000
 """Requests :meth:`BatchRun.seed_queue` builds before it queues them (one transaction)."""
@@ -558,15 +567,31 @@ class BatchRun:
                 if batch is None:
                     if not has_queued_requests(self.store, self.run_id) and not self.seed_queue():
                         return self.tally
-                    batch = await self.submit()
+                    with self._step(
+                        "sending batch", last_batch_attempt(self.store, self.run_id) + 1
+                    ):
+                        batch = await self.submit()
                 elif batch["batch_id"]:
                     self.console.print(
                         f"batch {batch['attempt']}: resuming the wait for {batch['batch_id']}"
                     )
-                state = await self.wait(batch)
-                await self.ingest(batch, state)
+                with self._step("waiting for batch", batch["attempt"]):
+                    state = await self.wait(batch)
+                with self._step("reading the results of batch", batch["attempt"]):
+                    await self.ingest(batch, state)
         finally:
             await self.client.close()
+
+    @contextmanager
+    def _step(self, what: str, attempt: int) -> Iterator[None]:
+        """A provider's error in this step of the run stops it with one line to act on."""
+        try:
+            yield
+        except ProviderFault as fault:
+            raise BatchProviderError(
+                f"{what} {attempt} failed: {fault.reason}. The run is kept: once this is fixed, "
+                f"`judge run --resume {self.run_id}` carries on (nothing is sent twice)"
+            ) from fault
 
 
 def execute_batch_run(

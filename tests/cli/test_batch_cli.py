@@ -208,3 +208,28 @@ def test_claim_rubrics_are_refused_with_batch(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "batch run cannot judge rubric 'doclens'" in result.stderr
     assert not db.exists()
+
+
+def test_a_refused_upload_stops_with_one_line_and_resume_finishes_the_run(
+    items_file: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAIServer() as server:
+        server.batch_api.max_file_bytes = 100  # the provider refuses the file
+        refused = _batch_run(items_file, db_path, server)
+        assert refused.exit_code == 2
+        assert "Traceback" not in refused.stderr
+        message = " ".join(refused.stderr.split())
+        assert "sending batch 1 failed: HTTP 400" in message
+        assert "File is too large" in message
+        run_id = scalar(db_path, "SELECT run_id FROM runs")
+        assert f"judge run --resume {run_id}" in message
+        assert server.batch_api.uploads == [] and server.request_count == 0
+        assert scalar(db_path, "SELECT count(*) FROM provider_batches") == 0
+
+        server.batch_api.max_file_bytes = 200 * 1000 * 1000
+        resumed = invoke("run", "--resume", run_id, "--db", str(db_path), "--no-progress")
+        assert resumed.exit_code == 0, resumed.stderr
+        assert len(server.batch_api.uploads) == 1 and server.request_count == 6
+    assert scalar(db_path, "SELECT status FROM runs") == "completed"
+    assert scalar(db_path, "SELECT count(DISTINCT item_id) FROM samples WHERE status = 'ok'") == 6

@@ -14,7 +14,10 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import httpx
+import openai
 
 from clinjudge.judges.clients._accounting import (
     bundled_model_map,
@@ -27,6 +30,8 @@ from clinjudge.judges.clients._model import ModelConfigError, _api_key, _samplin
 from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
 from clinjudge.judges.clients._structured import ReplySchema, openai_response_format
 from clinjudge.rubrics import ChatTurn
+
+T = TypeVar("T")
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
 """Batch states after which nothing more will be answered."""
@@ -283,6 +288,17 @@ def parse_result_line(raw: str) -> BatchLine | None:
 
 Sleep = Callable[[float], Awaitable[None]]
 
+_SDK_ERRORS = (openai.OpenAIError, httpx.HTTPError, OSError)
+"""What the SDK raises for a provider's refusal or an unreachable endpoint."""
+
+
+async def _sdk_call(call: Awaitable[T]) -> T:
+    """Await an SDK request; a provider's error comes out as a :class:`ProviderFault`."""
+    try:
+        return await call
+    except _SDK_ERRORS as exc:
+        raise classify_fault(exc) from exc
+
 
 class BatchClient:
     """Drives one provider's Files and Batches endpoints.
@@ -314,32 +330,38 @@ class BatchClient:
 
     async def upload(self, file: BatchFile) -> str:
         """Upload a batch input file (:func:`pack_batch_file`'s); returns the file id."""
-        created = await self.client.files.create(
-            file=("clinjudge-batch.jsonl", file.data, "application/jsonl"),
-            purpose="batch",
+        created = await _sdk_call(
+            self.client.files.create(
+                file=("clinjudge-batch.jsonl", file.data, "application/jsonl"), purpose="batch"
+            )
         )
         return created.id
 
     async def create(self, input_file_id: str, metadata: dict[str, str]) -> BatchState:
         """Start a batch over an uploaded input file."""
-        batch = await self.client.batches.create(
-            input_file_id=input_file_id,
-            endpoint=self.endpoint,  # type: ignore[arg-type]
-            completion_window=COMPLETION_WINDOW,
-            metadata=metadata,
+        batch = await _sdk_call(
+            self.client.batches.create(
+                input_file_id=input_file_id,
+                endpoint=self.endpoint,  # type: ignore[arg-type]
+                completion_window=COMPLETION_WINDOW,
+                metadata=metadata,
+            )
         )
         return _state(batch)
 
     async def find(self, input_file_id: str) -> BatchState | None:
         """The batch created from an input file, if any (to adopt one after a crash)."""
-        async for batch in self.client.batches.list(limit=100):
-            if batch.input_file_id == input_file_id:
-                return _state(batch)
+        try:
+            async for batch in self.client.batches.list(limit=100):
+                if batch.input_file_id == input_file_id:
+                    return _state(batch)
+        except _SDK_ERRORS as exc:
+            raise classify_fault(exc) from exc
         return None
 
     async def retrieve(self, batch_id: str) -> BatchState:
         """The batch's current state."""
-        return _state(await self.client.batches.retrieve(batch_id))
+        return _state(await _sdk_call(self.client.batches.retrieve(batch_id)))
 
     async def poll(
         self,
@@ -383,7 +405,7 @@ class BatchClient:
         """Result lines of an output or error file (none when there is no file)."""
         if not file_id:
             return []
-        content = await self.client.files.content(file_id)
+        content = await _sdk_call(self.client.files.content(file_id))
         lines = (parse_result_line(raw) for raw in content.text.splitlines())
         return [line for line in lines if line is not None]
 
