@@ -8,8 +8,6 @@ models it does not know (local servers) are not checked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from clinjudge.judges import ModelSettings, count_message_tokens
 from clinjudge.judges.clients import bundled_model_map, model_map_names
 from clinjudge.rubrics import Item, Rubric, render_messages
@@ -30,28 +28,6 @@ def context_window(settings: ModelSettings) -> int | None:
         if isinstance(limit, int) and limit > 0:
             return limit
     return None
-
-
-def oversized_items(
-    items: Iterable[Item], rubric: Rubric, settings: ModelSettings, source: str
-) -> list[str]:
-    """Problems for items whose rendered prompt exceeds the model's context window.
-
-    Args:
-        items: The run's items (read once, one at a time).
-        rubric: The rubric (the prompt is rendered with it).
-        settings: The judge model's settings.
-        source: The input file, for messages.
-    """
-    limit = context_window(settings)
-    if limit is None:
-        return []
-    problems = []
-    for item in items:
-        problem = oversized_item(item, rubric, settings, source, limit)
-        if problem is not None:
-            problems.append(problem)
-    return problems
 
 
 def oversized_item(

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from clinjudge.judges import ModelSettings
-from clinjudge.orchestration._fit import context_window, oversized_items
+from clinjudge.orchestration._fit import context_window, oversized_item
 from clinjudge.rubrics import Item, Rubric
 from tests.cli._helpers import invoke
 from tests.factories import make_items, write_jsonl
@@ -342,11 +342,14 @@ def test_huge_note_beyond_the_context_is_named(pdsqi9: Rubric) -> None:
     huge = Item(id="big", notes=["small", "word " * 140_000], summary="s", specialty="PC")
     fine = make_items(3)
     settings = ModelSettings(model="openai/gpt-4o-mini")
-    problems = oversized_items([*fine, huge], pdsqi9, settings, "items.jsonl")
-    assert len(problems) == 1
-    assert problems[0].startswith("items.jsonl: item 'big': field notes.1.text: the prompt is ")
-    assert "128000-token context window of openai/gpt-4o-mini" in problems[0]
-    assert oversized_items([huge], pdsqi9, ModelSettings(model="openai/local"), "x") == []
+    limit = context_window(settings)
+    assert limit is not None
+    problems = [oversized_item(i, pdsqi9, settings, "items.jsonl", limit) for i in [*fine, huge]]
+    assert problems[:3] == [None, None, None]
+    assert str(problems[3]).startswith(
+        "items.jsonl: item 'big': field notes.1.text: the prompt is "
+    )
+    assert "128000-token context window of openai/gpt-4o-mini" in str(problems[3])
 
 
 # -- names only the provider can check: unknown model, wrong key -----------------------------
