@@ -33,6 +33,7 @@ from clinjudge.judges import (
 from clinjudge.judges.clients import (
     BatchClient,
     BatchLine,
+    BatchResults,
     BatchState,
     ReplySchema,
     batch_call_cost,
@@ -66,12 +67,11 @@ from clinjudge.rubrics import (
 from clinjudge.runs import (
     RunStore,
     SampleKey,
-    batch_requests,
     call_row,
     calls_of_agent,
     ensure_batch_tables,
     has_queued_requests,
-    iter_queued_requests,
+    iter_batch_requests,
     last_batch_attempt,
     last_request_seqs,
     open_batch,
@@ -296,10 +296,6 @@ class BatchRun:
         requests.clear()
         return count
 
-    def _requests(self, state: str, attempt: int | None = None) -> list[_Request]:
-        rows = batch_requests(self.store, self.run_id, state, attempt)
-        return [_Request.from_row(r) for r in rows]
-
     def _update_batch(self, attempt: int, state: BatchState) -> None:
         update_batch(self.store, self.run_id, attempt, state)
 
@@ -314,11 +310,15 @@ class BatchRun:
         schema = ReplySchema(
             name=rubric.name, schema=rubric_json_schema(rubric, explanations=explanations)
         )
-        queued = (_Request.from_row(row) for row in iter_queued_requests(self.store, self.run_id))
-        batch_file = pack_batch_file(
-            request_line(self.settings, r.custom_id, r.turns, schema=schema) for r in queued
+        queued = (
+            _Request.from_row(row)
+            for page in iter_batch_requests(self.store, self.run_id, "queued")
+            for row in page
         )
-        file_id = await self.client.upload(batch_file)
+        with pack_batch_file(
+            request_line(self.settings, r.custom_id, r.turns, schema=schema) for r in queued
+        ) as batch_file:
+            file_id = await self.client.upload(batch_file)
         stamp = datetime.now(UTC)
         batch_row = {
             "run_id": self.run_id,
@@ -416,12 +416,10 @@ class BatchRun:
     # -- ingesting results -------------------------------------------------------------------
 
     def _prior_calls(self, requests: list[_Request]) -> dict[tuple[str, int], list[dict]]:
-        wanted = {(r.item_id, r.sample) for r in requests}
+        wanted = sorted({(r.item_id, r.sample) for r in requests})
         calls: dict[tuple[str, int], list[dict]] = defaultdict(list)
-        for row in calls_of_agent(self.store, self.run_id, JUDGE_AGENT):
-            where = (row["item_id"], row["sample"])
-            if where in wanted:
-                calls[where].append(row)
+        for row in calls_of_agent(self.store, self.run_id, JUDGE_AGENT, wanted):
+            calls[(row["item_id"], row["sample"])].append(row)
         return calls
 
     def _outcome(
@@ -507,19 +505,42 @@ class BatchRun:
 
     async def ingest(self, batch: dict[str, Any], state: BatchState) -> None:
         """Store every result of a finished batch and queue the follow-ups, in one
-        transaction."""
+        transaction; its requests are read and settled a page at a time meanwhile."""
         attempt = batch["attempt"]
-        requests = self._requests("submitted", attempt)
         results = await self.client.results(state)
         if state.status == "failed" and not results:
             reason = "; ".join(state.errors) or "no details"
             failed = ProviderFault(f"batch failed: {reason}"[:500], retryable=True)
         else:
             failed = ProviderFault("no result in the batch's output or error file", retryable=True)
+        queued = [0]
+
+        def settled() -> Iterator[dict[str, list[dict[str, Any]]]]:
+            for page in iter_batch_requests(self.store, self.run_id, "submitted", attempt):
+                requests = [_Request.from_row(row) for row in page]
+                out = self._settle_all(requests, results, failed, state)
+                queued[0] += len(out.queued)
+                yield out.rows
+
+        record_ingested_batch(self.store, self.run_id, attempt, settled())
+        if queued[0]:
+            self.console.print(
+                f"batch {attempt}: {queued[0]} requests queued again (errors or repairs)"
+            )
+
+    def _settle_all(
+        self,
+        requests: list[_Request],
+        results: BatchResults,
+        failed: ProviderFault,
+        state: BatchState,
+    ) -> _Ingested:
+        """The rows of some of a batch's requests: a call each, the samples they decide, and
+        the follow-up requests of the rest."""
         prior = self._prior_calls(requests)
         out = _Ingested()
         for request in requests:
-            line = results.get(request.custom_id) or BatchLine(request.custom_id, fault=failed)
+            line = results.pop(request.custom_id) or BatchLine(request.custom_id, fault=failed)
             row, verdict = self._settle(request, line, state, out)
             out.rows["calls"].append(row)
             self.tally.requests += 1
@@ -537,11 +558,7 @@ class BatchRun:
                 out.rows[table].extend(decided[table])
             self._count(verdict)
         out.rows["provider_batch_requests"] = [r.row(self.run_id) for r in out.queued]
-        record_ingested_batch(self.store, self.run_id, attempt, out.rows)
-        if out.queued:
-            self.console.print(
-                f"batch {attempt}: {len(out.queued)} requests queued again (errors or repairs)"
-            )
+        return out
 
     def _count(self, verdict: SampleVerdict) -> None:
         if verdict.status == "ok":

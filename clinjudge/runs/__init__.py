@@ -96,9 +96,8 @@ from clinjudge.runs._claim_reads import (
     pooled_claim_counts,
 )
 from clinjudge.runs._provider_batches import (
-    batch_requests,
     has_queued_requests,
-    iter_queued_requests,
+    iter_batch_requests,
     last_batch_attempt,
     last_request_seqs,
     open_batch,
@@ -246,9 +245,8 @@ __all__ = [
     "AuditScoreRow",
     "ScoreCount",
     "audit_score_rows",
-    "batch_requests",
     "has_queued_requests",
-    "iter_queued_requests",
+    "iter_batch_requests",
     "call_totals",
     "calls_by_agent",
     "calls_of_agent",

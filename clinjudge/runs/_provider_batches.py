@@ -9,7 +9,7 @@ rows (recording a submitted batch, ingesting its results) is one transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -195,8 +195,8 @@ def last_request_seqs(store: RunStore, run_id: str, agent: str) -> dict[tuple[st
     return {(r["item_id"], r["sample"]): r["seq"] for r in rows}
 
 
-QUEUE_PAGE = 1000
-"""Request rows :func:`iter_queued_requests` reads at a time."""
+REQUEST_PAGE = 1000
+"""Request rows :func:`iter_batch_requests` reads at a time."""
 
 
 def has_queued_requests(store: RunStore, run_id: str) -> bool:
@@ -213,36 +213,12 @@ def has_queued_requests(store: RunStore, run_id: str) -> bool:
     return bool(rows)
 
 
-def iter_queued_requests(store: RunStore, run_id: str) -> Iterator[dict[str, Any]]:
-    """A run's queued request rows in :func:`batch_requests`'s order, read
-    :data:`QUEUE_PAGE` at a time, so a caller that stops early never reads the rest.
-
-    Args:
-        store: The run store.
-        run_id: The run.
-    """
-    after: list[Any] | None = None
-    while True:
-        # Keyset paging on the order's own columns: each page is one complete query, so no
-        # cursor stays open if the caller stops.
-        where = "" if after is None else "AND (sample, item_id, seq) > (?, ?, ?) "
-        page = store.query(
-            "SELECT * FROM provider_batch_requests WHERE run_id = ? AND state = 'queued' "
-            f"{where}ORDER BY sample, item_id, seq LIMIT {QUEUE_PAGE}",
-            [run_id, *(after or [])],
-        )
-        yield from _with_texts(store, page)
-        if len(page) < QUEUE_PAGE:
-            return
-        last = page[-1]
-        after = [last["sample"], last["item_id"], last["seq"]]
-
-
-def batch_requests(
+def iter_batch_requests(
     store: RunStore, run_id: str, state: str, attempt: int | None = None
-) -> list[dict[str, Any]]:
+) -> Iterator[list[dict[str, Any]]]:
     """A run's request rows in one state (of one batch, when ``attempt`` is given), by sample,
-    item and call number.
+    item and call number, :data:`REQUEST_PAGE` rows at a time: a caller that stops early
+    never reads the rest. ``messages`` comes as a list of ``{"role", "content"}``.
 
     Args:
         store: The run store.
@@ -250,16 +226,24 @@ def batch_requests(
         state: ``queued``, ``submitted`` or ``done``.
         attempt: The batch the requests went out in.
     """
-    where = "state = ?"
-    params: list[Any] = [run_id, state]
-    if attempt is not None:
-        where, params = "attempt = ? AND state = ?", [run_id, attempt, state]
-    rows = store.query(
-        f"SELECT * FROM provider_batch_requests WHERE run_id = ? AND {where} "
-        "ORDER BY sample, item_id, seq",
-        params,
-    )
-    return _with_texts(store, rows)
+    where = "state = ?" if attempt is None else "state = ? AND attempt = ?"
+    params = [run_id, state] if attempt is None else [run_id, state, attempt]
+    after: list[Any] = []
+    while True:
+        # Keyset paging on the order's own columns: each page is one complete query, so no
+        # cursor stays open if the caller stops.
+        since = "AND (sample, item_id, seq) > (?, ?, ?) " if after else ""
+        page = store.query(
+            f"SELECT * FROM provider_batch_requests WHERE run_id = ? AND {where} {since}"
+            f"ORDER BY sample, item_id, seq LIMIT {REQUEST_PAGE}",
+            [*params, *after],
+        )
+        if page:
+            yield _with_texts(store, page)
+        if len(page) < REQUEST_PAGE:
+            return
+        last = page[-1]
+        after = [last["sample"], last["item_id"], last["seq"]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,7 +351,10 @@ def record_submitted_batch(
 
 
 def record_ingested_batch(
-    store: RunStore, run_id: str, attempt: int, rows: Mapping[str, Sequence[dict[str, Any]]]
+    store: RunStore,
+    run_id: str,
+    attempt: int,
+    chunks: Iterable[Mapping[str, Sequence[dict[str, Any]]]],
 ) -> None:
     """Store a finished batch's results and close it, in one transaction: the rows (calls,
     decided samples, follow-up requests), its requests marked ``done``, the batch ingested.
@@ -376,24 +363,29 @@ def record_ingested_batch(
         store: The run store.
         run_id: The run.
         attempt: The batch.
-        rows: Table name to rows to insert.
+        chunks: Table name to rows to insert, a part of the batch at a time (each produced
+            while the transaction is open, so only one part is held at once).
     """
-    requests = rows.get("provider_batch_requests")
-    if requests:
-        rows = {**rows, **_request_rows(store, requests)}
-    _transaction(
-        store,
-        rows,
-        [
-            (
+    with _owner_only_files():
+        store.con.execute("BEGIN TRANSACTION")
+        try:
+            for rows in chunks:
+                requests = rows.get("provider_batch_requests")
+                if requests:
+                    rows = {**rows, **_request_rows(store, requests)}
+                for table, table_rows in rows.items():
+                    store.insert_rows(table, table_rows)
+            store.con.execute(
                 "UPDATE provider_batch_requests SET state = 'done' "
                 "WHERE run_id = ? AND attempt = ?",
                 [run_id, attempt],
-            ),
-            (
+            )
+            store.con.execute(
                 "UPDATE provider_batches SET ingested = true, updated_at = ? "
                 "WHERE run_id = ? AND attempt = ?",
                 [datetime.now(UTC), run_id, attempt],
-            ),
-        ],
-    )
+            )
+            store.con.execute("COMMIT")
+        except BaseException:
+            rollback(store.con)
+            raise

@@ -293,16 +293,28 @@ def calls_by_agent(store: RunStore, run_id: str) -> list[AgentCalls]:
     return cast(list[AgentCalls], rows)
 
 
-def calls_of_agent(store: RunStore, run_id: str, agent: str) -> list[dict[str, Any]]:
+def calls_of_agent(
+    store: RunStore,
+    run_id: str,
+    agent: str,
+    samples: Sequence[tuple[str, int]] | None = None,
+) -> list[dict[str, Any]]:
     """Every ``calls`` row of one agent of a run, in call order (``seq``).
 
     Args:
         store: The run store.
         run_id: Full run id.
         agent: The agent (``judge``, a panel member, ...).
+        samples: Only the calls of these (item id, sample) pairs.
     """
+    if samples is None:
+        return store.query(
+            "SELECT * FROM calls WHERE run_id = ? AND agent = ? ORDER BY seq", [run_id, agent]
+        )
     return store.query(
-        "SELECT * FROM calls WHERE run_id = ? AND agent = ? ORDER BY seq", [run_id, agent]
+        "SELECT * FROM calls WHERE run_id = ? AND agent = ? AND (item_id, sample) IN "
+        "(SELECT unnest(?::VARCHAR[]), unnest(?::INTEGER[])) ORDER BY seq",
+        [run_id, agent, [item for item, _ in samples], [sample for _, sample in samples]],
     )
 
 

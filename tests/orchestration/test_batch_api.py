@@ -36,7 +36,7 @@ from clinjudge.orchestration import (
 )
 from clinjudge.orchestration._batch_run import execute_batch_run
 from clinjudge.rubrics import render_messages
-from clinjudge.runs import RunStore, is_batch_run
+from clinjudge.runs import RunStore, _provider_batches, is_batch_run
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault, pdsqi9_scores
 
@@ -160,9 +160,12 @@ def _fails_for(text: str, kind: str = "server_error"):
     return plan
 
 
+@pytest.mark.parametrize("page", [1000, 2], ids=["one page", "pages of two"])
 def test_partial_failures_are_requeued_then_end_valid_or_failed_with_reason(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int
 ) -> None:
+    # Requests are read back (to send, to settle their results) a page at a time.
+    monkeypatch.setattr(_provider_batches, "REQUEST_PAGE", page)
     # Request 1 fails once (HTTP 500), request 2 answers with the wrong keys once (repair);
     # item 3 always gets HTTP 500 and item 4 always gets out-of-range scores.
     transient = {1: Fault("server_error"), 2: Fault("wrong_keys")}

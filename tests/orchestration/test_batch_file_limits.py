@@ -17,7 +17,7 @@ from clinjudge.judges.clients import BatchLineTooLarge, _batch_api, pack_batch_f
 from clinjudge.orchestration import RunConfig, _batch_run, create_run, prepare_run
 from clinjudge.orchestration._batch_run import execute_batch_run
 from clinjudge.rubrics import render_messages
-from clinjudge.runs import RunStore, ensure_batch_tables, iter_queued_requests
+from clinjudge.runs import RunStore, _provider_batches, ensure_batch_tables, iter_batch_requests
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
@@ -135,14 +135,14 @@ def test_the_file_limit_counts_utf8_bytes_and_lines_that_fit_exactly(
     assert sizes[0] == len(json.dumps(lines[0], ensure_ascii=False)) + 1 + 40  # é is 2 bytes
 
     monkeypatch.setattr(_batch_api, "MAX_BATCH_FILE_BYTES", sum(sizes[:3]))
-    packed = pack_batch_file(iter(lines))
-    assert packed.custom_ids == ["c0", "c1", "c2"]
-    assert (
-        packed.data == "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines[:3]).encode()
-    )
+    with pack_batch_file(iter(lines)) as packed:
+        assert packed.custom_ids == ["c0", "c1", "c2"]
+        expected = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines[:3]).encode()
+        assert packed.read() == expected and packed.size == len(expected)
 
     monkeypatch.setattr(_batch_api, "MAX_BATCH_FILE_BYTES", sum(sizes[:3]) - 1)
-    assert pack_batch_file(iter(lines)).custom_ids == ["c0", "c1"]
+    with pack_batch_file(iter(lines)) as packed:
+        assert packed.custom_ids == ["c0", "c1"]
 
 
 def test_lines_past_a_full_file_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,7 +154,8 @@ def test_lines_past_a_full_file_are_not_read(monkeypatch: pytest.MonkeyPatch) ->
             yield {"custom_id": f"c{n}"}
 
     monkeypatch.setattr(_batch_api, "MAX_BATCH_REQUESTS", 4)
-    assert pack_batch_file(lines()).custom_ids == ["c0", "c1", "c2", "c3"]
+    with pack_batch_file(lines()) as packed:
+        assert packed.custom_ids == ["c0", "c1", "c2", "c3"]
     assert taken == [0, 1, 2, 3]
 
 
@@ -222,9 +223,43 @@ def test_request_rows_stored_with_inline_texts_still_read(tmp_path: Path) -> Non
                 "(?, 'old-1', ?, 1, 0, 1, 0, ?, NULL, 'queued')",
                 [run_id, prepared.items[0].id, json.dumps(inline)],
             )
-            assert [r["messages"] for r in iter_queued_requests(store, run_id)] == [inline]
+            pages = list(iter_batch_requests(store, run_id, "queued"))
+            assert [[r["messages"] for r in page] for page in pages] == [[inline]]
             _execute(store, run_id, prepared)
             sent = [
                 line for line in server.batch_api.uploaded_lines() if line["custom_id"] == "old-1"
             ]
             assert [line["body"]["messages"] for line in sent] == [inline]
+
+
+def test_results_settled_a_page_at_a_time_go_in_together_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_provider_batches, "REQUEST_PAGE", 3)
+    pages: list[int] = []
+    real_settle = _batch_run.BatchRun._settle_all
+
+    def settle_then_die(self: Any, requests: list[Any], *args: Any) -> Any:
+        pages.append(len(requests))
+        if len(pages) == 3:
+            raise KeyboardInterrupt  # killed while the third page is settled
+        return real_settle(self, requests, *args)
+
+    monkeypatch.setattr(_batch_run.BatchRun, "_settle_all", settle_then_die)
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        with store:
+            with pytest.raises(KeyboardInterrupt):
+                _execute(store, run_id, prepared)
+            assert pages == [3, 3, 3]
+            for table in ("samples", "calls", "judgments"):
+                count = store.query(f"SELECT count(*) AS n FROM {table} WHERE run_id = ?", [run_id])
+                assert count == [{"n": 0}], table
+            assert store.query("SELECT ingested FROM provider_batches") == [{"ingested": False}]
+
+            monkeypatch.setattr(_batch_run.BatchRun, "_settle_all", real_settle)
+            tally = _execute(store, run_id, prepared)
+            assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
+            assert len(server.batch_api.uploads) == 1  # the batch was read again, not resent
+            assert server.request_count == N_ITEMS * SAMPLES
+            _assert_each_request_once(store, run_id, server)

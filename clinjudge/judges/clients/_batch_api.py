@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import httpx
 import openai
@@ -53,12 +54,35 @@ class BatchLineTooLarge(ModelConfigError):
     """One request line is larger than a batch input file may be."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class BatchFile:
-    """A batch input file: its JSONL bytes and the ``custom_id`` of each line, in order."""
+    """A batch input file, written to an unnamed temporary file (owner-only, gone when closed
+    or when the process ends, even when it is killed), so its bytes are never all in memory.
 
-    data: bytes
+    Args:
+        file: The JSONL lines.
+        custom_ids: The ``custom_id`` of each line, in order.
+        size: Bytes in the file.
+    """
+
+    file: IO[bytes]
     custom_ids: list[str]
+    size: int
+
+    def read(self) -> bytes:
+        """The whole file (for tests and small files)."""
+        self.file.seek(0)
+        return self.file.read()
+
+    def close(self) -> None:
+        """Remove the temporary file."""
+        self.file.close()
+
+    def __enter__(self) -> BatchFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
@@ -72,24 +96,30 @@ def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
     Raises:
         BatchLineTooLarge: The first line alone is over the byte limit.
     """
-    parts: list[bytes] = []
+    out = tempfile.TemporaryFile(prefix="clinjudge-batch-")  # noqa: SIM115 - BatchFile owns it
     custom_ids: list[str] = []
     size = 0
-    for line in lines:
-        encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
-        if size + len(encoded) > MAX_BATCH_FILE_BYTES:
-            if not parts:
-                raise BatchLineTooLarge(
-                    f"request {line['custom_id']} is {len(encoded):,} bytes, more than a batch "
-                    f"input file may hold ({MAX_BATCH_FILE_BYTES:,}); judge it with a direct run"
-                )
-            break
-        parts.append(encoded)
-        custom_ids.append(str(line["custom_id"]))
-        size += len(encoded)
-        if len(custom_ids) >= MAX_BATCH_REQUESTS:
-            break
-    return BatchFile(b"".join(parts), custom_ids)
+    try:
+        for line in lines:
+            encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+            if size + len(encoded) > MAX_BATCH_FILE_BYTES:
+                if not custom_ids:
+                    raise BatchLineTooLarge(
+                        f"request {line['custom_id']} is {len(encoded):,} bytes, more than a "
+                        f"batch input file may hold ({MAX_BATCH_FILE_BYTES:,}); judge it with a "
+                        "direct run"
+                    )
+                break
+            out.write(encoded)
+            custom_ids.append(str(line["custom_id"]))
+            size += len(encoded)
+            if len(custom_ids) >= MAX_BATCH_REQUESTS:
+                break
+    except BaseException:
+        out.close()
+        raise
+    out.flush()
+    return BatchFile(out, custom_ids, size)
 
 
 def batch_supported(settings: ModelSettings) -> bool:
@@ -217,6 +247,30 @@ class BatchLine:
     fault: ProviderFault | None = None
 
 
+class BatchResults:
+    """A finished batch's result lines by custom id, kept as the provider sent them and read
+    into a :class:`BatchLine` when taken: a line's parsed reply is several times its text."""
+
+    def __init__(self) -> None:
+        self._lines: dict[str, str] = {}
+
+    def add(self, raw_lines: Iterable[str]) -> None:
+        """Keep result lines (a later line for the same request replaces the earlier one);
+        blank and unreadable lines are left out."""
+        for raw in raw_lines:
+            line = parse_result_line(raw)
+            if line is not None:
+                self._lines[line.custom_id] = raw
+
+    def pop(self, custom_id: str) -> BatchLine | None:
+        """The result of one request, forgotten here once taken; None when there is none."""
+        raw = self._lines.pop(custom_id, None)
+        return None if raw is None else parse_result_line(raw)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+
 def _state(batch: Any) -> BatchState:
     counts = getattr(batch, "request_counts", None)
     errors = getattr(getattr(batch, "errors", None), "data", None) or []
@@ -330,9 +384,11 @@ class BatchClient:
 
     async def upload(self, file: BatchFile) -> str:
         """Upload a batch input file (:func:`pack_batch_file`'s); returns the file id."""
+        # A file object: the upload streams it from disk a chunk at a time.
+        file.file.seek(0)
         created = await _sdk_call(
             self.client.files.create(
-                file=("clinjudge-batch.jsonl", file.data, "application/jsonl"), purpose="batch"
+                file=("clinjudge-batch.jsonl", file.file, "application/jsonl"), purpose="batch"
             )
         )
         return created.id
@@ -401,19 +457,18 @@ class BatchClient:
             await self._sleep(wait)
             wait = min(wait * 2, max_interval)
 
-    async def download(self, file_id: str | None) -> list[BatchLine]:
-        """Result lines of an output or error file (none when there is no file)."""
-        if not file_id:
-            return []
-        content = await _sdk_call(self.client.files.content(file_id))
-        lines = (parse_result_line(raw) for raw in content.text.splitlines())
-        return [line for line in lines if line is not None]
+    async def download(self, file_id: str | None, into: BatchResults) -> None:
+        """Add the result lines of an output or error file (none when there is no file)."""
+        if file_id:
+            content = await _sdk_call(self.client.files.content(file_id))
+            into.add(content.text.splitlines())
 
-    async def results(self, state: BatchState) -> dict[str, BatchLine]:
+    async def results(self, state: BatchState) -> BatchResults:
         """Every result line of a finished batch by custom id (output file wins on repeats)."""
-        errors = await self.download(state.error_file_id)
-        answered = await self.download(state.output_file_id)
-        return {line.custom_id: line for line in [*errors, *answered]}
+        results = BatchResults()
+        await self.download(state.error_file_id, results)
+        await self.download(state.output_file_id, results)
+        return results
 
     async def close(self) -> None:
         """Release the client's connections."""
