@@ -111,7 +111,7 @@ def _request_rows(
                 message = {"role": SHARED_ROLE, "text_id": key}
             messages.append(message)
         stored.append({**row, "messages": json.dumps(messages)})
-    known = _stored_text_keys(store, texts)
+    known = _stored_texts(store, texts)
     new = [
         {"run_id": run_id, "text_id": key, "content": text}
         for (run_id, key), text in texts.items()
@@ -120,36 +120,28 @@ def _request_rows(
     return {"provider_batch_texts": new, "provider_batch_requests": stored}
 
 
-def _stored_text_keys(
-    store: RunStore, texts: Mapping[tuple[str, str], str]
-) -> set[tuple[str, str]]:
-    if not texts:
-        return set()
+def _stored_texts(store: RunStore, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The stored texts among these (run id, text id) keys, by key."""
+    wanted = list(keys)
+    if not wanted:
+        return {}
     found = store.query(
-        "SELECT run_id, text_id FROM provider_batch_texts "
+        "SELECT run_id, text_id, content FROM provider_batch_texts "
         "WHERE (run_id, text_id) IN (SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]))",
-        [[run_id for run_id, _ in texts], [key for _, key in texts]],
+        [[run_id for run_id, _ in wanted], [key for _, key in wanted]],
     )
-    return {(r["run_id"], r["text_id"]) for r in found}
+    return {(r["run_id"], r["text_id"]): r["content"] for r in found}
 
 
 def _with_texts(store: RunStore, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Request rows with ``messages`` as a list of ``{"role", "content"}`` (the texts stored
     once put back; rows written before they were stored once hold them inline)."""
-    texts: dict[tuple[str, str], str] = {}
+    named: set[tuple[str, str]] = set()
     for row in rows:
         messages = row["messages"]
         row["messages"] = json.loads(messages) if isinstance(messages, str) else messages
-        for message in row["messages"]:
-            if "text_id" in message:
-                texts[(row["run_id"], message["text_id"])] = ""
-    if texts:
-        found = store.query(
-            "SELECT run_id, text_id, content FROM provider_batch_texts "
-            "WHERE (run_id, text_id) IN (SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]))",
-            [[run_id for run_id, _ in texts], [key for _, key in texts]],
-        )
-        texts = {(r["run_id"], r["text_id"]): r["content"] for r in found}
+        named.update((row["run_id"], m["text_id"]) for m in row["messages"] if "text_id" in m)
+    texts = _stored_texts(store, named)
     for row in rows:
         row["messages"] = [
             {"role": m["role"], "content": texts[(row["run_id"], m["text_id"])]}
