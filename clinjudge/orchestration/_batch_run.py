@@ -46,7 +46,7 @@ from clinjudge.judges.clients import (
     request_line,
 )
 from clinjudge.judges.workflows import JUDGE_AGENT, first_turns, reply_problem
-from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, ConfigError, RunConfig
 from clinjudge.orchestration._sample_runner import RunTally
 from clinjudge.orchestration._session import (
     DryRunEstimate,
@@ -70,13 +70,13 @@ from clinjudge.runs import (
     call_row,
     calls_of_agent,
     ensure_batch_tables,
-    has_queued_requests,
     iter_batch_requests,
     last_batch_attempt,
     last_request_seqs,
     open_batch,
     open_request_samples,
     queue_requests,
+    queued_request_count,
     record_ingested_batch,
     record_submitted_batch,
     update_batch,
@@ -258,6 +258,8 @@ class BatchRun:
         self.show_progress = show_progress
         self.console = console or Console(stderr=True)
         self.tally = RunTally()
+        self._replies = (0, 0)
+        """Replies received in this call, and their tokens (a reply's expected length)."""
 
     # -- the queue ---------------------------------------------------------------------------
 
@@ -301,9 +303,10 @@ class BatchRun:
 
     # -- one round ---------------------------------------------------------------------------
 
-    async def submit(self) -> dict[str, Any]:
-        """Upload the queued requests that fit one batch input file and record the file, then
-        create the batch and record its id; returns the stored batch row."""
+    async def submit(self) -> dict[str, Any] | None:
+        """Upload the queued requests that fit one batch input file (and what is left of
+        ``max_cost``) and record the file, then create the batch and record its id; returns
+        the stored batch row, or None when the budget leaves room for no request."""
         attempt = last_batch_attempt(self.store, self.run_id) + 1
         rubric, explanations = self.prepared.rubric, self.prepared.config.explanations
         # The same reply schema a single judge's call carries (rubric_json_schema).
@@ -316,8 +319,11 @@ class BatchRun:
             for row in page
         )
         with pack_batch_file(
-            request_line(self.settings, r.custom_id, r.turns, schema=schema) for r in queued
+            request_line(self.settings, r.custom_id, r.turns, schema=schema)
+            for r in self._within_budget(queued)
         ) as batch_file:
+            if not batch_file.custom_ids:
+                return None
             file_id = await self.client.upload(batch_file)
         stamp = datetime.now(UTC)
         batch_row = {
@@ -340,6 +346,26 @@ class BatchRun:
         submitted = open_batch(self.store, self.run_id)
         assert submitted is not None
         return submitted
+
+    def _within_budget(self, requests: Iterator[_Request]) -> Iterator[_Request]:
+        """The leading requests whose expected cost fits in what this call has left of
+        ``max_cost``: the prompt, counted, and a reply of the average length so far (before
+        any, ``max_tokens``), at batch prices; a batch, once sent, cannot be stopped."""
+        budget = self.prepared.config.max_cost
+        per_token = batch_price_per_token(self.settings)
+        if budget is None or per_token is None:  # no budget, or no price to compare with
+            yield from requests
+            return
+        left = budget - self.tally.cost_usd
+        replies, reply_tokens = self._replies
+        reply = reply_tokens / replies if replies else self.settings.max_tokens
+        reply_cost = (reply or EXPECTED_REPLY_TOKENS) * per_token[1]
+        for request in requests:
+            prompt = count_message_tokens([t.content for t in request.turns])
+            left -= prompt * per_token[0] + reply_cost
+            if left < 0:
+                return
+            yield request
 
     async def _create(self, attempt: int, file_id: str) -> BatchState:
         state = await self.client.create(
@@ -544,6 +570,9 @@ class BatchRun:
             row, verdict = self._settle(request, line, state, out)
             out.rows["calls"].append(row)
             self.tally.requests += 1
+            if row["status"] == "ok":
+                replies, tokens = self._replies
+                self._replies = (replies + 1, tokens + (row["completion_tokens"] or 0))
             cost = row.get("cost_usd")
             if cost is None and row["status"] == "ok":
                 self.tally.cost_known = False
@@ -573,21 +602,18 @@ class BatchRun:
     async def run(self) -> RunTally:
         """Submit, wait for and ingest batches until every sample is decided."""
         ensure_batch_tables(self.store)
-        if self.prepared.config.max_cost is not None:
-            self.console.print(
-                "[yellow]--max-cost is not enforced with --batch: each batch is submitted "
-                "whole (see --dry-run --batch for the upper bound).[/]"
-            )
         try:
             while True:
                 batch = open_batch(self.store, self.run_id)
                 if batch is None:
-                    if not has_queued_requests(self.store, self.run_id) and not self.seed_queue():
+                    if not queued_request_count(self.store, self.run_id) and not self.seed_queue():
                         return self.tally
                     with self._step(
                         "sending batch", last_batch_attempt(self.store, self.run_id) + 1
                     ):
                         batch = await self.submit()
+                    if batch is None:
+                        return self._out_of_budget()
                 elif batch["batch_id"]:
                     self.console.print(
                         f"batch {batch['attempt']}: resuming the wait for {batch['batch_id']}"
@@ -598,6 +624,12 @@ class BatchRun:
                     await self.ingest(batch, state)
         finally:
             await self.client.close()
+
+    def _out_of_budget(self) -> RunTally:
+        """End the run here: ``max_cost`` leaves room for none of the queued requests."""
+        self.tally.budget_exhausted = True
+        self.tally.not_started = queued_request_count(self.store, self.run_id)
+        return self.tally
 
     @contextmanager
     def _step(self, what: str, attempt: int) -> Iterator[None]:

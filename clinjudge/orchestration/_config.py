@@ -47,6 +47,11 @@ class RetryPolicy(BaseModel):
     jitter: float = Field(default=1.0, ge=0)
 
 
+EXPECTED_REPLY_TOKENS = 400
+"""Reply tokens a call is priced at, before any reply, when the model sets no ``max_tokens``
+(dry-run estimates, the ``max_cost`` check before the first sample, a batch's budget)."""
+
+
 class RunConfig(BaseModel):
     """A judge run.
 

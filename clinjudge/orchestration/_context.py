@@ -30,7 +30,7 @@ from clinjudge.judges import (
     SimpleChatCompletionClient,
     count_message_tokens,
 )
-from clinjudge.orchestration._config import RunConfig
+from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import AttemptRecorder, retry_after, retry_send
 from clinjudge.personas import Persona, PersonaSet, resolve_personas
@@ -172,7 +172,7 @@ class ModelPool:
                 min(rpms) if rpms else None,
                 min(tpms) if tpms else None,
                 clock=self._clock,
-                completion_guess=settings.max_tokens or 400,
+                completion_guess=settings.max_tokens or EXPECTED_REPLY_TOKENS,
             )
         return limiter if limiter.limited else None
 

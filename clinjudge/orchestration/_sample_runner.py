@@ -40,7 +40,7 @@ from clinjudge.judges import (
 )
 from clinjudge.judges.workflows import JUDGE_AGENT, one_call_at_a_time, workflow_for
 from clinjudge.orchestration._collector import relaxed_collection
-from clinjudge.orchestration._config import RunConfig
+from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, RunConfig
 from clinjudge.orchestration._context import ModelPool, SampleContext
 from clinjudge.orchestration._progress import RunProgress
 from clinjudge.rubrics import Item, Rubric, Shot, render_messages
@@ -207,7 +207,7 @@ class SampleRunner:
             unit.item, self.rubric, shots, explanations=self.config.explanations
         )
         prompt = count_message_tokens([t.content for t in turns])
-        completion = settings.max_tokens or 400
+        completion = settings.max_tokens or EXPECTED_REPLY_TOKENS
         return self._calls_per_sample * (prompt * per_token[0] + completion * per_token[1])
 
     def _expected_cost(self, unit: WorkUnit) -> float | None:

@@ -39,7 +39,7 @@ from clinjudge.judges import (
 from clinjudge.judges.doclens import doclens_estimate_prompts
 from clinjudge.judges.workflows import prescore_evidence, workflow_for
 from clinjudge.orchestration._cache_estimate import PromptCacheTally, cache_style
-from clinjudge.orchestration._config import ConfigError, RunConfig
+from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, ConfigError, RunConfig
 from clinjudge.orchestration._context import ModelPool, resolve_run_personas
 from clinjudge.orchestration._fit import context_window, oversized_item
 from clinjudge.orchestration._pending import PendingWork
@@ -880,7 +880,7 @@ def estimate_run(prepared: PreparedRun) -> DryRunEstimate:
                 prompt_tokens += size
                 largest = max(largest, size)
                 prompts += 1
-    completion = prompts * (settings.max_tokens or 400)
+    completion = prompts * (settings.max_tokens or EXPECTED_REPLY_TOKENS)
     per_token = price_per_token(settings)
     cost = None if per_token is None else prompt_tokens * per_token[0] + completion * per_token[1]
     note = ""

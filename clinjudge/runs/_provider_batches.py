@@ -191,18 +191,18 @@ REQUEST_PAGE = 1000
 """Request rows :func:`iter_batch_requests` reads at a time."""
 
 
-def has_queued_requests(store: RunStore, run_id: str) -> bool:
-    """Whether a run has request lines waiting to go out in a batch.
+def queued_request_count(store: RunStore, run_id: str) -> int:
+    """How many request lines of a run wait to go out in a batch.
 
     Args:
         store: The run store.
         run_id: The run.
     """
     rows = store.query(
-        "SELECT 1 FROM provider_batch_requests WHERE run_id = ? AND state = 'queued' LIMIT 1",
+        "SELECT count(*) AS n FROM provider_batch_requests WHERE run_id = ? AND state = 'queued'",
         [run_id],
     )
-    return bool(rows)
+    return int(rows[0]["n"])
 
 
 def iter_batch_requests(

@@ -1,6 +1,7 @@
 """Batch input files within the providers' limits (200 MB, 50,000 requests per file): a long
 queue goes out in several batches, each file under both limits, every request exactly once; the
-queue is written and read a part at a time, the system prompt stored once per run."""
+queue is written and read a part at a time, the system prompt stored once per run; ``max_cost``
+holds back the requests it cannot pay for."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tiktoken
 
 from clinjudge.judges import ModelSettings
-from clinjudge.judges.clients import BatchLineTooLarge, _batch_api, pack_batch_file, request_line
+from clinjudge.judges.clients import (
+    BatchLineTooLarge,
+    _batch_api,
+    batch_price_per_token,
+    pack_batch_file,
+    request_line,
+)
 from clinjudge.orchestration import RunConfig, _batch_run, create_run, prepare_run
 from clinjudge.orchestration._batch_run import execute_batch_run
 from clinjudge.rubrics import render_messages
@@ -262,4 +270,37 @@ def test_results_settled_a_page_at_a_time_go_in_together_or_not_at_all(
             assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
             assert len(server.batch_api.uploads) == 1  # the batch was read again, not resent
             assert server.request_count == N_ITEMS * SAMPLES
+            _assert_each_request_once(store, run_id, server)
+
+
+def test_max_cost_holds_back_requests_it_cannot_pay_for_and_resume_sends_the_rest(
+    tmp_path: Path,
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        settings = prepared.config.judge
+        price = batch_price_per_token(settings)
+        assert price is not None
+        # The most a request can cost: its prompt and 400 reply tokens (no max_tokens set).
+        encoding = tiktoken.get_encoding("o200k_base")
+        turns = render_messages(prepared.items[0], prepared.rubric)
+        prompt = sum(len(encoding.encode(t.content)) for t in turns)
+        bound = prompt * price[0] + 400 * price[1]
+        budget = 3.5 * bound  # room for three requests at most, then what they left
+        prepared.config = prepared.config.model_copy(update={"max_cost": budget})
+        with store:
+            tally = _execute(store, run_id, prepared)
+            assert tally.budget_exhausted
+            assert store.get_run(run_id)["status"] == "budget_exhausted"
+            files = _uploaded_files(server)
+            assert len(files[0].splitlines()) == 3
+            sent = sum(len(data.splitlines()) for data in files)
+            assert 3 <= sent < N_ITEMS * SAMPLES
+            assert tally.not_started == N_ITEMS * SAMPLES - sent
+            spent = store.query("SELECT sum(cost_usd) AS c FROM calls WHERE run_id = ?", [run_id])
+            assert 0 < spent[0]["c"] <= budget
+
+            prepared.config = prepared.config.model_copy(update={"max_cost": None})
+            again = _execute(store, run_id, prepared)
+            assert again.ok == N_ITEMS * SAMPLES - sent
             _assert_each_request_once(store, run_id, server)
