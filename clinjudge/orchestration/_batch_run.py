@@ -40,6 +40,7 @@ from clinjudge.judges.clients import (
     batch_price_per_token,
     batch_supported,
     check_batch_settings,
+    count_batch_files,
     count_message_tokens,
     count_tokens,
     pack_batch_file,
@@ -47,6 +48,7 @@ from clinjudge.judges.clients import (
 )
 from clinjudge.judges.workflows import JUDGE_AGENT, first_turns, reply_problem
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, ConfigError, RunConfig
+from clinjudge.orchestration._run_items import run_items
 from clinjudge.orchestration._sample_runner import RunTally
 from clinjudge.orchestration._session import (
     DryRunEstimate,
@@ -145,9 +147,34 @@ def estimate_batch_run(prepared: PreparedRun) -> DryRunEstimate:
         if per_token is None
         else estimate.prompt_tokens * per_token[0] + estimate.max_completion_tokens * per_token[1]
     )
-    note = "priced at batch prices (provider batch API, results within 24 h)"
+    files = _first_round_files(prepared)
+    note = (
+        "priced at batch prices (provider batch API, results within 24 h); the first requests "
+        f"fill {files} batch input file(s) (the providers' limit per file), sent one after "
+        "another"
+    )
     estimate.note = f"{estimate.note}; {note}" if estimate.note else note
     return estimate
+
+
+def _first_round_files(prepared: PreparedRun) -> int:
+    """How many batch input files a run's first requests fill, each line as it would be sent."""
+    config, rubric = prepared.config, prepared.rubric
+    settings = config.judge
+    assert settings is not None
+    schema = ReplySchema(
+        name=rubric.name, schema=rubric_json_schema(rubric, explanations=config.explanations)
+    )
+
+    def lines() -> Iterator[dict[str, Any]]:
+        items = run_items(prepared.items)
+        for sample in range(1, config.samples + 1):
+            for item in items:  # read again for each sample, a chunk at a time
+                shots = config.shots_for(prepared.shots, item.id, sample)
+                turns = first_turns(item, rubric, shots, explanations=config.explanations)
+                yield request_line(settings, custom_id(item.id, sample, 0), turns, schema=schema)
+
+    return count_batch_files(lines())
 
 
 def custom_id(item_id: str, sample: int, seq: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from clinjudge.judges.clients import (
     request_line,
 )
 from clinjudge.orchestration import RunConfig, _batch_run, create_run, prepare_run
-from clinjudge.orchestration._batch_run import execute_batch_run
+from clinjudge.orchestration._batch_run import estimate_batch_run, execute_batch_run
 from clinjudge.rubrics import render_messages
 from clinjudge.runs import RunStore, _provider_batches, ensure_batch_tables, iter_batch_requests
 from tests.factories import make_items, write_jsonl
@@ -304,3 +305,23 @@ def test_max_cost_holds_back_requests_it_cannot_pay_for_and_resume_sends_the_res
             again = _execute(store, run_id, prepared)
             assert again.ok == N_ITEMS * SAMPLES - sent
             _assert_each_request_once(store, run_id, server)
+
+
+@pytest.mark.parametrize("limit", ["bytes", "requests"])
+def test_the_dry_run_counts_the_files_the_run_then_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        if limit == "bytes":
+            cap = int(_largest_line(prepared) * 2.5)
+            server.batch_api.max_file_bytes = cap
+            monkeypatch.setattr(_batch_api, "MAX_BATCH_FILE_BYTES", cap)
+        else:
+            server.batch_api.max_requests = 4
+            monkeypatch.setattr(_batch_api, "MAX_BATCH_REQUESTS", 4)
+        note = estimate_batch_run(prepared).note
+        predicted = int(re.search(r"fill (\d+) batch input file", note).group(1))  # type: ignore[union-attr]
+        with store:
+            _execute(store, run_id, prepared)
+        assert predicted == len(server.batch_api.uploads) >= 3

@@ -24,6 +24,7 @@ from clinjudge.judges.clients._batch_api import (
     batch_price_per_token,
     batch_supported,
     check_batch_settings,
+    count_batch_files,
     pack_batch_file,
     request_line,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "check_credentials",
     "bundled_model_map",
     "check_batch_settings",
+    "count_batch_files",
     "pack_batch_file",
     "count_message_tokens",
     "count_tokens",

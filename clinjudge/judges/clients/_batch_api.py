@@ -85,6 +85,18 @@ class BatchFile:
         self.close()
 
 
+def _encoded_line(line: dict[str, Any]) -> bytes:
+    """One line of a batch input file as the provider counts it (UTF-8, newline included); a
+    line no file can hold is refused."""
+    encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+    if len(encoded) > MAX_BATCH_FILE_BYTES:
+        raise BatchLineTooLarge(
+            f"request {line['custom_id']} is {len(encoded):,} bytes, more than a batch input "
+            f"file may hold ({MAX_BATCH_FILE_BYTES:,}); judge it with a direct run"
+        )
+    return encoded
+
+
 def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
     """The leading request lines that fit one batch input file (at most
     :data:`MAX_BATCH_REQUESTS` lines and :data:`MAX_BATCH_FILE_BYTES` bytes); the lines after
@@ -94,21 +106,15 @@ def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
         lines: Request lines (:func:`request_line`'s), in the order they should go out.
 
     Raises:
-        BatchLineTooLarge: The first line alone is over the byte limit.
+        BatchLineTooLarge: A line is over the byte limit on its own.
     """
     out = tempfile.TemporaryFile(prefix="clinjudge-batch-")  # noqa: SIM115 - BatchFile owns it
     custom_ids: list[str] = []
     size = 0
     try:
         for line in lines:
-            encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+            encoded = _encoded_line(line)
             if size + len(encoded) > MAX_BATCH_FILE_BYTES:
-                if not custom_ids:
-                    raise BatchLineTooLarge(
-                        f"request {line['custom_id']} is {len(encoded):,} bytes, more than a "
-                        f"batch input file may hold ({MAX_BATCH_FILE_BYTES:,}); judge it with a "
-                        "direct run"
-                    )
                 break
             out.write(encoded)
             custom_ids.append(str(line["custom_id"]))
@@ -120,6 +126,25 @@ def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
         raise
     out.flush()
     return BatchFile(out, custom_ids, size)
+
+
+def count_batch_files(lines: Iterable[dict[str, Any]]) -> int:
+    """How many batch input files these request lines fill, packed in turn as
+    :func:`pack_batch_file` packs them (for a dry run).
+
+    Args:
+        lines: Request lines, in the order they would go out.
+
+    Raises:
+        BatchLineTooLarge: A line is over the byte limit on its own.
+    """
+    files, count, size = 0, 0, 0
+    for line in lines:
+        encoded = len(_encoded_line(line))
+        if not files or count >= MAX_BATCH_REQUESTS or size + encoded > MAX_BATCH_FILE_BYTES:
+            files, count, size = files + 1, 0, 0
+        count, size = count + 1, size + encoded
+    return files
 
 
 def batch_supported(settings: ModelSettings) -> bool:
