@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from clinjudge.runs._message_texts import SHARED_ROLE, TextIds
-from clinjudge.runs._store import RunStore, _owner_only_files, rollback
+from clinjudge.runs._store import RunStore, StoreError, _owner_only_files, rollback
 
 if TYPE_CHECKING:  # the type only: the store never loads the clients
     from clinjudge.judges.clients import BatchState
@@ -142,6 +142,14 @@ def _with_texts(store: RunStore, rows: list[dict[str, Any]]) -> list[dict[str, A
         row["messages"] = json.loads(messages) if isinstance(messages, str) else messages
         named.update((row["run_id"], m["text_id"]) for m in row["messages"] if "text_id" in m)
     texts = _stored_texts(store, named)
+    missing = named - texts.keys()
+    if missing:
+        run_id, key = min(missing)
+        raise StoreError(
+            f"{store.path}: run {run_id}: a queued batch request names stored text {key[:12]}…, "
+            "which the database lacks (provider_batch_texts); the database was changed by hand "
+            "or copied in part"
+        )
     for row in rows:
         row["messages"] = [
             {"role": m["role"], "content": texts[(row["run_id"], m["text_id"])]}

@@ -26,7 +26,13 @@ from clinjudge.judges.clients import (
 from clinjudge.orchestration import RunConfig, _batch_run, create_run, prepare_run
 from clinjudge.orchestration._batch_run import estimate_batch_run, execute_batch_run
 from clinjudge.rubrics import render_messages
-from clinjudge.runs import RunStore, _provider_batches, ensure_batch_tables, iter_batch_requests
+from clinjudge.runs import (
+    RunStore,
+    StoreError,
+    _provider_batches,
+    ensure_batch_tables,
+    iter_batch_requests,
+)
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
@@ -325,3 +331,14 @@ def test_the_dry_run_counts_the_files_the_run_then_sends(
         with store:
             _execute(store, run_id, prepared)
         assert predicted == len(server.batch_api.uploads) >= 3
+
+
+def test_a_request_naming_a_missing_text_is_a_clear_store_error(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        with store:
+            ensure_batch_tables(store)
+            _batch_run.BatchRun(store, run_id, prepared, show_progress=False).seed_queue()
+            store.con.execute("DELETE FROM provider_batch_texts")
+            with pytest.raises(StoreError, match="names stored text .* which the database lacks"):
+                next(iter_batch_requests(store, run_id, "queued"))
