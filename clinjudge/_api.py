@@ -1024,11 +1024,14 @@ def _prepare_audit(
     source: str | None,
     options: dict[str, Any],
     credentials: bool = True,
+    batch: bool = False,
 ) -> tuple[PreparedRun, list[dict[str, Any]], list[HumanRating] | None]:
     """An audit's run, its unmatched encounters and the physicians' ratings, all checked
     before anything is written (a bad ratings file stops the audit first); ``credentials``
-    also checks the API keys (a dry run needs none)."""
+    also checks the API keys (a dry run needs none), ``batch`` that the run can go through a
+    provider's batch API."""
     config, paths = _audit_settings(vendors, options, source)
+    _check_batch(config, batch, credentials=credentials)
     if credentials:
         _check_keys(config)
     prepared, audit_items = prepare_audit(config, paths, rules)
@@ -1051,8 +1054,9 @@ async def _audit(
     report = _optional_path("report_dir", report_dir)
     boot = _whole("n_boot", n_boot, 0)  # 0: no confidence intervals, as `judge audit --boot 0`
     physicians_file = _optional_path("ratings", ratings)
+    batch = judging.batch_poll is not None
     prepared, unmatched, physicians = await asyncio.to_thread(
-        _prepare_audit, vendors, checked_rules, physicians_file, source, options
+        _prepare_audit, vendors, checked_rules, physicians_file, source, options, True, batch
     )
     config = prepared.config
     with RunStore(config.db) as store:
@@ -1072,6 +1076,8 @@ async def audit_async(
     progress: bool = False,
     progress_every: float | None = None,
     ratings: str | Path | None = None,
+    batch: bool = False,
+    poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
     source: str | None = None,
     **options: Any,
@@ -1081,8 +1087,8 @@ async def audit_async(
     judging = _judging(
         progress=progress,
         progress_every=progress_every,
-        batch=False,
-        poll_interval=DEFAULT_POLL_SECONDS,
+        batch=batch,
+        poll_interval=poll_interval,
         on_start=on_start,
     )
     return await _audit(
@@ -1106,6 +1112,8 @@ def audit(
     progress: bool = False,
     progress_every: float | None = None,
     ratings: str | Path | None = None,
+    batch: bool = False,
+    poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
     source: str | None = None,
     **options: Any,
@@ -1126,6 +1134,9 @@ def audit(
         ratings: Physicians' ratings of a random sample of the items (as for
             :func:`import_ratings`, or with ``vendor`` + ``item_id``): adds the judge-corrected
             (PPI++) estimates of the physicians' means (``ppi``, ``ppi_pairs``).
+        batch: Single mode, ``openai/`` or ``azure/`` models: judge through the provider's
+            batch API (half price, results within 24 h), as :func:`evaluate` does.
+        poll_interval: With ``batch``: seconds before the first poll (doubling to 300).
         on_start: Called with a :class:`RunStart` (its ``unmatched`` encounters too) once the
             run is stored, before any model call.
         source: What the settings came from, named in error messages.
@@ -1134,8 +1145,8 @@ def audit(
     judging = _judging(
         progress=progress,
         progress_every=progress_every,
-        batch=False,
-        poll_interval=DEFAULT_POLL_SECONDS,
+        batch=batch,
+        poll_interval=poll_interval,
         on_start=on_start,
     )
     return _run_sync(
@@ -1157,6 +1168,7 @@ def estimate_audit(
     *,
     rules: Sequence[str] | None = None,
     ratings: str | Path | None = None,
+    batch: bool = False,
     source: str | None = None,
     **options: Any,
 ) -> Estimate:
@@ -1167,12 +1179,14 @@ def estimate_audit(
         vendors: As for :func:`audit`.
         rules: Flag rules (checked).
         ratings: Physicians' ratings (checked against the rubric).
+        batch: Priced at the provider's batch prices (and checked for a batch run).
         source: What the settings came from, named in error messages.
         **options: The settings of ``judge run`` by name (see :func:`evaluate`).
     """
     checked_rules = _texts("rules", rules, optional=True)
     physicians_file = _optional_path("ratings", ratings)
+    by_batch = bool(_flag("batch", batch))
     prepared, unmatched, _ = _prepare_audit(
-        vendors, checked_rules, physicians_file, source, options, credentials=False
+        vendors, checked_rules, physicians_file, source, options, False, by_batch
     )
-    return _estimate(prepared, False, unmatched)
+    return _estimate(prepared, by_batch, unmatched)

@@ -219,7 +219,12 @@ def audit_command(
         if values["dry_run"]:
             print_estimate(
                 clinjudge.estimate_audit(
-                    vendors, rules=rules, ratings=ratings, source=source, **settings
+                    vendors,
+                    rules=rules,
+                    ratings=ratings,
+                    batch=values["batch"],
+                    source=source,
+                    **settings,
                 )
             )
             return
@@ -231,6 +236,8 @@ def audit_command(
                 n_boot=boot,
                 progress=values["progress"],
                 ratings=ratings,
+                batch=values["batch"],
+                poll_interval=values["poll_interval"],
                 on_start=printer.start,
                 source=source,
                 **settings,

@@ -233,6 +233,8 @@ AUDIT_LAYOUT: Layout = (
             "name",
             "shard",
             "prm",
+            "batch",
+            "poll_interval",
         )  # fmt: skip
     ),
     "flag",

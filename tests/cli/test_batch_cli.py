@@ -1,8 +1,9 @@
-"""`judge run --batch`: provider batch API through the CLI, bad combinations, dry run, and a
-real process killed while it waits for its batch, then resumed."""
+"""`judge run --batch` and `judge audit --batch`: provider batch API through the CLI, bad
+combinations, dry run, and a real process killed while it waits for its batch, then resumed."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -233,3 +234,31 @@ def test_a_refused_upload_stops_with_one_line_and_resume_finishes_the_run(
         assert len(server.batch_api.uploads) == 1 and server.request_count == 6
     assert scalar(db_path, "SELECT status FROM runs") == "completed"
     assert scalar(db_path, "SELECT count(DISTINCT item_id) FROM samples WHERE status = 'ok'") == 6
+
+
+AUDIT_VENDORS = Path(__file__).resolve().parents[2] / "examples" / "audit"
+
+
+def test_audit_through_the_batch_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = tmp_path / "audit.duckdb"
+    vendors = [a for v in "abc" for a in ("--data", str(AUDIT_VENDORS / f"vendor_{v}.jsonl"))]
+    common = ["--model", "openai/gpt-4o-mini", "--db", str(db), "--no-progress"]
+    with FakeOpenAIServer() as server:
+        flags = [*vendors, *common, "--base-url", server.base_url, "--batch", "--json"]
+        dry = invoke("audit", *flags, "--dry-run")
+        assert dry.exit_code == 0, dry.stderr
+        assert "batch prices" in " ".join(dry.stderr.split()) and not db.exists()
+        refused = invoke("audit", *flags, "--mode", "panel")
+        assert refused.exit_code == 2 and not db.exists()
+        assert "batch runs work with mode single only" in refused.stderr
+
+        result = invoke("audit", *flags, "--poll-interval", "0", "--boot", "200")
+        assert result.exit_code == 0, result.stderr
+        assert len(server.batch_api.uploads) == 1 and server.request_count == 23
+    audit = json.loads(result.stdout)
+    assert audit["vendors"] == ["vendor_a", "vendor_b", "vendor_c"] and audit["n_items"] == 23
+    assert query(db, "SELECT status, ingested, request_count FROM provider_batches") == [
+        ("completed", True, 23)
+    ]
+    assert scalar(db, "SELECT status FROM runs") == "completed"
