@@ -847,6 +847,10 @@ class FakeBatchAPI:
         # The providers' limits on one batch input file (OpenAI: 200 MB, 50,000 requests).
         self.max_file_bytes = 200 * 1000 * 1000
         self.max_requests = 50_000
+        # OpenAI's enqueued-token limit per model and organization (None: no limit): a batch
+        # whose prompt tokens (this server's count: words) pass it fails as a whole.
+        self.enqueued_token_limit: int | None = None
+        self.enqueued_by_others = 0  # tokens other batches of the organization hold
         self.files: dict[str, dict[str, Any]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.uploads: list[str] = []
@@ -1006,16 +1010,43 @@ class FakeBatchAPI:
                 return
             self.polls[batch_id] += 1
             due = self.polls[batch_id] >= self.polls_to_complete
+            refused = batch["status"] == "validating" and self._over_token_queue(batch)
             if batch["status"] in ("validating", "in_progress") and not due:
                 batch["status"] = "in_progress"
                 batch["in_progress_at"] = batch.get("in_progress_at") or int(time.time())
-            run = batch["status"] in ("validating", "in_progress") and due
+            run = not refused and batch["status"] in ("validating", "in_progress") and due
             if run:
                 batch["status"] = "finalizing"
         if run:
             self._run(batch)
         with self._lock:
             handler._send_json(200, dict(batch))
+
+    def _over_token_queue(self, batch: dict[str, Any]) -> bool:
+        """Fail a batch whose prompt tokens pass the enqueued-token limit, as OpenAI does at
+        validation (call with the lock held)."""
+        limit = self.enqueued_token_limit
+        if limit is None:
+            return False
+        source = self.files[batch["input_file_id"]]["data"].decode("utf-8")
+        tokens = sum(
+            len(_message_text(m).split())
+            for raw in source.splitlines()
+            if raw.strip()
+            for m in json.loads(raw)["body"]["messages"]
+        )
+        if tokens + self.enqueued_by_others <= limit:
+            return False
+        model = json.loads(source.splitlines()[0])["body"].get("model", "model")
+        message = (
+            f"Enqueued token limit reached for {model} in organization org-fake. Limit: "
+            f"{limit:,} enqueued tokens. Please try again once some in_progress batches have "
+            "been completed."
+        )
+        error = {"code": "token_limit_exceeded", "line": None, "message": message, "param": None}
+        batch.update(status="failed", failed_at=int(time.time()))
+        batch["errors"] = {"object": "list", "data": [error]}
+        return True
 
     def _cancel(self, handler: _Handler, batch_id: str) -> None:
         with self._lock:

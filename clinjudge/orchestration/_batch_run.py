@@ -81,6 +81,7 @@ from clinjudge.runs import (
     queued_request_count,
     record_ingested_batch,
     record_submitted_batch,
+    return_refused_batch,
     update_batch,
     verdict_rows,
 )
@@ -287,6 +288,8 @@ class BatchRun:
         self.tally = RunTally()
         self._replies = (0, 0)
         """Replies received in this call, and their tokens (a reply's expected length)."""
+        self._token_cap: int | None = None
+        """Prompt tokens a batch may hold, once the provider refused one for its limit."""
 
     # -- the queue ---------------------------------------------------------------------------
 
@@ -347,7 +350,7 @@ class BatchRun:
         )
         with pack_batch_file(
             request_line(self.settings, r.custom_id, r.turns, schema=schema)
-            for r in self._within_budget(queued)
+            for r in self._within_limits(queued)
         ) as batch_file:
             if not batch_file.custom_ids:
                 return None
@@ -374,25 +377,68 @@ class BatchRun:
         assert submitted is not None
         return submitted
 
-    def _within_budget(self, requests: Iterator[_Request]) -> Iterator[_Request]:
-        """The leading requests whose expected cost fits in what this call has left of
-        ``max_cost``: the prompt, counted, and a reply of the average length so far (before
-        any, ``max_tokens``), at batch prices; a batch, once sent, cannot be stopped."""
+    def _within_limits(self, requests: Iterator[_Request]) -> Iterator[_Request]:
+        """The leading requests that fit what this call has left of ``max_cost`` and the
+        provider's enqueued-token limit, once it refused a batch for it.
+
+        The expected cost of a request is its prompt, counted, and a reply of the average
+        length so far (before any, ``max_tokens``), at batch prices: a batch, once sent,
+        cannot be stopped.
+        """
         budget = self.prepared.config.max_cost
         per_token = batch_price_per_token(self.settings)
-        if budget is None or per_token is None:  # no budget, or no price to compare with
+        priced = budget is not None and per_token is not None
+        if not priced and self._token_cap is None:
             yield from requests
             return
-        left = budget - self.tally.cost_usd
+        money = (budget or 0.0) - self.tally.cost_usd
         replies, reply_tokens = self._replies
         reply = reply_tokens / replies if replies else self.settings.max_tokens
-        reply_cost = (reply or EXPECTED_REPLY_TOKENS) * per_token[1]
-        for request in requests:
+        reply_cost = (reply or EXPECTED_REPLY_TOKENS) * per_token[1] if per_token else 0.0
+        tokens = self._token_cap
+        for n, request in enumerate(requests):
             prompt = count_message_tokens([t.content for t in request.turns])
-            left -= prompt * per_token[0] + reply_cost
-            if left < 0:
-                return
+            if priced and per_token is not None:
+                money -= prompt * per_token[0] + reply_cost
+                if money < 0:
+                    return
+            if tokens is not None:
+                tokens -= prompt
+                if tokens < 0 and not n:
+                    raise BatchProviderError(
+                        f"request {request.custom_id} alone has {prompt:,} prompt tokens, more "
+                        f"than the provider lets a batch queue ({self._token_cap:,}, from its "
+                        "enqueued-token limit); judge it with a direct run"
+                    )
+                if tokens < 0:
+                    return
             yield request
+
+    def _refused_for_tokens(self, batch: dict[str, Any], state: BatchState) -> None:
+        """A batch the provider refused for its enqueued-token limit: its requests go back to
+        the queue untouched (none ran, so no attempt counts) and later batches stay under
+        nine tenths of the limit; refused again at that size, the run stops."""
+        attempt = batch["attempt"]
+        return_refused_batch(self.store, self.run_id, attempt)
+        limit = state.token_queue_limit
+        reason = "; ".join(state.errors)
+        if limit is None or (self._token_cap is not None and self._token_cap <= limit * 0.9):
+            raise BatchProviderError(
+                f"batch {attempt} was refused: {reason}. "
+                + (
+                    "Other batches of the organization hold its enqueued-token limit"
+                    if limit is not None
+                    else "The provider did not say its enqueued-token limit"
+                )
+                + f". The run is kept: `judge run --resume {self.run_id}` tries again "
+                "(nothing was sent twice)"
+            )
+        self._token_cap = int(limit * 0.9)
+        self.console.print(
+            f"batch {attempt}: refused by the provider (its enqueued-token limit is "
+            f"{limit:,}); its requests go again, in batches of at most {self._token_cap:,} "
+            "prompt tokens"
+        )
 
     async def _create(self, attempt: int, file_id: str) -> BatchState:
         state = await self.client.create(
@@ -560,6 +606,9 @@ class BatchRun:
         """Store every result of a finished batch and queue the follow-ups, in one
         transaction; its requests are read and settled a page at a time meanwhile."""
         attempt = batch["attempt"]
+        if state.over_token_queue:
+            self._refused_for_tokens(batch, state)
+            return
         results = await self.client.results(state)
         if state.status == "failed" and not results:
             reason = "; ".join(state.errors) or "no details"

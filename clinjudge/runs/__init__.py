@@ -105,6 +105,7 @@ from clinjudge.runs._provider_batches import (
     queued_request_count,
     record_ingested_batch,
     record_submitted_batch,
+    return_refused_batch,
     update_batch,
 )
 from clinjudge.runs._ratings import final_scores_of_rated, human_ratings_of_run, rated_item_count
@@ -277,6 +278,7 @@ __all__ = [
     "rated_item_count",
     "record_ingested_batch",
     "record_submitted_batch",
+    "return_refused_batch",
     "reply_copies",
     "run_item_count",
     "sample_counts",

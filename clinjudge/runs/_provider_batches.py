@@ -350,6 +350,33 @@ def record_submitted_batch(
     )
 
 
+def return_refused_batch(store: RunStore, run_id: str, attempt: int) -> None:
+    """Put the requests of a batch the provider refused whole (none of it ran) back in the
+    queue, untouched, and close the batch, in one transaction.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        attempt: The refused batch.
+    """
+    _transaction(
+        store,
+        {},
+        [
+            (
+                "UPDATE provider_batch_requests SET state = 'queued', attempt = NULL "
+                "WHERE run_id = ? AND attempt = ? AND state = 'submitted'",
+                [run_id, attempt],
+            ),
+            (
+                "UPDATE provider_batches SET ingested = true, updated_at = ? "
+                "WHERE run_id = ? AND attempt = ?",
+                [datetime.now(UTC), run_id, attempt],
+            ),
+        ],
+    )
+
+
 def record_ingested_batch(
     store: RunStore,
     run_id: str,

@@ -1,7 +1,8 @@
 """Batch input files within the providers' limits (200 MB, 50,000 requests per file): a long
 queue goes out in several batches, each file under both limits, every request exactly once; the
 queue is written and read a part at a time, the system prompt stored once per run; ``max_cost``
-holds back the requests it cannot pay for."""
+holds back the requests it cannot pay for; a batch refused for the enqueued-token limit goes
+again in smaller batches."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ from clinjudge.judges.clients import (
     request_line,
 )
 from clinjudge.orchestration import RunConfig, _batch_run, create_run, prepare_run
-from clinjudge.orchestration._batch_run import estimate_batch_run, execute_batch_run
+from clinjudge.orchestration._batch_run import (
+    BatchProviderError,
+    estimate_batch_run,
+    execute_batch_run,
+)
 from clinjudge.rubrics import render_messages
 from clinjudge.runs import (
     RunStore,
@@ -342,3 +347,80 @@ def test_a_request_naming_a_missing_text_is_a_clear_store_error(tmp_path: Path) 
             store.con.execute("DELETE FROM provider_batch_texts")
             with pytest.raises(StoreError, match="names stored text .* which the database lacks"):
                 next(iter_batch_requests(store, run_id, "queued"))
+
+
+def _words(prepared: Any) -> int:
+    """The most prompt tokens one request has as the fake server counts them (words)."""
+    return max(
+        sum(len(t.content.split()) for t in render_messages(item, prepared.rubric))
+        for item in prepared.items
+    )
+
+
+def _batch_words(data: bytes) -> int:
+    return sum(
+        len(m["content"].split())
+        for raw in data.splitlines()
+        for m in json.loads(raw)["body"]["messages"]
+    )
+
+
+def test_a_batch_over_the_enqueued_token_limit_goes_again_in_smaller_batches(
+    tmp_path: Path,
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        limit = int(_words(prepared) * 3.5)
+        server.batch_api.enqueued_token_limit = limit
+        with store:
+            tally = _execute(store, run_id, prepared)
+            batches = store.query(
+                "SELECT status, ingested, errors::VARCHAR AS errors FROM provider_batches "
+                "WHERE run_id = ? ORDER BY attempt",
+                [run_id],
+            )
+            # The whole queue was refused once; then every batch stayed under the limit.
+            assert (
+                batches[0]["status"] == "failed" and "token_limit_exceeded" in batches[0]["errors"]
+            )
+            assert {b["status"] for b in batches[1:]} == {"completed"}
+            files = _uploaded_files(server)
+            assert len(files[0].splitlines()) == N_ITEMS * SAMPLES
+            assert all(_batch_words(data) <= limit for data in files[1:])
+            sent = [json.loads(raw)["custom_id"] for data in files[1:] for raw in data.splitlines()]
+            assert len(sent) == len(set(sent)) == N_ITEMS * SAMPLES
+            # The refused requests never ran: no call of theirs, no attempt spent.
+            assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
+            calls = store.query("SELECT count(*) AS n FROM calls WHERE run_id = ?", [run_id])
+            assert calls == [{"n": N_ITEMS * SAMPLES}]
+            assert server.request_count == N_ITEMS * SAMPLES
+            assert store.get_run(run_id)["status"] == "completed"
+
+
+def test_a_limit_held_by_other_batches_stops_the_run_for_a_later_resume(
+    tmp_path: Path,
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        limit = int(_words(prepared) * 3.5)
+        server.batch_api.enqueued_token_limit = limit
+        server.batch_api.enqueued_by_others = limit  # nothing of ours fits meanwhile
+        with store:
+            with pytest.raises(BatchProviderError, match="Other batches of the organization"):
+                _execute(store, run_id, prepared)
+            assert len(server.batch_api.uploads) == 2 and server.request_count == 0
+            assert store.get_run(run_id)["status"] == "failed"
+
+            server.batch_api.enqueued_by_others = 0  # their batches finished
+            tally = _execute(store, run_id, prepared)
+            assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
+            assert server.request_count == N_ITEMS * SAMPLES
+
+
+def test_a_request_alone_over_the_enqueued_token_limit_stops_the_run(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        server.batch_api.enqueued_token_limit = _words(prepared) // 2
+        with store, pytest.raises(BatchProviderError, match=r"request \S+ alone has [\d,]+ prompt"):
+            _execute(store, run_id, prepared)
+        assert len(server.batch_api.uploads) == 1 and server.request_count == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ BATCH_DISCOUNT = 0.5
 """Share of the list price a batch request costs when the price map has no batch price."""
 
 COMPLETION_WINDOW = "24h"
+
+TOKEN_QUEUE_ERROR = "token_limit_exceeded"
+"""The error code of a batch refused for the organization's enqueued-token limit."""
+_TOKEN_QUEUE_LIMIT = re.compile(r"Limit: ([\d,]+) enqueued tokens")
 
 MAX_BATCH_REQUESTS = 50_000
 """Request lines one batch input file may hold (OpenAI's limit; Azure OpenAI's is 100,000)."""
@@ -255,6 +260,21 @@ class BatchState:
     def done(self) -> bool:
         """True once the provider will answer nothing more."""
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def over_token_queue(self) -> bool:
+        """The provider refused the whole batch, none of it run: with it, the tokens queued
+        for the model by the organization's batches would pass the organization's limit."""
+        return self.status == "failed" and any(e.startswith(TOKEN_QUEUE_ERROR) for e in self.errors)
+
+    @property
+    def token_queue_limit(self) -> int | None:
+        """That limit in tokens, where the provider's message states it."""
+        for error in self.errors:
+            found = _TOKEN_QUEUE_LIMIT.search(error)
+            if error.startswith(TOKEN_QUEUE_ERROR) and found:
+                return int(found.group(1).replace(",", ""))
+        return None
 
 
 @dataclass
