@@ -72,6 +72,7 @@ from clinjudge.runs import (
     call_row,
     calls_of_agent,
     ensure_batch_tables,
+    failed_batch_errors,
     iter_batch_requests,
     last_batch_attempt,
     last_request_seqs,
@@ -91,6 +92,10 @@ class BatchProviderError(UserError):
     """The provider refused or failed a step of a batch run (an upload, the wait, the results);
     the run is kept as it stood, for ``--resume``."""
 
+
+TOKEN_CAP_SHARE = 0.9
+"""Share of the provider's enqueued-token limit a batch holds after a refusal for it (our token
+count and the provider's differ a little)."""
 
 QUEUE_CHUNK = 1000
 """Requests :meth:`BatchRun.seed_queue` builds before it queues them (one transaction)."""
@@ -414,6 +419,14 @@ class BatchRun:
                     return
             yield request
 
+    def _learned_token_cap(self) -> int | None:
+        """The batch size an earlier refusal of this run set (a resumed run keeps to it)."""
+        for errors in failed_batch_errors(self.store, self.run_id):
+            limit = BatchState("", "failed", "", errors=errors).token_queue_limit
+            if limit is not None:
+                return int(limit * TOKEN_CAP_SHARE)
+        return None
+
     def _refused_for_tokens(self, batch: dict[str, Any], state: BatchState) -> None:
         """A batch the provider refused for its enqueued-token limit: its requests go back to
         the queue untouched (none ran, so no attempt counts) and later batches stay under
@@ -422,7 +435,8 @@ class BatchRun:
         return_refused_batch(self.store, self.run_id, attempt)
         limit = state.token_queue_limit
         reason = "; ".join(state.errors)
-        if limit is None or (self._token_cap is not None and self._token_cap <= limit * 0.9):
+        cap = None if limit is None else int(limit * TOKEN_CAP_SHARE)
+        if cap is None or (self._token_cap is not None and self._token_cap <= cap):
             raise BatchProviderError(
                 f"batch {attempt} was refused: {reason}. "
                 + (
@@ -433,7 +447,7 @@ class BatchRun:
                 + f". The run is kept: `judge run --resume {self.run_id}` tries again "
                 "(nothing was sent twice)"
             )
-        self._token_cap = int(limit * 0.9)
+        self._token_cap = cap
         self.console.print(
             f"batch {attempt}: refused by the provider (its enqueued-token limit is "
             f"{limit:,}); its requests go again, in batches of at most {self._token_cap:,} "
@@ -678,6 +692,7 @@ class BatchRun:
     async def run(self) -> RunTally:
         """Submit, wait for and ingest batches until every sample is decided."""
         ensure_batch_tables(self.store)
+        self._token_cap = self._learned_token_cap()
         try:
             while True:
                 batch = open_batch(self.store, self.run_id)

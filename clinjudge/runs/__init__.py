@@ -96,6 +96,7 @@ from clinjudge.runs._claim_reads import (
     pooled_claim_counts,
 )
 from clinjudge.runs._provider_batches import (
+    failed_batch_errors,
     iter_batch_requests,
     last_batch_attempt,
     last_request_seqs,
@@ -246,6 +247,7 @@ __all__ = [
     "AuditScoreRow",
     "ScoreCount",
     "audit_score_rows",
+    "failed_batch_errors",
     "iter_batch_requests",
     "call_totals",
     "calls_by_agent",

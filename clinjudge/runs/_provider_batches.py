@@ -350,6 +350,26 @@ def record_submitted_batch(
     )
 
 
+def failed_batch_errors(store: RunStore, run_id: str) -> list[list[str]]:
+    """What the provider said of each of a run's batches that failed as a whole, the latest
+    first.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    rows = store.query(
+        "SELECT errors FROM provider_batches WHERE run_id = ? AND status = 'failed' "
+        "ORDER BY attempt DESC",
+        [run_id],
+    )
+    out = []
+    for row in rows:
+        errors = json.loads(row["errors"]) if isinstance(row["errors"], str) else row["errors"]
+        out.append([str(e) for e in errors or []])
+    return out
+
+
 def return_refused_batch(store: RunStore, run_id: str, attempt: int) -> None:
     """Put the requests of a batch the provider refused whole (none of it ran) back in the
     queue, untouched, and close the batch, in one transaction.

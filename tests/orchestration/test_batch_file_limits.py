@@ -415,6 +415,14 @@ def test_a_limit_held_by_other_batches_stops_the_run_for_a_later_resume(
             tally = _execute(store, run_id, prepared)
             assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
             assert server.request_count == N_ITEMS * SAMPLES
+            # The resumed run kept to the size the refusals taught: none of its batches was
+            # refused or went over the limit.
+            resumed = _uploaded_files(server)[2:]
+            assert resumed and all(_batch_words(data) <= limit for data in resumed)
+            statuses = store.query(
+                "SELECT status FROM provider_batches WHERE run_id = ? ORDER BY attempt", [run_id]
+            )
+            assert [r["status"] for r in statuses[2:]] == ["completed"] * len(resumed)
 
 
 def test_a_request_alone_over_the_enqueued_token_limit_stops_the_run(tmp_path: Path) -> None:
