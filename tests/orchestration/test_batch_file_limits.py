@@ -365,13 +365,21 @@ def _batch_words(data: bytes) -> int:
     )
 
 
+def _start_under_token_limit(
+    tmp_path: Path, server: FakeOpenAIServer
+) -> tuple[RunStore, str, Any, int]:
+    """A run whose ten requests pass an enqueued-token limit of three and a half requests."""
+    store, run_id, prepared = _start(tmp_path, server)
+    limit = int(_words(prepared) * 3.5)
+    server.batch_api.enqueued_token_limit = limit
+    return store, run_id, prepared, limit
+
+
 def test_a_batch_over_the_enqueued_token_limit_goes_again_in_smaller_batches(
     tmp_path: Path,
 ) -> None:
     with FakeOpenAIServer() as server:
-        store, run_id, prepared = _start(tmp_path, server)
-        limit = int(_words(prepared) * 3.5)
-        server.batch_api.enqueued_token_limit = limit
+        store, run_id, prepared, limit = _start_under_token_limit(tmp_path, server)
         with store:
             tally = _execute(store, run_id, prepared)
             batches = store.query(
@@ -401,9 +409,7 @@ def test_a_limit_held_by_other_batches_stops_the_run_for_a_later_resume(
     tmp_path: Path,
 ) -> None:
     with FakeOpenAIServer() as server:
-        store, run_id, prepared = _start(tmp_path, server)
-        limit = int(_words(prepared) * 3.5)
-        server.batch_api.enqueued_token_limit = limit
+        store, run_id, prepared, limit = _start_under_token_limit(tmp_path, server)
         server.batch_api.enqueued_by_others = limit  # nothing of ours fits meanwhile
         with store:
             with pytest.raises(BatchProviderError, match="Other batches of the organization"):
