@@ -34,6 +34,7 @@ from clinjudge.runs import (
     gate_coercions,
     infer_format,
     is_claims_run,
+    provider_batch_rows,
     rename_run,
     run_counts,
     runs_overview,
@@ -225,6 +226,9 @@ def show_command(
         coerced = gate_coercions(store, summary["run_id"])
         summary = with_prompt_cache(store, summary)
         scores = _final_scores(store, summary["run_id"]) if doclens is None else None
+        batches = provider_batch_rows(store, summary["run_id"])
+    if batches:
+        summary["provider_batches"] = batches
     if counts is not None:
         # One definition everywhere: a sample is an (item, sample) of the deciding agent.
         summary["samples_ok"] = counts.samples_ok
@@ -256,7 +260,7 @@ def show_command(
         elif key == "status":
             items, valid = summary["items"], summary.get("items_ok") or 0
             table.add_row(key, escape(status_label(str(value), items, valid)))
-        elif key not in ("top_errors", "by_agent", "flagged_items", "doclens", "models", "scores"):
+        elif key not in _OWN_TABLES:
             table.add_row(key, escape(_fmt(value)))
     stdout.print(table)
     stdout.print(_models_table(summary.get("models") or {}))
@@ -266,6 +270,8 @@ def show_command(
         stdout.print(doclens_table(doclens))
     if scores:
         stdout.print(scores_table(scores))
+    if batches:
+        stdout.print(_batches_table(batches))
     for error in summary["top_errors"]:
         first = " ".join(str(error["error"]).split())
         stdout.print(f"  failed: {error['n']} x {escape(first[:200])}", soft_wrap=True)
@@ -275,6 +281,41 @@ def show_command(
     for entry in flagged[:20]:
         kinds = ", ".join(sorted({f"{f['name']} in {f['field']}" for f in entry["flags"]}))
         stdout.print(f"  {escape(entry['item_id'])}: {escape(kinds)}")
+
+
+_OWN_TABLES = (
+    "top_errors",
+    "by_agent",
+    "flagged_items",
+    "doclens",
+    "models",
+    "scores",
+    "provider_batches",
+)
+"""Keys of ``runs show``'s summary printed as tables or lines of their own."""
+
+
+def _batches_table(batches: list[dict[str, Any]]) -> Table:
+    """A run's provider batches, one row each (ids and errors are the provider's: escaped)."""
+    table = Table(title="provider batches")
+    for column in ("batch", "provider id", "status", "requests", "completed", "failed"):
+        table.add_column(column, justify="right" if column != "status" else "left")
+    table.add_column("results in")
+    table.add_column("created")
+    table.add_column("why it failed")
+    for b in batches:
+        table.add_row(
+            str(b["attempt"]),
+            escape(str(b["batch_id"] or "-")),
+            escape(str(b["status"])),
+            str(b["request_count"]),
+            str(b["completed"]),
+            str(b["failed"]),
+            "yes" if b["ingested"] else "no",
+            f"{b['created_at']:%Y-%m-%d %H:%M}" if b["created_at"] else "-",
+            escape("; ".join(str(e) for e in b["errors"])[:200]),
+        )
+    return table
 
 
 def export_command(

@@ -70,6 +70,28 @@ def ensure_batch_tables(store: RunStore) -> None:
     store.con.execute(BATCH_DDL)
 
 
+def provider_batch_rows(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    """A run's provider batches, in order (none for a run judged directly): each one's number,
+    the provider's id and status, request counts, times, whether its results are in, and why
+    it failed if it did.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    if not store.has_table("provider_batches"):
+        return []
+    rows = store.query(
+        "SELECT attempt, batch_id, status, request_count, completed, failed, created_at, "
+        "updated_at, ingested, errors FROM provider_batches WHERE run_id = ? ORDER BY attempt",
+        [run_id],
+    )
+    for row in rows:
+        errors = row["errors"]
+        row["errors"] = (json.loads(errors) if isinstance(errors, str) else errors) or []
+    return rows
+
+
 def is_batch_run(store: RunStore, run_id: str) -> bool:
     """Whether a run has been sent through a batch API (so ``--resume`` keeps doing that)."""
     if not store.has_table("provider_batch_requests"):

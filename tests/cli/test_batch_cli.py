@@ -262,3 +262,25 @@ def test_audit_through_the_batch_api(tmp_path: Path, monkeypatch: pytest.MonkeyP
         ("completed", True, 23)
     ]
     assert scalar(db, "SELECT status FROM runs") == "completed"
+
+
+def test_runs_show_lists_a_batch_runs_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(6))
+    db = tmp_path / "runs.duckdb"
+    with FakeOpenAIServer() as server:
+        server.batch_api.enqueued_token_limit = 10  # the first batch is refused whole
+        result = _batch_run(data, db, server)
+    assert result.exit_code == 2  # even one request is over the limit
+    run_id = scalar(db, "SELECT run_id FROM runs")
+    shown = invoke("runs", "show", run_id, "--db", str(db), "--json")
+    assert shown.exit_code == 0, shown.stderr
+    batches = json.loads(shown.stdout)["provider_batches"]
+    assert [(b["attempt"], b["status"], b["request_count"], b["ingested"]) for b in batches] == [
+        (1, "failed", 6, True)
+    ]
+    assert batches[0]["errors"][0].startswith("token_limit_exceeded: Enqueued token limit")
+    table = invoke("runs", "show", run_id, "--db", str(db))
+    assert "provider batches" in table.stdout and "token_limit_exceeded" in table.stdout
