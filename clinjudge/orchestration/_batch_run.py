@@ -60,6 +60,7 @@ from clinjudge.orchestration._session import (
 )
 from clinjudge.rubrics import (
     ChatTurn,
+    Item,
     JudgmentParseError,
     Rubric,
     parse_judgment,
@@ -163,21 +164,32 @@ def estimate_batch_run(prepared: PreparedRun) -> DryRunEstimate:
     return estimate
 
 
+def _reply_schema(prepared: PreparedRun) -> ReplySchema:
+    """The reply schema every request line carries: a single judge's (rubric_json_schema)."""
+    rubric, explanations = prepared.rubric, prepared.config.explanations
+    return ReplySchema(
+        name=rubric.name, schema=rubric_json_schema(rubric, explanations=explanations)
+    )
+
+
+def _first_request_turns(prepared: PreparedRun, item: Item, sample: int) -> list[ChatTurn]:
+    """The conversation of a sample's first request: the single judge's prompt."""
+    config = prepared.config
+    shots = config.shots_for(prepared.shots, item.id, sample)
+    return first_turns(item, prepared.rubric, shots, explanations=config.explanations)
+
+
 def _first_round_files(prepared: PreparedRun) -> int:
     """How many batch input files a run's first requests fill, each line as it would be sent."""
-    config, rubric = prepared.config, prepared.rubric
-    settings = config.judge
+    settings = prepared.config.judge
     assert settings is not None
-    schema = ReplySchema(
-        name=rubric.name, schema=rubric_json_schema(rubric, explanations=config.explanations)
-    )
+    schema = _reply_schema(prepared)
 
     def lines() -> Iterator[dict[str, Any]]:
         items = run_items(prepared.items)
-        for sample in range(1, config.samples + 1):
+        for sample in range(1, prepared.config.samples + 1):
             for item in items:  # read again for each sample, a chunk at a time
-                shots = config.shots_for(prepared.shots, item.id, sample)
-                turns = first_turns(item, rubric, shots, explanations=config.explanations)
+                turns = _first_request_turns(prepared, item, sample)
                 yield request_line(settings, custom_id(item.id, sample, 0), turns, schema=schema)
 
     return count_batch_files(lines())
@@ -303,7 +315,6 @@ class BatchRun:
         how many were queued."""
         open_samples = open_request_samples(self.store, self.run_id)
         last_seq = last_request_seqs(self.store, self.run_id, JUDGE_AGENT)
-        config = self.prepared.config
         new: list[_Request] = []
         queued = 0
         # Items are read from the store a chunk at a time and their requests queued as they
@@ -313,10 +324,7 @@ class BatchRun:
             where = (unit.item.id, unit.sample)
             if where in open_samples:
                 continue
-            shots = config.shots_for(self.prepared.shots, unit.item.id, unit.sample)
-            turns = first_turns(
-                unit.item, self.prepared.rubric, shots, explanations=config.explanations
-            )
+            turns = _first_request_turns(self.prepared, unit.item, unit.sample)
             seq = last_seq.get(where, -1) + 1
             new.append(
                 _Request(custom_id(unit.item.id, unit.sample, seq), *where, seq, 1, 0, turns)
@@ -343,11 +351,7 @@ class BatchRun:
         ``max_cost``) and record the file, then create the batch and record its id; returns
         the stored batch row, or None when the budget leaves room for no request."""
         attempt = last_batch_attempt(self.store, self.run_id) + 1
-        rubric, explanations = self.prepared.rubric, self.prepared.config.explanations
-        # The same reply schema a single judge's call carries (rubric_json_schema).
-        schema = ReplySchema(
-            name=rubric.name, schema=rubric_json_schema(rubric, explanations=explanations)
-        )
+        schema = _reply_schema(self.prepared)
         queued = (
             _Request.from_row(row)
             for page in iter_batch_requests(self.store, self.run_id, "queued")

@@ -331,15 +331,17 @@ def update_batch(store: RunStore, run_id: str, attempt: int, state: BatchState) 
 
 def _transaction(
     store: RunStore,
-    rows: Mapping[str, Sequence[dict[str, Any]]],
+    chunks: Iterable[Mapping[str, Sequence[dict[str, Any]]]],
     statements: Sequence[tuple[str, list[Any]]],
 ) -> None:
-    """Insert rows and run statements in one transaction: a crash keeps all or none."""
+    """Insert rows (table name to rows, a part at a time: each part may be produced while the
+    transaction is open) and run statements in one transaction: a crash keeps all or none."""
     with _owner_only_files():
         store.con.execute("BEGIN TRANSACTION")
         try:
-            for table, table_rows in rows.items():
-                store.insert_rows(table, table_rows)
+            for rows in chunks:
+                for table, table_rows in rows.items():
+                    store.insert_rows(table, table_rows)
             for sql, params in statements:
                 store.con.execute(sql, params)
             store.con.execute("COMMIT")
@@ -361,7 +363,7 @@ def record_submitted_batch(
     """
     _transaction(
         store,
-        {"provider_batches": [batch]},
+        [{"provider_batches": [batch]}],
         [
             (
                 "UPDATE provider_batch_requests SET state = 'submitted', attempt = ? "
@@ -403,7 +405,7 @@ def return_refused_batch(store: RunStore, run_id: str, attempt: int) -> None:
     """
     _transaction(
         store,
-        {},
+        [],
         [
             (
                 "UPDATE provider_batch_requests SET state = 'queued', attempt = NULL "
@@ -435,26 +437,27 @@ def record_ingested_batch(
         chunks: Table name to rows to insert, a part of the batch at a time (each produced
             while the transaction is open, so only one part is held at once).
     """
-    with _owner_only_files():
-        store.con.execute("BEGIN TRANSACTION")
-        try:
-            for rows in chunks:
-                requests = rows.get("provider_batch_requests")
-                if requests:
-                    rows = {**rows, **_request_rows(store, requests)}
-                for table, table_rows in rows.items():
-                    store.insert_rows(table, table_rows)
-            store.con.execute(
+    _transaction(
+        store,
+        (_with_request_rows(store, rows) for rows in chunks),
+        [
+            (
                 "UPDATE provider_batch_requests SET state = 'done' "
                 "WHERE run_id = ? AND attempt = ?",
                 [run_id, attempt],
-            )
-            store.con.execute(
+            ),
+            (
                 "UPDATE provider_batches SET ingested = true, updated_at = ? "
                 "WHERE run_id = ? AND attempt = ?",
                 [datetime.now(UTC), run_id, attempt],
-            )
-            store.con.execute("COMMIT")
-        except BaseException:
-            rollback(store.con)
-            raise
+            ),
+        ],
+    )
+
+
+def _with_request_rows(
+    store: RunStore, rows: Mapping[str, Sequence[dict[str, Any]]]
+) -> Mapping[str, Sequence[dict[str, Any]]]:
+    """Rows to write, their request rows (if any) as stored (:func:`_request_rows`)."""
+    requests = rows.get("provider_batch_requests")
+    return {**rows, **_request_rows(store, requests)} if requests else rows
