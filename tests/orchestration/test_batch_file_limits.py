@@ -6,7 +6,9 @@ again in smaller batches."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import tiktoken
 
 from clinjudge.judges import ModelSettings
 from clinjudge.judges.clients import (
+    BatchFileError,
     BatchLineTooLarge,
     _batch_api,
     batch_price_per_token,
@@ -438,3 +441,34 @@ def test_a_request_alone_over_the_enqueued_token_limit_stops_the_run(tmp_path: P
         with store, pytest.raises(BatchProviderError, match=r"request \S+ alone has [\d,]+ prompt"):
             _execute(store, run_id, prepared)
         assert len(server.batch_api.uploads) == 1 and server.request_count == 0
+
+
+class _FullDisk(io.BytesIO):
+    """A temporary file on a full disk: every write fails as the kernel's would."""
+
+    def write(self, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_while_writing_the_batch_file_stops_the_run_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAIServer() as server:
+        store, run_id, prepared = _start(tmp_path, server)
+        with store:
+            monkeypatch.setattr(_batch_api.tempfile, "TemporaryFile", lambda **_: _FullDisk())
+            with pytest.raises(BatchFileError, match="No space left on device; free space"):
+                _execute(store, run_id, prepared)
+            assert server.batch_api.uploads == [] and store.get_run(run_id)["status"] == "failed"
+            monkeypatch.undo()
+            tally = _execute(store, run_id, prepared)  # the queue is intact: a resume finishes
+            assert (tally.ok, tally.failed) == (N_ITEMS * SAMPLES, 0)
+            _assert_each_request_once(store, run_id, server)
+
+
+def test_the_batch_file_has_no_name_on_disk() -> None:
+    with pack_batch_file(iter([{"custom_id": "c0", "body": {}}])) as packed:
+        name = packed.file.name
+        # An unnamed file (O_TMPFILE: its name is the descriptor), or one already unlinked.
+        assert isinstance(name, int) or not Path(name).exists()
+        assert packed.read() == b'{"custom_id": "c0", "body": {}}\n'

@@ -16,6 +16,7 @@ from clinjudge.judges.clients._base_client import SimpleChatCompletionClient
 from clinjudge.judges.clients._batch_api import (
     BatchClient,
     BatchFile,
+    BatchFileError,
     BatchLine,
     BatchLineTooLarge,
     BatchResults,
@@ -44,6 +45,7 @@ __all__ = [
     "BatchClient",
     "COUNT_ENCODING",
     "BatchFile",
+    "BatchFileError",
     "BatchLine",
     "BatchLineTooLarge",
     "BatchResults",

@@ -21,6 +21,7 @@ from typing import IO, Any, TypeVar
 import httpx
 import openai
 
+from clinjudge.errors import UserError
 from clinjudge.judges.clients._accounting import (
     bundled_model_map,
     cost_at,
@@ -57,6 +58,10 @@ the margin keeps under that whichever megabyte they count in."""
 
 class BatchLineTooLarge(ModelConfigError):
     """One request line is larger than a batch input file may be."""
+
+
+class BatchFileError(UserError):
+    """The batch input file cannot be written to the temporary folder (a full disk)."""
 
 
 @dataclass
@@ -113,7 +118,10 @@ def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
     Raises:
         BatchLineTooLarge: A line is over the byte limit on its own.
     """
-    out = tempfile.TemporaryFile(prefix="clinjudge-batch-")  # noqa: SIM115 - BatchFile owns it
+    try:
+        out = tempfile.TemporaryFile(prefix="clinjudge-batch-")  # noqa: SIM115 - BatchFile owns it
+    except OSError as exc:
+        raise _file_error(exc) from exc
     custom_ids: list[str] = []
     size = 0
     try:
@@ -121,16 +129,32 @@ def pack_batch_file(lines: Iterable[dict[str, Any]]) -> BatchFile:
             encoded = _encoded_line(line)
             if size + len(encoded) > MAX_BATCH_FILE_BYTES:
                 break
-            out.write(encoded)
+            _write(out, encoded)
             custom_ids.append(str(line["custom_id"]))
             size += len(encoded)
             if len(custom_ids) >= MAX_BATCH_REQUESTS:
                 break
+        _write(out, b"", flush=True)
     except BaseException:
         out.close()
         raise
-    out.flush()
     return BatchFile(out, custom_ids, size)
+
+
+def _write(out: IO[bytes], data: bytes, *, flush: bool = False) -> None:
+    try:
+        out.write(data)
+        if flush:
+            out.flush()
+    except OSError as exc:
+        raise _file_error(exc) from exc
+
+
+def _file_error(exc: OSError) -> BatchFileError:
+    return BatchFileError(
+        f"cannot write the batch input file in {tempfile.gettempdir()}: "
+        f"{exc.strerror or exc}; free space there or point TMPDIR at another folder"
+    )
 
 
 def count_batch_files(lines: Iterable[dict[str, Any]]) -> int:
