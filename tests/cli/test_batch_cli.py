@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from tests.cli._helpers import JUDGE, invoke, query, scalar
@@ -284,3 +285,27 @@ def test_runs_show_lists_a_batch_runs_batches(
     assert batches[0]["errors"][0].startswith("token_limit_exceeded: Enqueued token limit")
     table = invoke("runs", "show", run_id, "--db", str(db))
     assert "provider batches" in table.stdout and "token_limit_exceeded" in table.stdout
+
+
+def test_runs_show_prints_the_providers_words_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    db = tmp_path / "runs.duckdb"
+    with FakeOpenAIServer() as server:
+        assert _batch_run(data, db, server).exit_code == 0
+    con = duckdb.connect(str(db))
+    try:  # what a hostile provider (or a hand-edited store) could put there
+        con.execute(
+            "UPDATE provider_batches SET batch_id = '[link=http://x]b[/link]', "
+            "errors = '[\"[bold]forged[/bold] <script>\"]'"
+        )
+    finally:
+        con.close()
+    run_id = scalar(db, "SELECT run_id FROM runs")
+    shown = invoke("runs", "show", run_id, "--db", str(db))
+    assert shown.exit_code == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "[link=" in text  # shown, not read as markup (the table may fold the id)
+    assert "[bold]forged[/bold]" in text and "<script>" in text
