@@ -851,6 +851,14 @@ class FakeBatchAPI:
         # whose prompt tokens (this server's count: words) pass it fails as a whole.
         self.enqueued_token_limit: int | None = None
         self.enqueued_by_others = 0  # tokens other batches of the organization hold
+        # A provider failing every batch whole at creation, its message naming the request's
+        # Authorization header where the template says {authorization} (as OpenAI's "Incorrect
+        # API key provided" does with the key) and the key alone where it says {key}.
+        self.fail_batches_with: str | None = None
+        # Rewrites result records as written to the output and error files: called with each
+        # record's number in its file and the record; returns the raw text to write in its
+        # place (None: the record as JSON). Lets a test write any line a hostile provider could.
+        self.result_hook: Callable[[int, dict[str, Any]], str | None] | None = None
         self.files: dict[str, dict[str, Any]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.uploads: list[str] = []
@@ -984,6 +992,7 @@ class FakeBatchAPI:
                 )
                 return
             batch_id = self._new_id("batch")
+            failure = self._whole_batch_failure(handler)
             batch = {
                 "id": batch_id,
                 "object": "batch",
@@ -998,9 +1007,21 @@ class FakeBatchAPI:
                 "request_counts": {"total": total, "completed": 0, "failed": 0},
                 "metadata": body.get("metadata"),
             }
+            if failure is not None:
+                batch.update(status="failed", failed_at=int(time.time()), errors=failure)
             self.batches[batch_id] = batch
             self.polls[batch_id] = 0
         handler._send_json(200, batch)
+
+    def _whole_batch_failure(self, handler: _Handler) -> dict[str, Any] | None:
+        """The errors of a batch failed whole at creation (``fail_batches_with``), if set."""
+        if self.fail_batches_with is None:
+            return None
+        authorization = handler.headers.get("Authorization", "")
+        key = authorization.removeprefix("Bearer ")
+        message = self.fail_batches_with.format(authorization=authorization, key=key)
+        error = {"code": "invalid_api_key", "line": None, "message": message, "param": None}
+        return {"object": "list", "data": [error]}
 
     def _retrieve(self, handler: _Handler, batch_id: str) -> None:
         with self._lock:
@@ -1118,7 +1139,12 @@ class FakeBatchAPI:
             batch[f"{status}_at"] = int(time.time())
 
     def _write_results(self, records: list[dict[str, Any]], kind: str) -> str:
-        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        hook = self.result_hook
+        lines = [
+            (hook(number, record) if hook is not None else None) or json.dumps(record)
+            for number, record in enumerate(records)
+        ]
+        data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
         return self._store_file(data, "batch_output", f"batch_{kind}.jsonl")["id"]
 
 

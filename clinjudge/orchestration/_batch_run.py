@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from autogen_core.models import CreateResult
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -37,6 +38,7 @@ from clinjudge.judges.clients import (
     BatchState,
     ReplySchema,
     batch_call_cost,
+    batch_output_mode,
     batch_price_per_token,
     batch_supported,
     check_batch_settings,
@@ -307,6 +309,8 @@ class BatchRun:
         """Replies received in this call, and their tokens (a reply's expected length)."""
         self._token_cap: int | None = None
         """Prompt tokens a batch may hold, once the provider refused one for its limit."""
+        self._output_mode = batch_output_mode(settings, _reply_schema(prepared))
+        """How every request line constrains its reply (each carries the rubric's schema)."""
 
     # -- the queue ---------------------------------------------------------------------------
 
@@ -540,26 +544,23 @@ class BatchRun:
         return calls
 
     def _outcome(
-        self, request: _Request, body: dict[str, Any], latency: float | None
+        self, request: _Request, result: CreateResult, latency: float | None
     ) -> CallOutcome:
-        choice = body["choices"][0]
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
-        usage = body.get("usage") or {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        text = result.content if isinstance(result.content, str) else ""
+        prompt, completion = result.usage.prompt_tokens, result.usage.completion_tokens
         estimated = not prompt
         if estimated:
             prompt = count_message_tokens([t.content for t in request.turns])
             completion = count_tokens(text)
         return CallOutcome(
             text=text,
-            finish_reason=str(choice.get("finish_reason") or "stop"),
+            finish_reason=result.finish_reason,
             prompt_tokens=prompt,
             completion_tokens=completion,
             tokens_estimated=estimated,
             cost_usd=batch_call_cost(self.settings, prompt, completion),
             latency_s=latency or 0.0,
+            output_mode=self._output_mode,
         )
 
     def _settle(
@@ -586,8 +587,11 @@ class BatchRun:
                 fault=fault,
             )
 
-        if line.body is None:
+        if line.result is None:
             fault = line.fault or ProviderFault("no result", retryable=True)
+            fault.output_mode = self._output_mode
+            if fault.usage is not None:  # a malformed reply the provider still billed
+                fault.cost_usd = batch_call_cost(self.settings, *fault.usage)
             row = record(None, fault)
             if fault.retryable and request.tries < config.retry.max_attempts:
                 out.queued.append(
@@ -599,7 +603,7 @@ class BatchRun:
             return row, SampleVerdict(
                 "failed", error=f"provider: {fault.reason}", transcript=list(request.turns)
             )
-        outcome = self._outcome(request, line.body, latency)
+        outcome = self._outcome(request, line.result, latency)
         row = record(outcome, None)
         turns = [*request.turns, ChatTurn("assistant", outcome.text)]
         try:

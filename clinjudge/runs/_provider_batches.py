@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from clinjudge._util.secrets import redact_secrets
 from clinjudge.runs._message_texts import SHARED_ROLE, TextIds
 from clinjudge.runs._store import RunStore, StoreError, _owner_only_files, rollback
 
@@ -87,9 +88,16 @@ def provider_batch_rows(store: RunStore, run_id: str) -> list[dict[str, Any]]:
         [run_id],
     )
     for row in rows:
-        errors = row["errors"]
-        row["errors"] = (json.loads(errors) if isinstance(errors, str) else errors) or []
+        row["errors"] = _error_texts(row["errors"])
+        row["status"] = redact_secrets(row["status"] or "")
     return rows
+
+
+def _error_texts(errors: Any) -> list[str]:
+    """A batch's stored errors as texts, credentials redacted (a store written before they
+    were redacted on the way in may still hold one)."""
+    listed = (json.loads(errors) if isinstance(errors, str) else errors) or []
+    return [redact_secrets(str(e)) for e in listed]
 
 
 def is_batch_run(store: RunStore, run_id: str) -> bool:
@@ -316,13 +324,14 @@ def update_batch(store: RunStore, run_id: str, attempt: int, state: BatchState) 
             WHERE run_id = ? AND attempt = ?""",
             [
                 state.id,
-                state.status,
+                redact_secrets(state.status),
                 datetime.now(UTC),
                 state.completed,
                 state.failed,
                 state.output_file_id,
                 state.error_file_id,
-                json.dumps(state.errors),
+                # The provider's words, which may quote the request and its key.
+                json.dumps([redact_secrets(e) for e in state.errors]),
                 run_id,
                 attempt,
             ],
@@ -387,11 +396,7 @@ def failed_batch_errors(store: RunStore, run_id: str) -> list[list[str]]:
         "ORDER BY attempt DESC",
         [run_id],
     )
-    out = []
-    for row in rows:
-        errors = json.loads(row["errors"]) if isinstance(row["errors"], str) else row["errors"]
-        out.append([str(e) for e in errors or []])
-    return out
+    return [_error_texts(row["errors"]) for row in rows]
 
 
 def return_refused_batch(store: RunStore, run_id: str, attempt: int) -> None:

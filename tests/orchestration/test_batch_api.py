@@ -22,7 +22,7 @@ from clinjudge.judges import (
 )
 from clinjudge.judges.clients import batch_price_per_token
 from clinjudge.judges.clients._accounting import call_cost
-from clinjudge.judges.clients._batch_api import parse_result_line
+from clinjudge.judges.clients._batch_lines import parse_result_line
 from clinjudge.judges.clients._settings import Price
 from clinjudge.orchestration import (
     ConfigError,
@@ -419,7 +419,7 @@ def test_result_lines_map_to_retryable_or_final_faults() -> None:
         return json.dumps({"custom_id": "c", "response": response, "error": error})
 
     ok = parse_result_line(line({"status_code": 200, "body": {"choices": [{"message": {}}]}}))
-    assert ok is not None and ok.body is not None and ok.fault is None
+    assert ok is not None and ok.result is not None and ok.fault is None
     bad = {"status_code": 400, "body": {"error": {"message": "bad max_tokens"}}}
     rejected = parse_result_line(line(bad))
     assert rejected is not None and rejected.fault is not None

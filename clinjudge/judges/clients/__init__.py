@@ -17,11 +17,10 @@ from clinjudge.judges.clients._batch_api import (
     BatchClient,
     BatchFile,
     BatchFileError,
-    BatchLine,
     BatchLineTooLarge,
-    BatchResults,
     BatchState,
     batch_call_cost,
+    batch_output_mode,
     batch_price_per_token,
     batch_supported,
     check_batch_settings,
@@ -29,6 +28,7 @@ from clinjudge.judges.clients._batch_api import (
     pack_batch_file,
     request_line,
 )
+from clinjudge.judges.clients._batch_lines import BatchLine, BatchResults
 from clinjudge.judges.clients._cache import ResponseCache
 from clinjudge.judges.clients._faults import TIMED_OUT, ProviderFault
 from clinjudge.judges.clients._mock_client import SIMULATED_NOTICE, register_simulated_replies
@@ -61,6 +61,7 @@ __all__ = [
     "SimpleChatCompletionClient",
     "TIMED_OUT",
     "batch_call_cost",
+    "batch_output_mode",
     "batch_price_per_token",
     "batch_supported",
     "check_credentials",

@@ -28,10 +28,11 @@ from clinjudge.judges.clients._accounting import (
     model_map_names,
     price_per_token,
 )
-from clinjudge.judges.clients._faults import ProviderFault, classify_fault, status_fault
+from clinjudge.judges.clients._batch_lines import BatchResults
+from clinjudge.judges.clients._faults import classify_fault, redact_secrets
 from clinjudge.judges.clients._model import ModelConfigError, _api_key, _sampling_args
 from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
-from clinjudge.judges.clients._structured import ReplySchema, openai_response_format
+from clinjudge.judges.clients._structured import OutputMode, ReplySchema, openai_response_format
 from clinjudge.rubrics import ChatTurn
 
 T = TypeVar("T")
@@ -218,6 +219,23 @@ def batch_call_cost(
     return cost_at(batch_price_per_token(settings), prompt_tokens, completion_tokens)
 
 
+def batch_output_mode(settings: ModelSettings, schema: ReplySchema | None) -> OutputMode:
+    """How a batch request constrains its reply (``calls.output_mode``).
+
+    Args:
+        settings: The judge model's settings (``structured_output``, ``json_mode``).
+        schema: The reply schema the request carries, if any.
+    """
+    setting = settings.structured_output
+    if schema is not None and setting in ("auto", "json_schema"):
+        return "json_schema"
+    if setting != "off" and (
+        settings.json_mode or (schema is not None and setting == "json_object")
+    ):
+        return "json_object"
+    return "off"
+
+
 def request_line(
     settings: ModelSettings,
     custom_id: str,
@@ -240,10 +258,10 @@ def request_line(
         "messages": [{"role": t.role, "content": t.content} for t in turns],
         **_sampling_args(settings),
     }
-    mode = settings.structured_output
-    if schema is not None and mode in ("auto", "json_schema"):
+    mode = batch_output_mode(settings, schema)
+    if mode == "json_schema" and schema is not None:
         body["response_format"] = openai_response_format(schema)
-    elif mode != "off" and (settings.json_mode or (schema is not None and mode == "json_object")):
+    elif mode == "json_object":
         body["response_format"] = {"type": "json_object"}
     url = "/chat/completions" if settings.provider in AZURE_PROVIDERS else "/v1/chat/completions"
     return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
@@ -301,45 +319,6 @@ class BatchState:
         return None
 
 
-@dataclass
-class BatchLine:
-    """The result of one request of a batch.
-
-    Args:
-        custom_id: The request's id.
-        body: The chat completion, when the request was answered with HTTP 200.
-        fault: Why it failed otherwise.
-    """
-
-    custom_id: str
-    body: dict[str, Any] | None = None
-    fault: ProviderFault | None = None
-
-
-class BatchResults:
-    """A finished batch's result lines by custom id, kept as the provider sent them and read
-    into a :class:`BatchLine` when taken: a line's parsed reply is several times its text."""
-
-    def __init__(self) -> None:
-        self._lines: dict[str, str] = {}
-
-    def add(self, raw_lines: Iterable[str]) -> None:
-        """Keep result lines (a later line for the same request replaces the earlier one);
-        blank and unreadable lines are left out."""
-        for raw in raw_lines:
-            line = parse_result_line(raw)
-            if line is not None:
-                self._lines[line.custom_id] = raw
-
-    def pop(self, custom_id: str) -> BatchLine | None:
-        """The result of one request, forgotten here once taken; None when there is none."""
-        raw = self._lines.pop(custom_id, None)
-        return None if raw is None else parse_result_line(raw)
-
-    def __len__(self) -> int:
-        return len(self._lines)
-
-
 def _state(batch: Any) -> BatchState:
     counts = getattr(batch, "request_counts", None)
     errors = getattr(getattr(batch, "errors", None), "data", None) or []
@@ -353,60 +332,21 @@ def _state(batch: Any) -> BatchState:
     )
     return BatchState(
         id=batch.id,
-        status=batch.status,
+        status=redact_secrets(str(batch.status)),
         input_file_id=batch.input_file_id,
         output_file_id=batch.output_file_id,
         error_file_id=batch.error_file_id,
         total=getattr(counts, "total", 0) or 0,
         completed=getattr(counts, "completed", 0) or 0,
         failed=getattr(counts, "failed", 0) or 0,
-        errors=[f"{getattr(e, 'code', '')}: {getattr(e, 'message', '')}".strip() for e in errors],
+        # The provider's words about a failed batch may quote the request (its key with it).
+        errors=[
+            redact_secrets(f"{getattr(e, 'code', '')}: {getattr(e, 'message', '')}".strip())
+            for e in errors
+        ],
         created_at=getattr(batch, "created_at", None),
         ended_at=ended,
     )
-
-
-def _error_text(body: Any) -> str:
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict):
-            return str(error.get("message") or error.get("code") or error)
-        if error:
-            return str(error)
-    return json.dumps(body)[:300] if body is not None else "no details"
-
-
-def parse_result_line(raw: str) -> BatchLine | None:
-    """Read one line of an output or error file; None for a blank or unreadable line.
-
-    Args:
-        raw: The JSON line.
-    """
-    if not raw.strip():
-        return None
-    try:
-        record = json.loads(raw)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
-        return None
-    custom_id = record["custom_id"]
-    response = record.get("response") or {}
-    status = response.get("status_code") if isinstance(response, dict) else None
-    body = response.get("body") if isinstance(response, dict) else None
-    if status == 200 and isinstance(body, dict) and body.get("choices"):
-        return BatchLine(custom_id, body=body)
-    if status == 200:
-        fault = ProviderFault("reply had no choices", retryable=True)
-    elif isinstance(status, int):
-        fault = status_fault(status, _error_text(body), None)
-    else:
-        error = record.get("error") or {}
-        code = error.get("code", "error") if isinstance(error, dict) else "error"
-        message = error.get("message", "") if isinstance(error, dict) else str(error)
-        # Expired or never-run requests may well succeed in another batch.
-        fault = ProviderFault(f"batch {code}: {message}"[:500], retryable=True)
-    return BatchLine(custom_id, fault=fault)
 
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -534,7 +474,7 @@ class BatchClient:
 
     async def results(self, state: BatchState) -> BatchResults:
         """Every result line of a finished batch by custom id (output file wins on repeats)."""
-        results = BatchResults()
+        results = BatchResults(max_bytes=self.settings.max_reply_bytes)
         await self.download(state.error_file_id, results)
         await self.download(state.output_file_id, results)
         return results
