@@ -862,6 +862,7 @@ class FakeBatchAPI:
         self.files: dict[str, dict[str, Any]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.uploads: list[str] = []
+        self.paths: list[str] = []  # each Files or Batches request's path, query included
         self.polls: dict[str, int] = {}
         self._lock = threading.Lock()
         self._counter = 0
@@ -887,6 +888,7 @@ class FakeBatchAPI:
         parts = path.strip("/").split("/")
         if not parts or parts[0] not in ("files", "batches"):
             return False
+        self.paths.append(handler.path)
         route = (method, parts[0], len(parts))
         if route == ("POST", "files", 1):
             self._upload(handler, raw)

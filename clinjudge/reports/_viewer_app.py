@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from clinjudge.reports._viewer_links import Links
+from clinjudge.reports._viewer_links import ITEM_PARAM, Links
 from clinjudge.reports._viewer_pages import BadRequest, PageNotFound, Viewer
 from clinjudge.reports._viewer_render import CSP_HEADER
 from clinjudge.reports._viewer_store import DatabaseBusy, DatabaseMissing, SnapshotReader
@@ -237,6 +237,13 @@ def create_app(
         p = request.path_params
         return viewer.item(links, p["run_id"], p["item_id"], params=_listed(request))
 
+    def item_named(request: Request) -> str:
+        params = _listed(request)
+        named = params.pop(ITEM_PARAM, [])
+        if len(named) != 1:
+            raise BadRequest(f"name one item: ?{ITEM_PARAM}=ID")
+        return viewer.item(links, request.path_params["run_id"], named[0], params=params)
+
     def audit(request: Request) -> str:
         return viewer.audit(links, request.path_params["run_id"])
 
@@ -266,6 +273,7 @@ def create_app(
         Route("/runs/{run_id}/", page(run)),
         Route("/runs/{run_id}/audit", page(audit)),
         Route("/runs/{run_id}/items/{item_id:path}", page(item)),
+        Route("/runs/{run_id}/item", page(item_named)),
         Mount("/static", StaticFiles(directory=static_dir()), name="static"),
     ]
 

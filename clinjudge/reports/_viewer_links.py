@@ -14,6 +14,9 @@ from collections.abc import Iterable, Sequence
 from urllib.parse import quote, urlencode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+DOT_SEGMENTS = frozenset({".", ".."})
+"""Item ids that cannot be a URL path segment: their page is ``/runs/RUN/item?item=ID``."""
+ITEM_PARAM = "item"
 
 
 def item_file_name(item_id: str) -> str:
@@ -57,6 +60,9 @@ class Links:
     def item(self, run_id: str, item_id: str, **query: object) -> str | None:
         """An item's page; ``query`` is the state of the item list it is opened from (sort,
         filters), which its previous and next links keep."""
+        if item_id in DOT_SEGMENTS:
+            # Browsers drop a path segment of dots (and read %2E as a dot): name it in the query.
+            return f"/runs/{quote(run_id, safe='')}/item" + _query({ITEM_PARAM: item_id, **query})
         path = f"/runs/{quote(run_id, safe='')}/items/{quote(item_id, safe='')}"
         return path + _query(query)
 

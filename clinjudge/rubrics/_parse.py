@@ -71,12 +71,15 @@ class ParsedJudgment:
         rationales: Explanation per wire key, where the judge gave one.
         rationale: Overall rationale, where the judge gave one.
         coerced: Scores the judge gave where the gate says null, stored as null (by key).
+        notes: What the reading had to decide that the judge left ambiguous (e.g. which of
+            two JSON objects with different scores it read).
     """
 
     values: dict[str, int | None]
     rationales: dict[str, str] = field(default_factory=dict)
     rationale: str | None = None
     coerced: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 _THINK_CLOSE = {
@@ -124,6 +127,24 @@ def strip_reasoning(text: str) -> str:
     return stripped
 
 
+class _ReadObject(dict[str, Any]):
+    """A JSON object as read from a reply, with the keys it gave more than once (a parser
+    keeps the last silently; which score the judge meant is then unknown)."""
+
+    repeated: dict[str, list[Any]]
+
+
+def _object_of(pairs: list[tuple[str, Any]]) -> _ReadObject:
+    read = _ReadObject(pairs)
+    read.repeated = {}
+    if len(read) < len(pairs):
+        seen: dict[str, list[Any]] = {}
+        for key, value in pairs:
+            seen.setdefault(key, []).append(value)
+        read.repeated = {k: v for k, v in seen.items() if len(v) > 1}
+    return read
+
+
 def _decode_at(text: str, start: int, decoder: json.JSONDecoder) -> tuple[Any, int] | None:
     try:
         return decoder.raw_decode(text, start)
@@ -135,7 +156,7 @@ def _decode_at(text: str, start: int, decoder: json.JSONDecoder) -> tuple[Any, i
     fragment = _TRAILING_COMMA.sub(r"\1", text[start:end])
     fragment = _BARE_WORDS.sub(lambda m: f": {_bare_word(m.group(1))}{m.group(2)}", fragment)
     try:
-        return json.loads(fragment), end
+        return json.loads(fragment, object_pairs_hook=_object_of), end
     except json.JSONDecodeError:
         return None
 
@@ -183,7 +204,7 @@ def json_objects(text: str) -> list[dict[str, Any]]:
     Args:
         text: A model reply, possibly with prose, fences or reasoning around the JSON.
     """
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(object_pairs_hook=_object_of)
     found: list[dict[str, Any]] = []
     index = text.find("{")
     while index != -1:
@@ -441,6 +462,82 @@ def _extract_fields(
     return values, rationales, overall, problems
 
 
+def _holds_score(raw: Any) -> bool:
+    """Whether a value reads as a score (a number, a number's text, a score object)."""
+    if isinstance(raw, bool):
+        return False
+    if isinstance(raw, int | float):
+        return True
+    if isinstance(raw, str):
+        return _is_number(raw)
+    if isinstance(raw, dict):
+        return any(normalise_key(k) in _SCORE_FIELDS for k in raw)
+    return False
+
+
+def _unknown_keys(flat: dict[str, Any], reading: _Reading) -> tuple[list[str], list[str]]:
+    """Problems and notes for keys the rubric's schema does not allow (it allows no others).
+
+    A score under a name that holds a rubric key (``accurate_extra``) may be the score the
+    judge meant for that attribute: refused, so the judge is asked again. Any other extra key
+    (``overall``, ``confidence``) holds nothing the rubric scores: read past, with a note.
+    """
+    problems: list[str] = []
+    ignored: list[str] = []
+    for name, raw in flat.items():
+        folded = normalise_key(name)
+        if (
+            name.startswith("__rationale__")
+            or folded in reading.aliases
+            or folded in _OVERALL_RATIONALE
+        ):
+            continue
+        near = next((k for k in reading.keys if normalise_key(k) in folded), None)
+        if near is not None and _holds_score(raw):
+            problems.append(f"{name[:40]}: not a key of the rubric, yet it scores like {near}")
+        else:
+            ignored.append(name[:40])
+    notes = [f"keys not in the rubric read past: {', '.join(ignored)}"] if ignored else []
+    return problems, notes
+
+
+def _repeat_problems(candidate: dict[str, Any], aliases: dict[str, str]) -> list[str]:
+    """A rubric key the object (or a score container in it) gives twice, differently."""
+    objects = [candidate]
+    objects += [v for k, v in candidate.items() if normalise_key(k) in _WRAPPERS]
+    problems = []
+    for found in objects:
+        for name, values in getattr(found, "repeated", {}).items():
+            wire = aliases.get(normalise_key(name))
+            if wire is not None and len({json.dumps(v, sort_keys=True) for v in values}) > 1:
+                problems.append(f"{wire}: key given {len(values)} times with different values")
+    return problems
+
+
+def _conflict_note(
+    candidates: list[dict[str, Any]], rubric: Rubric, aliases: dict[str, str]
+) -> str | None:
+    """A note when two JSON objects of one reply score an attribute differently. The most
+    complete object is read (the last of equals: a judge that corrects itself writes its
+    answer again below), and the note keeps the trace of the choice."""
+    scored: dict[str, int | None] = {}
+    for candidate in candidates:
+        values = _extract_fields(_unwrap(candidate, aliases), rubric, aliases)[0]
+        for key, value in values.items():
+            if key in scored and scored[key] != value:
+                return (
+                    f"the reply holds {len(candidates)} JSON objects that score {key} "
+                    f"differently ({scored[key]}, {value}); the most complete, last one was read"
+                )
+            scored[key] = value
+    return None
+
+
+def _may_repeat(text: str, reading: _Reading) -> bool:
+    """Whether a rubric key may be given twice (orjson keeps the last of a repeated key)."""
+    return any(text.count(f'"{key}"') > 1 for key in reading.keys)
+
+
 def _whole_object(text: str) -> dict[str, Any] | None:
     """The reply as the one object it is, when it is nothing but a JSON object that orjson reads
     (what structured output sends); None sends the reply through the forgiving extraction.
@@ -522,6 +619,8 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     reading = _reading(rubric)
     aliases = reading.aliases
     whole = _whole_object(text)
+    if whole is not None and _may_repeat(text, reading):
+        whole = None  # read below, where a repeated key is seen
     if whole is not None:
         accepted = _accept_exact(whole, reading)
         if accepted is not None:
@@ -529,6 +628,7 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     # Anything the exact path does not accept as it is (a reply in another shape, or one that
     # breaks a rule) is read and reported below, as it always was.
     exact = _exact_fields(whole, reading) if whole is not None else None
+    notes: list[str] = []
     if exact is not None:
         values, rationales, overall, problems = exact
     else:
@@ -543,6 +643,13 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
             raise JudgmentParseError("no JSON object in the reply uses the rubric's keys")
         flat = _unwrap(candidates[best_index], aliases)
         values, rationales, overall, problems = _extract_fields(flat, rubric, aliases)
+        problems += _repeat_problems(candidates[best_index], aliases)
+        unknown, notes = _unknown_keys(flat, reading)
+        problems += unknown
+        covering = [c for c, (coverage, _) in zip(candidates, ranked, strict=True) if coverage]
+        if len(covering) > 1:
+            note = _conflict_note(covering, rubric, aliases)
+            notes += [note] if note else []
     keys = reading.keys
     if problems:
         reported = {p.split(":", 1)[0] for p in problems}
@@ -563,4 +670,6 @@ def parse_judgment(text: str | None, rubric: Rubric) -> ParsedJudgment:
     if problems:
         raise JudgmentParseError("; ".join(problems))
     ordered = {k: values[k] for k in keys}
-    return ParsedJudgment(values=ordered, rationales=rationales, rationale=overall, coerced=coerced)
+    return ParsedJudgment(
+        values=ordered, rationales=rationales, rationale=overall, coerced=coerced, notes=notes
+    )

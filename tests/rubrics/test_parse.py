@@ -357,3 +357,42 @@ def test_same_attribute_twice_with_equal_values_is_accepted(pdsqi9) -> None:
         '"synthesized": null, "voice_summ": 0, "voice_note": 0}'
     )
     assert parse_judgment(reply, pdsqi9).values["accurate"] == 4
+
+
+# -- replies the schema rules out, each decided with a trace (hardening round 4, part 3) --------
+
+
+def test_a_key_repeated_with_different_scores_is_refused() -> None:
+    # A JSON parser keeps the last of a repeated key; which score the judge meant is unknown.
+    body = js()[:-1].rstrip() + ',\n "accurate": 1\n}'
+    assert json.loads(body)["accurate"] == 1  # what a plain parser would silently keep
+    with pytest.raises(JudgmentParseError, match="accurate: key given 2 times"):
+        parse_judgment(body, RUBRIC)
+    # Inside a score container too.
+    wrapped = '{"scores": ' + body + "}"
+    with pytest.raises(JudgmentParseError, match="accurate: key given 2 times"):
+        parse_judgment(wrapped, RUBRIC)
+
+
+def test_a_key_repeated_with_the_same_score_is_one_answer() -> None:
+    body = js()[:-1].rstrip() + ',\n "accurate": 5\n}'
+    assert parse_judgment(body, RUBRIC).values == BASE
+
+
+def test_a_score_under_a_near_name_is_refused_other_extra_keys_are_noted() -> None:
+    with pytest.raises(JudgmentParseError, match="accurate_extra: not a key of the rubric"):
+        parse_judgment(json.dumps({**BASE, "accurate_extra": 9}), RUBRIC)
+    parsed = parse_judgment(json.dumps({**BASE, "evil": "x", "overall": 4}), RUBRIC)
+    assert parsed.values == BASE
+    assert parsed.notes == ["keys not in the rubric read past: evil, overall"]
+    assert parse_judgment(json.dumps(BASE), RUBRIC).notes == []
+
+
+def test_two_objects_that_disagree_are_read_with_a_note() -> None:
+    corrected = parse_judgment(f"{js(accurate=2)}\nCorrected:\n{js()}", RUBRIC)
+    assert corrected.values == BASE
+    assert corrected.notes == [
+        "the reply holds 2 JSON objects that score accurate differently (2, 5); "
+        "the most complete, last one was read"
+    ]
+    assert parse_judgment(f"{js()}\nAgain:\n{js()}", RUBRIC).notes == []

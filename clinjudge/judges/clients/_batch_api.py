@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
@@ -521,14 +522,28 @@ def _sdk_client(settings: ModelSettings) -> Any:
     timeout = max(settings.timeout, 300.0)
     if settings.provider in AZURE_PROVIDERS:
         version = settings.api_version or os.environ.get("OPENAI_API_VERSION") or "2024-10-21"
+        endpoint, query = _split_query(_azure_endpoint(settings))
         return openai.AsyncAzureOpenAI(
-            azure_endpoint=_azure_endpoint(settings),
+            azure_endpoint=endpoint or "",
+            default_query=query,
             api_version=version,
             api_key=_api_key(settings, required=True),
             timeout=timeout,
             max_retries=5,
         )
     key = _api_key(settings, required=settings.base_url is None) or "not-needed"
+    base_url, query = _split_query(settings.base_url)
     return openai.AsyncOpenAI(
-        base_url=settings.base_url, api_key=key, timeout=timeout, max_retries=5
+        base_url=base_url, api_key=key, timeout=timeout, max_retries=5, default_query=query
     )
+
+
+def _split_query(url: str | None) -> tuple[str | None, dict[str, str] | None]:
+    """A base URL without its query string, and the query's parameters: the SDK appends each
+    endpoint's path to the base URL, so a query left there would end up mid-path (a direct
+    run keeps it at the end of every request's URL; the SDK does that with default_query)."""
+    if url is None or "?" not in url:
+        return url, None
+    parts = urllib.parse.urlsplit(url)
+    query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    return urllib.parse.urlunsplit(parts._replace(query="")), query or None

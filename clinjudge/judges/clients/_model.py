@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -157,6 +158,7 @@ def check_credentials(settings: ModelSettings) -> None:
     if settings.is_mock or provider == "hf":
         return
     _check_stored_url(settings)
+    _check_one_authorization(settings)
     if provider in OPENAI_PROVIDERS:
         direct = settings.client == "direct" or (
             settings.client == "auto" and settings.base_url is not None
@@ -178,6 +180,21 @@ def _check_stored_url(settings: ModelSettings) -> None:
             f"model {settings.model}: its base_url held credentials, which are never stored "
             f"({settings.base_url}); put the key in an environment variable named by "
             "api_key_env and give base_url without it"
+        )
+
+
+def _check_one_authorization(settings: ModelSettings) -> None:
+    """A base_url with ``user:password@`` sends those as the request's Authorization; a key in
+    the environment would be a second one, which the HTTP client refuses on every call."""
+    if not settings.base_url or "@" not in settings.base_url:
+        return
+    parts = urllib.parse.urlsplit(settings.base_url)
+    env_name = settings.api_key_env or _DEFAULT_KEY_ENV.get(settings.provider)
+    if (parts.username or parts.password) and env_name and os.environ.get(env_name):
+        raise ModelConfigError(
+            f"model {settings.model}: base_url carries credentials (user:password@) and "
+            f"{env_name} is set too; a request can carry only one: remove the user:password@ "
+            f"part of base_url, or unset {env_name} (or name an unset variable with api_key_env)"
         )
 
 
