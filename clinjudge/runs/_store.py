@@ -51,7 +51,7 @@ def default_db() -> str:
     return os.environ.get(DB_ENV) or str(DEFAULT_DB)
 
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version of the tables below. 1: stores from before the version was checked (columns added
 since: items.flags, runs.status_reason, calls.cached; newer tables). 2: the first recorded
 version. 3: response_cache.run_id (the run that wrote each reply; earlier rows keep NULL) and
@@ -62,6 +62,9 @@ reply: json_schema, json_object or off; earlier rows and local model calls keep 
 provider's prompt cache: tokens read, tokens written, dollars saved; earlier rows keep NULL).
 6: ``messages`` is a view over ``message_rows`` and ``message_texts``, which hold each system
 message once per run (``runs/_message_texts.py``; the old table is renamed, its rows unchanged).
+7: ``quality_flags`` (suspect-judgment flags of samples and runs), ``probe_variants`` and
+``probe_skips`` (the edited items of ``judge probe`` runs); earlier runs have no flags until a
+resume or ``judge runs flag`` computes them.
 Opening an older store for writing migrates it and records this version; a newer one is
 refused."""
 
@@ -146,6 +149,38 @@ CREATE TABLE IF NOT EXISTS calls (
     error VARCHAR,
     finish_reason VARCHAR,
     started_at TIMESTAMPTZ
+);
+-- quality_flags (7): evidence that a judgment may not be trustworthy (docs/trust.md). A
+-- sample's flag names its item, sample and agent; a run's flag has item_id '' and sample 0;
+-- attribute is '' when the flag is about no one attribute.
+CREATE TABLE IF NOT EXISTS quality_flags (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    sample INTEGER,
+    agent VARCHAR,
+    flag VARCHAR,
+    attribute VARCHAR,
+    detail VARCHAR,
+    PRIMARY KEY (run_id, item_id, sample, agent, flag, attribute)
+);
+-- probe_variants (7): items of a `judge probe` run made by a seeded edit of another item of
+-- the run (original_id); edit describes the change (for the side-by-side view).
+CREATE TABLE IF NOT EXISTS probe_variants (
+    run_id VARCHAR,
+    item_id VARCHAR,
+    original_id VARCHAR,
+    probe VARCHAR,
+    seed INTEGER,
+    edit JSON,
+    PRIMARY KEY (run_id, item_id)
+);
+-- probe_skips (7): originals a probe could not edit, with the reason (counted, never silent).
+CREATE TABLE IF NOT EXISTS probe_skips (
+    run_id VARCHAR,
+    original_id VARCHAR,
+    probe VARCHAR,
+    reason VARCHAR,
+    PRIMARY KEY (run_id, original_id, probe)
 );
 CREATE TABLE IF NOT EXISTS human_ratings (
     item_id VARCHAR,
