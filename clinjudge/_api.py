@@ -28,13 +28,17 @@ from clinjudge.analysis import (
     AgreementResult,
     AuditStatistics,
     Comparison,
+    ProbeStatistics,
     agreement_for_run,
     audit_for_run,
     compare_runs,
     identical_samples_note,
+    probe_statistics,
     run_rubric,
+    unplaced_ratings,
 )
 from clinjudge.errors import UserError
+from clinjudge.inputs import parse_probes
 from clinjudge.judges import COUNT_ENCODING, counts_exactly
 from clinjudge.judges.clients import check_credentials
 from clinjudge.judges.workflows import workflow_for
@@ -45,6 +49,8 @@ from clinjudge.orchestration import (
     RunConfig,
     RunTally,
     check_batch_config,
+    check_ray_config,
+    create_probe_run,
     create_run,
     estimate_batch_run,
     estimate_run,
@@ -52,6 +58,7 @@ from clinjudge.orchestration import (
     load_stored_run,
     pending_work,
     prepare_audit,
+    prepare_probe,
     prepare_run,
     run_config_from,
     timed_out_calls,
@@ -66,6 +73,8 @@ from clinjudge.runs import (
     default_db,
     is_batch_run,
     load_human_ratings,
+    quality_flag_rows,
+    quality_summary,
     run_counts,
     run_table,
     status_label,
@@ -78,19 +87,24 @@ __all__ = [
     "Comparison",
     "Estimate",
     "FailureSummary",
+    "ProbeResult",
     "audit",
     "audit_async",
     "estimate",
     "estimate_audit",
     "Run",
+    "RunFlag",
     "RunResult",
     "RunStart",
     "compare",
+    "estimate_probe",
     "evaluate",
     "evaluate_async",
     "ImportSummary",
     "import_ratings",
     "load_run",
+    "probe",
+    "probe_async",
     "resume",
     "resume_async",
 ]
@@ -204,6 +218,22 @@ class FailureSummary(BaseModel):
     first_error: str
 
 
+class RunFlag(BaseModel):
+    """A flag of a whole run (docs/trust.md).
+
+    Args:
+        flag: ``no_spread`` or ``unused_scale``.
+        attribute: The attribute it is about.
+        detail: What was seen.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    flag: str
+    attribute: str
+    detail: str
+
+
 class RunResult(BaseModel):
     """What a finished (or stopped) run produced.
 
@@ -232,6 +262,10 @@ class RunResult(BaseModel):
         already_complete: A resumed run had nothing left to do.
         spent_usd: Dollars this call spent (``cost_usd`` is the whole run's).
         not_started: Samples the budget (``max_cost``) kept from starting in this call.
+        suspect_samples: Samples (of any agent) with a suspect-judgment flag (docs/trust.md).
+        flag_counts: Samples per sample flag (``at_token_cap``, ``degenerate_reason``...).
+        run_flags: The run's own flags (``no_spread``, ``unused_scale``), each with its
+            attribute and what was seen.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -256,6 +290,9 @@ class RunResult(BaseModel):
     spent_usd: float = 0.0
     not_started: int = 0
     cached_calls: int = 0
+    suspect_samples: int = 0
+    flag_counts: dict[str, int] = {}
+    run_flags: list[RunFlag] = []
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -372,6 +409,23 @@ class AuditResult(AuditStatistics):
         return self.to_dict()
 
 
+class ProbeResult(ProbeStatistics):
+    """A probe run's results (:func:`probe`): per probe and attribute, the share of variants
+    whose score moved as expected with a Wilson 95% interval and the mean change (``rows``),
+    a verdict per probe (``verdicts``), and ``run``, the judging run's result, when it judged.
+
+    ``to_arrow()``/``to_pandas()`` give one row per probe and attribute.
+    """
+
+    run: RunResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The statistics as plain data (``run`` left out)."""
+        out = super().to_dict()
+        out.pop("run", None)
+        return out
+
+
 class Run:
     """A stored run, read-only. Tables come back as Arrow tables (``.to_pandas()`` for pandas).
 
@@ -418,6 +472,15 @@ class Run:
         """Transcripts: panel members' and MagenticOne discussion messages."""
         return self._table("messages")
 
+    def quality_flags(self) -> pa.Table:
+        """Suspect-judgment flags (docs/trust.md): one row per flag of a sample (item,
+        sample, agent) or of the run (``item_id`` empty), with the attribute and what was
+        seen."""
+        with RunStore(self.db, read_only=True) as store:
+            rows = quality_flag_rows(store, self.run_id)
+        names = ["item_id", "sample", "agent", "flag", "attribute", "detail"]
+        return pa.table({n: [r[n] for r in rows] for n in names})
+
     def agreement(self, *, n_boot: int = 1000, seed: int = 0) -> AgreementResult:
         """Agreement of this run's judge with the physicians' ratings in the store.
 
@@ -438,6 +501,7 @@ class Run:
         seed: int = 0,
         ratings: str | Path | None = None,
         report_dir: str | Path | None = None,
+        strict: bool = False,
     ) -> AuditResult:
         """Statistics of this vendor audit run, recomputed from the store (no judging).
 
@@ -447,14 +511,22 @@ class Run:
             seed: Bootstrap seed.
             ratings: Physicians' ratings of a sample of the items (as for :func:`audit`).
             report_dir: Write report.html and report.md here.
+            strict: As for :func:`audit`.
         """
         rules = _texts("rules", rules, optional=True)
         n_boot = _whole("n_boot", n_boot, 0)
         seed = _whole("seed", seed, 0)
         ratings = _optional_path("ratings", ratings)
         report_dir = _optional_path("report_dir", report_dir)
+        strict = bool(_flag("strict", strict))
         physicians = load_human_ratings(ratings, run_rubric(self.info)) if ratings else None
-        return _audit_result(self.db, self.run_id, rules, n_boot, seed, physicians, report_dir)
+        return _audit_result(
+            self.db, self.run_id, rules, n_boot, seed, physicians, report_dir, strict=strict
+        )
+
+    def probe(self) -> ProbeResult:
+        """The probe results of this ``judge probe`` run, recomputed from the store."""
+        return _probe_result(self.db, self.run_id)
 
 
 def _db(db: str | Path | None) -> str:
@@ -512,6 +584,7 @@ def _result(
     run = store.get_run(run_id)
     counts = run_counts(store, run_id, agent)
     copies = identical_samples_note(store, run_id)
+    quality = quality_summary(store, run_id)
     return RunResult(
         run_id=run["run_id"],
         db=str(store.path),
@@ -533,6 +606,9 @@ def _result(
         spent_usd=tally.cost_usd if tally else 0.0,
         not_started=tally.not_started if tally else 0,
         cached_calls=counts.cached_calls,
+        suspect_samples=quality["suspect_samples"],
+        flag_counts=quality["by_flag"],
+        run_flags=[RunFlag(**f) for f in quality["run_flags"]],
     )
 
 
@@ -859,6 +935,8 @@ def estimate(
 async def _resume(run_id: str, db: str, max_cost: float | None, judging: _Judging) -> RunResult:
     with RunStore(db) as store:
         full_id, prepared = load_stored_run(store, run_id)
+        # Before the run is marked running again: a Ray cluster that is gone is one line.
+        check_ray_config(prepared.config)
         if max_cost is not None:
             # A budget given with the resume replaces the stored one for this call.
             prepared.config = prepared.config.model_copy(update={"max_cost": max_cost})
@@ -993,10 +1071,14 @@ def _audit_result(
     ratings: list[HumanRating] | None,
     report_dir: str | None,
     run: RunResult | None = None,
+    *,
+    strict: bool = False,
 ) -> AuditResult:
     """An audit run's statistics (and report, when asked for) from the store."""
     with RunStore(db, read_only=True) as store:
-        stats = audit_for_run(store, run_id, rules=rules, n_boot=n_boot, seed=seed, ratings=ratings)
+        stats = audit_for_run(
+            store, run_id, rules=rules, n_boot=n_boot, seed=seed, ratings=ratings, strict=strict
+        )
     if report_dir is not None:
         write_audit_report(stats, report_dir)
     result = AuditResult.model_validate(stats.to_dict())
@@ -1025,17 +1107,22 @@ def _prepare_audit(
     options: dict[str, Any],
     credentials: bool = True,
     batch: bool = False,
+    strict: bool = False,
 ) -> tuple[PreparedRun, list[dict[str, Any]], list[HumanRating] | None]:
     """An audit's run, its unmatched encounters and the physicians' ratings, all checked
     before anything is written (a bad ratings file stops the audit first); ``credentials``
     also checks the API keys (a dry run needs none), ``batch`` that the run can go through a
-    provider's batch API."""
+    provider's batch API, ``strict`` that every rating names one of the audit's items."""
     config, paths = _audit_settings(vendors, options, source)
     _check_batch(config, batch, credentials=credentials)
     if credentials:
         _check_keys(config)
     prepared, audit_items = prepare_audit(config, paths, rules)
     physicians = load_human_ratings(ratings, prepared.rubric) if ratings else None
+    if strict and physicians:
+        # Before judging, so a misspelt vendor costs nothing. The items of every shard count:
+        # a shard's own statistics warn about the ratings of the others' items.
+        unplaced_ratings(physicians, set(audit_items.ids), audit_items.vendors, strict=True)
     return prepared, list(audit_items.unmatched), physicians
 
 
@@ -1049,19 +1136,31 @@ async def _audit(
     ratings: object,
     source: str | None,
     options: dict[str, Any],
+    strict: object = False,
 ) -> AuditResult:
     checked_rules = _texts("rules", rules, optional=True)
     report = _optional_path("report_dir", report_dir)
     boot = _whole("n_boot", n_boot, 0)  # 0: no confidence intervals, as `judge audit --boot 0`
     physicians_file = _optional_path("ratings", ratings)
+    refuse = bool(_flag("strict", strict))
     batch = judging.batch_poll is not None
     prepared, unmatched, physicians = await asyncio.to_thread(
-        _prepare_audit, vendors, checked_rules, physicians_file, source, options, True, batch
+        _prepare_audit,
+        vendors,
+        checked_rules,
+        physicians_file,
+        source,
+        options,
+        True,
+        batch,
+        refuse,
     )
     config = prepared.config
     with RunStore(config.db) as store:
         run_id = create_run(store, prepared)
         run = await _judge(store, run_id, prepared, judging, unmatched=unmatched)
+    # `strict` was applied before judging, against every item: refusing now would throw away
+    # what was judged (a shard's run lacks the other shards' items, which are only named).
     return _audit_result(
         config.db, run_id, checked_rules, boot, config.seed, physicians, report, run
     )
@@ -1076,6 +1175,7 @@ async def audit_async(
     progress: bool = False,
     progress_every: float | None = None,
     ratings: str | Path | None = None,
+    strict: bool = False,
     batch: bool = False,
     poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
@@ -1100,6 +1200,7 @@ async def audit_async(
         ratings=ratings,
         source=source,
         options=options,
+        strict=strict,
     )
 
 
@@ -1112,6 +1213,7 @@ def audit(
     progress: bool = False,
     progress_every: float | None = None,
     ratings: str | Path | None = None,
+    strict: bool = False,
     batch: bool = False,
     poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
@@ -1134,6 +1236,9 @@ def audit(
         ratings: Physicians' ratings of a random sample of the items (as for
             :func:`import_ratings`, or with ``vendor`` + ``item_id``): adds the judge-corrected
             (PPI++) estimates of the physicians' means (``ppi``, ``ppi_pairs``).
+        strict: Refuse (:class:`UserError`, before anything is judged) ratings that name a
+            vendor or item the audit does not have; without it they are left out and
+            ``ppi_warnings`` names each one.
         batch: Single mode, ``openai/`` or ``azure/`` models: judge through the provider's
             batch API (half price, results within 24 h), as :func:`evaluate` does.
         poll_interval: With ``batch``: seconds before the first poll (doubling to 300).
@@ -1159,6 +1264,7 @@ def audit(
             ratings=ratings,
             source=source,
             options=options,
+            strict=strict,
         )
     )
 
@@ -1168,6 +1274,7 @@ def estimate_audit(
     *,
     rules: Sequence[str] | None = None,
     ratings: str | Path | None = None,
+    strict: bool = False,
     batch: bool = False,
     source: str | None = None,
     **options: Any,
@@ -1179,6 +1286,7 @@ def estimate_audit(
         vendors: As for :func:`audit`.
         rules: Flag rules (checked).
         ratings: Physicians' ratings (checked against the rubric).
+        strict: Also check that every rating names one of the audit's items.
         batch: Priced at the provider's batch prices (and checked for a batch run).
         source: What the settings came from, named in error messages.
         **options: The settings of ``judge run`` by name (see :func:`evaluate`).
@@ -1186,7 +1294,179 @@ def estimate_audit(
     checked_rules = _texts("rules", rules, optional=True)
     physicians_file = _optional_path("ratings", ratings)
     by_batch = bool(_flag("batch", batch))
+    refuse = bool(_flag("strict", strict))
     prepared, unmatched, _ = _prepare_audit(
-        vendors, checked_rules, physicians_file, source, options, False, by_batch
+        vendors, checked_rules, physicians_file, source, options, False, by_batch, refuse
     )
     return _estimate(prepared, by_batch, unmatched)
+
+
+def _probe_result(db: str, run_id: str, run: RunResult | None = None) -> ProbeResult:
+    """A probe run's statistics from the store."""
+    with RunStore(db, read_only=True) as store:
+        stats = probe_statistics(store, run_id)
+    result = ProbeResult.model_validate(stats.to_dict())
+    return result.model_copy(update={"run": run}) if run is not None else result
+
+
+def _prepare_probe_run(
+    data: object,
+    probes: object,
+    options: dict[str, Any],
+    *,
+    limit: object,
+    credentials: bool,
+    source: str | None,
+) -> Any:
+    """A probe run's settings, checked, and its originals and variants built (nothing
+    written)."""
+    if "dry_run" in options:
+        raise ConfigError(
+            "dry_run: call clinjudge.estimate_probe(...) with the same arguments",
+            setting="dry_run",
+        )
+    chosen = _probe_names(probes)
+    limit = None if limit is None else _whole("limit", limit, 1)
+    config = run_config_from({**options, "data": _optional_path("data", data)}, source=source)
+    if credentials:
+        _check_keys(config)
+    return prepare_probe(config, chosen, limit=limit)
+
+
+def _probe_names(probes: object) -> list[str]:
+    if probes is not None and not isinstance(probes, str | Sequence):
+        raise _wrong("probes", "probe names (a list or 'a,b')", probes)
+    try:
+        return parse_probes(probes)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise UserError(str(exc), setting="probes") from None
+
+
+async def _probe(
+    data: object,
+    judging: _Judging,
+    *,
+    probes: object,
+    limit: object,
+    source: str | None,
+    options: dict[str, Any],
+) -> ProbeResult:
+    prepared = await asyncio.to_thread(
+        _prepare_probe_run,
+        data,
+        probes,
+        options,
+        limit=limit,
+        credentials=True,
+        source=source,
+    )
+    config = prepared.run.config
+    with RunStore(config.db) as store:
+        run_id = create_probe_run(store, prepared)
+        run = await _judge(store, run_id, prepared.run, judging)
+    return _probe_result(config.db, run_id, run)
+
+
+async def probe_async(
+    data: str | Path | None = None,
+    *,
+    probes: Sequence[str] | str | None = None,
+    limit: int | None = None,
+    progress: bool = False,
+    progress_every: float | None = None,
+    on_start: OnStart | None = None,
+    source: str | None = None,
+    **options: Any,
+) -> ProbeResult:
+    """Probe a judge configuration; the async form of :func:`probe` (same arguments)."""
+    judging = _judging(
+        progress=progress,
+        progress_every=progress_every,
+        batch=False,
+        poll_interval=DEFAULT_POLL_SECONDS,
+        on_start=on_start,
+    )
+    return await _probe(data, judging, probes=probes, limit=limit, source=source, options=options)
+
+
+def probe(
+    data: str | Path | None = None,
+    *,
+    probes: Sequence[str] | str | None = None,
+    limit: int | None = None,
+    progress: bool = False,
+    progress_every: float | None = None,
+    on_start: OnStart | None = None,
+    source: str | None = None,
+    **options: Any,
+) -> ProbeResult:
+    """Test a judge with controlled edits of each item: does its score move when the text
+    gets worse, and hold still when it should?
+
+    Each item gets one seeded, rule-based variant per probe (contradiction, fabrication,
+    omission, padding, disorder, uncited, stigma, injection, neutral; seeded with ``seed``);
+    originals and variants are judged in one ordinary run (:func:`resume` finishes it), and
+    each variant's scores are compared with its original's. An item a probe cannot edit is
+    skipped with its reason counted. Passing probes is necessary, not sufficient: agreement
+    with physicians remains the test (docs/trust.md).
+
+    Example::
+
+        result = clinjudge.probe("items.jsonl", rubric="pdsqi9", model="openai/gpt-4o-mini")
+        result.to_pandas()        # one row per probe and attribute
+        [(v.probe, v.verdict) for v in result.verdicts]
+
+    Args:
+        data: Items to probe (JSONL, CSV or Parquet), or None to take it from ``config``.
+        probes: Probe names (a list or ``"a,b"``); None: all of them.
+        limit: Probe only the first ``limit`` items.
+        progress: Draw a progress bar on stderr.
+        progress_every: Off a terminal, seconds between progress lines.
+        on_start: Called with a :class:`RunStart` once the run is stored, before any model
+            call.
+        source: What the settings came from, named in error messages.
+        **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
+            ``base_url``, ``samples``, ``seed``, ``db``...).
+    """
+    judging = _judging(
+        progress=progress,
+        progress_every=progress_every,
+        batch=False,
+        poll_interval=DEFAULT_POLL_SECONDS,
+        on_start=on_start,
+    )
+    return _run_sync(
+        lambda owns_loop: _probe(
+            data,
+            _own(judging, owns_loop),
+            probes=probes,
+            limit=limit,
+            source=source,
+            options=options,
+        )
+    )
+
+
+def estimate_probe(
+    data: str | Path | None = None,
+    *,
+    probes: Sequence[str] | str | None = None,
+    limit: int | None = None,
+    source: str | None = None,
+    **options: Any,
+) -> Estimate:
+    """A dry run of :func:`probe` with the same arguments: builds the variants, renders every
+    prompt of originals and variants, counts tokens and prices them; calls nothing, writes
+    nothing, needs no API key.
+
+    Args:
+        data: As for :func:`probe`.
+        probes: As for :func:`probe`.
+        limit: As for :func:`probe`.
+        source: What the settings came from, named in error messages.
+        **options: The settings of ``judge run`` by name.
+    """
+    prepared = _prepare_probe_run(
+        data, probes, options, limit=limit, credentials=False, source=source
+    )
+    return _estimate(prepared.run, False)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         holm_adjust,
         paired_comparisons,
         run_flag_rules,
+        unplaced_ratings,
         vendor_summaries,
     )
     from clinjudge.analysis._audit_result import (
@@ -80,6 +81,13 @@ if TYPE_CHECKING:
         instance_tallies,
         macro_scores,
         pooled_scores,
+    )
+    from clinjudge.analysis._probe import (
+        ProbeRow,
+        ProbeStatistics,
+        ProbeVerdict,
+        probe_statistics,
+        wilson_interval,
     )
     from clinjudge.analysis._stats import (
         added_rater_bootstrap,
@@ -117,6 +125,11 @@ _LAZY: dict[str, str] = {
     "AuditStatistics": "_audit_result",
     "DocLensReport": "_doclens_result",
     "PPIMean": "_audit_result",
+    "ProbeRow": "_probe",
+    "ProbeStatistics": "_probe",
+    "ProbeVerdict": "_probe",
+    "probe_statistics": "_probe",
+    "wilson_interval": "_probe",
     "AgreementAnalysis": "_agreement_result",
     "AgreementError": "_agreement_run",
     "AgreementResult": "_agreement_result",
@@ -174,6 +187,7 @@ _LAZY: dict[str, str] = {
     "run_summary": "_summary",
     "score_distributions": "_summary",
     "substitution_bootstrap": "_stats",
+    "unplaced_ratings": "_audit",
     "vendor_summaries": "_audit",
     "wilcoxon_paired": "_stats",
 }
@@ -187,6 +201,11 @@ __all__ = [
     "AuditStatistics",
     "DocLensReport",
     "PPIMean",
+    "ProbeRow",
+    "ProbeStatistics",
+    "ProbeVerdict",
+    "probe_statistics",
+    "wilson_interval",
     "AgreementAnalysis",
     "AgreementError",
     "AgreementResult",
@@ -248,6 +267,7 @@ __all__ = [
     "run_summary",
     "score_distributions",
     "substitution_bootstrap",
+    "unplaced_ratings",
     "vendor_summaries",
     "wilcoxon_paired",
 ]

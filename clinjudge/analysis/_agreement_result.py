@@ -409,6 +409,7 @@ class AgreementResult(AgreementAnalysis):
     cached: bool = False
     mean_abs_difference: MeanAbsDifference | None = None
     samples_warning: str | None = None
+    suspect_warning: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgreementResult:
@@ -419,6 +420,6 @@ class AgreementResult(AgreementAnalysis):
         """The layout of ``judge agree RUN --json`` (run fields, then the analysis)."""
         out = super().to_dict()
         first = [k for k in out if k not in ("per_attribute", "pooled", "notes")]
-        tail = ("mean_abs_difference", "samples_warning")
+        tail = ("mean_abs_difference", "samples_warning", "suspect_warning")
         order = [k for k in first if k not in tail] + ["per_attribute", "pooled", "notes"]
         return {k: out[k] for k in [*order, *[k for k in tail if k in out]] if k in out}

@@ -29,7 +29,7 @@ from clinjudge.analysis._agreement_result import (
     AgreementResult,
     MeanAbsDifference,
 )
-from clinjudge.analysis._summary import identical_samples_note
+from clinjudge.analysis._summary import identical_samples_note, suspect_samples_note
 from clinjudge.errors import UserError
 from clinjudge.inputs import load_ratings
 from clinjudge.rubrics import Rubric, ScaleKind
@@ -275,6 +275,10 @@ def agreement_for_run(
     result["samples_warning"] = warning
     if warning is not None:
         result["notes"] = [*analysis.notes, f"judge samples: {warning}"]
+    suspect = suspect_samples_note(store, run["run_id"])
+    result["suspect_warning"] = suspect
+    if suspect is not None:
+        result["notes"] = [*result["notes"], f"suspect judgments: {suspect}"]
     return AgreementResult.model_validate(_clean(result))
 
 

@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
 
 from clinjudge.analysis._agreement_run import run_rubric
 from clinjudge.analysis._audit_ppi import (
+    interval_warnings,
     physician_labels,
     physician_sample,
     plan_sample,
     ppi_pair_rows,
     ppi_vendor_rows,
     sampling_warnings,
+    unmatched_rating_warnings,
 )
 from clinjudge.analysis._audit_result import AuditPlan, AuditStatistics
 from clinjudge.analysis._stats import wilcoxon_paired
@@ -279,6 +281,7 @@ def audit_for_run(
     seed: int = 0,
     alpha: float = 0.05,
     ratings: Sequence[HumanRating] | None = None,
+    strict: bool = False,
 ) -> AuditStatistics:
     """Every audit statistic of a stored audit run (nothing is judged).
 
@@ -294,6 +297,8 @@ def audit_for_run(
         ratings: Physicians' ratings of a random sample of the run's items: adds the
             judge-corrected (PPI++) estimates of the physicians' means (``ppi``, ``ppi_pairs``,
             ``physician_sample``).
+        strict: Refuse ratings that name a vendor or item the run does not have (raise
+            :class:`AuditError`) instead of leaving them out with a warning.
     """
     run = store.get_run(run_id)
     rid = run["run_id"]
@@ -329,7 +334,7 @@ def audit_for_run(
         )
     flagged = flag_items(scores, parsed, sorted(failed), _addressed(store, rid, rows))
     corrected = (
-        _judge_corrected(rubric, rows, scores, vendors, flagged, ratings, notes)
+        _judge_corrected(rubric, rows, scores, vendors, flagged, ratings, notes, strict=strict)
         if ratings is not None
         else {}
     )
@@ -368,6 +373,8 @@ def _judge_corrected(
     flagged: list[dict[str, Any]],
     ratings: Sequence[HumanRating],
     notes: list[str],
+    *,
+    strict: bool = False,
 ) -> dict[str, Any]:
     """The PPI++ part of an audit: physicians' means per vendor and vendor pair."""
     where = _locations(rows)
@@ -379,6 +386,7 @@ def _judge_corrected(
             "vendor and item_id columns)",
             setting="ratings",
         )
+    unplaced = unplaced_ratings(ratings, where, vendors, strict=strict)
     if len(matched) < len(ratings):
         notes.append(
             f"{len(ratings) - len(matched)} rating(s) name items that are not in this run; "
@@ -389,12 +397,45 @@ def _judge_corrected(
     )
     attributes = [a.key for a in rubric.attributes if a.agreement]
     flagged_keys = [(f["vendor"], f["encounter_id"]) for f in flagged]
+    vendor_rows = ppi_vendor_rows(scores, labels, vendors, attributes)
+    pair_rows = ppi_pair_rows(scores, labels, vendors, attributes)
     return {
-        "ppi": ppi_vendor_rows(scores, labels, vendors, attributes),
-        "ppi_pairs": ppi_pair_rows(scores, labels, vendors, attributes),
+        "ppi": vendor_rows,
+        "ppi_pairs": pair_rows,
         "physician_sample": physician_sample(scores, labels, vendors),
-        "ppi_warnings": sampling_warnings(scores, labels, vendors, attributes, flagged_keys),
+        "ppi_warnings": [
+            *unplaced,
+            *sampling_warnings(scores, labels, vendors, attributes, flagged_keys),
+            *interval_warnings(vendor_rows, pair_rows),
+        ],
     }
+
+
+def unplaced_ratings(
+    ratings: Sequence[HumanRating],
+    item_ids: Collection[str],
+    vendors: Sequence[str],
+    *,
+    strict: bool = False,
+) -> list[str]:
+    """Warnings naming each vendor and item the ratings name that the audit does not have;
+    with ``strict`` those ratings are refused instead, since leaving them out changes the
+    estimates.
+
+    Args:
+        ratings: Physicians' ratings (item ids as stored, ``VENDOR::ID``).
+        item_ids: The audit's item ids.
+        vendors: The audit's vendors, in report order.
+        strict: Raise :class:`AuditError` rather than warn.
+    """
+    warnings = unmatched_rating_warnings([r.item_id for r in ratings], item_ids, vendors)
+    if strict and warnings:
+        raise AuditError(
+            "ratings that this audit cannot place (refused with strict; without it they are "
+            f"left out with a warning): {'; '.join(warnings)}",
+            setting="ratings",
+        )
+    return warnings
 
 
 def _final_scores(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 from clinjudge.analysis._ppi import MeanEstimate, expected_half_widths, ppi_means
+from clinjudge.inputs import audit_item_id
 
 # vendor -> encounter -> attribute -> score (None when null or failed)
 Scores = Mapping[str, Mapping[str, Mapping[str, float | None]]]
@@ -26,6 +27,16 @@ Scores = Mapping[str, Mapping[str, Mapping[str, float | None]]]
 Labels = dict[tuple[str, str], dict[str, float]]
 
 _SHIFT_P = 0.01  # a labelled/unlabelled difference in judge scores this unlikely is reported
+
+# Fewer rated items than this and an interval is reported as unreliable. The interval is
+# ppi_py's: a normal quantile with the population (ddof 0) variance. For normally distributed
+# ratings its real coverage with n rated items is P(|t(n-1)| < 1.96 sqrt((n-1)/n)): 60% at n=2,
+# 75% at 3, 85% at 5, 90% at 10, 93% at 20. Ten is where it first reaches 90%; Likert ratings
+# (few values, skewed) do no better. The interval itself stays ppi_py's.
+MIN_RATED = 10
+
+# Widths below this are zero: equal ratings averaged in floating point may differ in the last bit.
+_ZERO_WIDTH = 1e-9
 
 
 def physician_labels(
@@ -69,7 +80,8 @@ def _split(
 def ppi_vendor_rows(
     scores: Scores, labels: Labels, vendors: Sequence[str], attributes: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """The ``ppi`` rows: per vendor and attribute, PPI++, physicians-only and judge-only means.
+    """The ``ppi`` rows: per vendor and attribute, PPI++, physicians-only and judge-only means,
+    and ``interval_warning`` (see :func:`interval_warning`).
 
     Args:
         scores: Final judge scores per vendor and encounter.
@@ -117,7 +129,7 @@ def ppi_pair_rows(
     estimates = ppi_means([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts])
     rows = []
     for (a, b, attribute), e in zip(keys, estimates, strict=True):
-        fields = _fields(e)
+        fields = _fields(e, pair=True)
         rows.append(
             {
                 "first": a,
@@ -128,15 +140,160 @@ def ppi_pair_rows(
                 "classical_ci_low": fields["classical_ci_low"],
                 "classical_ci_high": fields["classical_ci_high"],
                 "judge_estimate": fields["judge_mean"],
+                "interval_warning": fields["interval_warning"],
             }
         )
     return rows
 
 
-def _fields(estimate: MeanEstimate) -> dict[str, Any]:
+def _fields(estimate: MeanEstimate, *, pair: bool = False) -> dict[str, Any]:
     fields = asdict(estimate)
     fields["lambda"] = fields.pop("lam")
+    fields["interval_warning"] = interval_warning(estimate, pair=pair)
     return fields
+
+
+def _zero_width(low: float | None, high: float | None) -> bool:
+    return low is not None and high is not None and high - low <= _ZERO_WIDTH
+
+
+def interval_warning(estimate: MeanEstimate, *, pair: bool = False) -> str | None:
+    """Why a group's interval is missing or not to be trusted, in a few words; None when it is
+    fine. The interval is left as ``ppi_py`` defines it; this only says what it cannot show.
+
+    Args:
+        estimate: The group's estimates.
+        pair: A vendor pair's difference (its n counts items rated for both vendors).
+    """
+    one, many = _units(pair)
+    if estimate.n == 0:
+        return f"undefined: no {many if not pair else one}"
+    if estimate.n == 1:
+        return f"undefined: 1 {one} (an interval needs at least 2; {MIN_RATED} for a reliable one)"
+    parts = []
+    if _zero_width(estimate.classical_ci_low, estimate.classical_ci_high):
+        # The physicians' ratings are all equal; lambda is then 0 and PPI++ is the same interval.
+        parts.append("zero width: the ratings do not vary")
+    elif _zero_width(estimate.ci_low, estimate.ci_high):
+        # Possible with lambda > 0: ratings equal to lambda x the judge's score plus a constant
+        # on the rated items, and one judge score on every unrated item.
+        parts.append("zero width: the ratings less lambda x the judge's scores do not vary")
+    if estimate.n < MIN_RATED:
+        parts.append(f"n={estimate.n} < {MIN_RATED}: interval unreliable")
+    return "; ".join(parts) or None
+
+
+def _units(pair: bool) -> tuple[str, str]:
+    """What n counts, singular and plural."""
+    if pair:
+        return "item rated for both vendors", "items rated for both vendors"
+    return "rated item", "rated items"
+
+
+def interval_warnings(
+    vendor_rows: Sequence[Mapping[str, Any]], pair_rows: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The ``ppi_warnings`` lines for intervals that are missing, of zero width or from fewer
+    than :data:`MIN_RATED` rated items: one line per vendor (or pair) and reason, naming the
+    attributes. Groups with no rated item at all are left to the rows (and to the warning about
+    vendors without ratings): every unrated pair would otherwise get a line.
+
+    Args:
+        vendor_rows: The ``ppi`` rows.
+        pair_rows: The ``ppi_pairs`` rows.
+    """
+    # (group, is a pair, reason) -> (attribute, n), in row order
+    found: dict[tuple[str, bool, str], list[tuple[str, int]]] = defaultdict(list)
+    rows = [(r, False) for r in vendor_rows] + [(r, True) for r in pair_rows]
+    for row, pair in rows:
+        n = row["n"]
+        group = f"{row['first']} - {row['second']}" if pair else row["vendor"]
+        entry = (row["attribute"], n)
+        if n == 1:
+            found[(group, pair, "one")].append(entry)
+            continue
+        if n == 0:
+            continue
+        if _zero_width(row["classical_ci_low"], row["classical_ci_high"]):
+            found[(group, pair, "zero")].append(entry)
+        elif _zero_width(row["ci_low"], row["ci_high"]):
+            found[(group, pair, "zero PPI++")].append(entry)
+        if n < MIN_RATED:
+            found[(group, pair, "few")].append(entry)
+    lines = []
+    for (group, pair, reason), attributes in found.items():
+        listed = _listed(attributes)
+        one, many = _units(pair)
+        if reason == "one":
+            listed = ", ".join(a for a, _ in attributes)
+            lines.append(
+                f"{group}: no estimate for {listed}: 1 {one}, and an interval needs at least 2 "
+                f"({MIN_RATED} for a reliable one); rate more items (judge audit plan)"
+            )
+        elif reason.startswith("zero"):
+            values = "rating differences" if pair else "ratings"
+            if reason == "zero PPI++":
+                values += " less lambda x the judge's scores, and the unrated items' scores,"
+            lines.append(
+                f"{group}: zero-width interval for {listed}: the {values} it rests on do not "
+                "vary, so it shows no uncertainty; that is a small sample, not certainty"
+            )
+        else:
+            lines.append(
+                f"{group}: fewer than {MIN_RATED} {many} for {listed}: a 95% interval from so "
+                "few ratings misses the mean far more often than 1 time in 20; rate more items "
+                "(judge audit plan)"
+            )
+    return lines
+
+
+def _listed(attributes: Sequence[tuple[str, int]]) -> str:
+    """``a, b (n=3)`` when every n is the same, else ``a (n=3), b (n=4)``."""
+    counts = {n for _, n in attributes}
+    if len(counts) == 1:
+        return f"{', '.join(a for a, _ in attributes)} (n={counts.pop()})"
+    return ", ".join(f"{a} (n={n})" for a, n in attributes)
+
+
+def unmatched_rating_warnings(
+    item_ids: Sequence[str], known: Collection[str], vendors: Sequence[str]
+) -> list[str]:
+    """One line per vendor the ratings name that the audit does not have, and per item of a
+    known vendor (or without a vendor) that it does not have; with how many ratings each loses.
+
+    Args:
+        item_ids: The stored item id (``VENDOR::ID``) of each rating, in file order.
+        known: The audit's item ids.
+        vendors: The audit's vendors, in report order.
+    """
+    unknown_vendors: dict[str, int] = {}
+    unknown_items: dict[str, int] = {}
+    for item_id in item_ids:
+        if item_id in known:
+            continue
+        # Known vendors are matched by prefix, since an encounter id may itself hold the
+        # separator; for an unknown one, the part before the first separator names it.
+        ours = [v for v in vendors if item_id.startswith(audit_item_id(v, ""))]
+        vendor, sep, _ = item_id.partition(audit_item_id("", ""))
+        if ours or not sep:
+            unknown_items[item_id] = unknown_items.get(item_id, 0) + 1
+        else:
+            unknown_vendors[vendor] = unknown_vendors.get(vendor, 0) + 1
+    lines = []
+    for vendor, count in unknown_vendors.items():
+        folded = [v for v in vendors if v.casefold() == vendor.casefold()]
+        hint = f"; did you mean {folded[0]!r}?" if folded else ";"
+        lines.append(
+            f"ratings name vendor {vendor!r}, which this audit does not have (its vendors: "
+            f"{', '.join(vendors)}){hint} {'Its' if folded else 'its'} {count} rating(s) are "
+            "left out"
+        )
+    for item_id, count in unknown_items.items():
+        lines.append(
+            f"ratings name item {item_id!r}, which this audit does not have; its {count} "
+            "rating(s) are left out"
+        )
+    return lines
 
 
 def physician_sample(

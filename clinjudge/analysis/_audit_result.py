@@ -100,6 +100,9 @@ class PPIMean(Result):
     effective_n: float | None = None
     lam: float | None = Field(default=None, alias="lambda")
     """The power-tuning parameter (``lambda`` in ``--json``)."""
+    interval_warning: str | None = None
+    """Why the intervals are missing (``undefined: ...``), of zero width or from fewer rated
+    items than ``MIN_RATED``; None when none of these."""
 
 
 class PPIPair(Result):
@@ -118,6 +121,8 @@ class PPIPair(Result):
     classical_ci_low: float | None = None
     classical_ci_high: float | None = None
     judge_estimate: float | None = None
+    interval_warning: str | None = None
+    """As :attr:`PPIMean.interval_warning`; n counts items rated for both vendors."""
 
 
 class PhysicianSample(Result):

@@ -18,7 +18,13 @@ from clinjudge.analysis._agreement_run import AgreementError, agreement_for_run
 from clinjudge.analysis._columns import SORT_COLUMNS
 from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
 from clinjudge.errors import UserError
-from clinjudge.runs import RunStore, item_call_means, prompt_cache_totals, sample_counts
+from clinjudge.runs import (
+    RunStore,
+    item_call_means,
+    prompt_cache_totals,
+    quality_summary,
+    sample_counts,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,6 +116,7 @@ class ComparisonRow(Result):
     calls: int = 0
     samples_total: int = 0
     failed_samples: int = 0
+    suspect_samples: int = 0
     cached_input_share: float | None = None
     cache_saving_per_item_usd: float | None = None
 
@@ -183,6 +190,7 @@ def _run_costs(store: RunStore, run_id: str) -> dict[str, Any]:
         "calls": int(costs["calls"] or 0),
         "samples_total": samples["total"],
         "failed_samples": samples["failed"],
+        "suspect_samples": quality_summary(store, run_id)["suspect_samples"],
         **_prompt_cache(store, run_id),
     }
 

@@ -28,6 +28,7 @@ from clinjudge.runs import (
     flagged_items,
     item_call_quantiles,
     item_page,
+    quality_summary,
     reply_copies,
     sample_counts,
     top_sample_errors,
@@ -249,6 +250,25 @@ def failures_by_reason(store: RunStore, run_id: str, examples: int = 5) -> list[
         row["example_items"] = row.pop("ids")[:examples]
         rows.append(row)
     return rows
+
+
+def suspect_samples_note(store: RunStore, run_id: str) -> str | None:
+    """A warning when samples of the run carry suspect-judgment flags (docs/trust.md), or
+    when the run's scores themselves are flagged; None when nothing is flagged.
+
+    Args:
+        store: The run store.
+        run_id: The run.
+    """
+    quality = quality_summary(store, run_id)
+    parts = []
+    if quality["suspect_samples"]:
+        why = ", ".join(f"{flag} {n}" for flag, n in quality["by_flag"].items())
+        parts.append(f"{quality['suspect_samples']} sample(s) carry suspect-judgment flags ({why})")
+    parts += [f"{f['flag']} {f['attribute']}: {f['detail']}" for f in quality["run_flags"]]
+    if not parts:
+        return None
+    return "; ".join(parts) + "; counted as they are (see `judge runs show`, docs/trust.md)"
 
 
 def identical_samples_note(store: RunStore, run_id: str) -> str | None:

@@ -205,8 +205,9 @@ def agree_command(
         title = f"run {result.run_id}" + (f" ({result.name})" if result.name else "")
         title += f": {result.model}" + (" [SIMULATED]" if result.simulated else "")
         _print_table(result, title)
-        if result.samples_warning:
-            console.print(f"[yellow]warning:[/] {escape(result.samples_warning)}", soft_wrap=True)
+        for warning in (result.samples_warning, result.suspect_warning):
+            if warning:
+                console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
         stdout.print(
             f"{result.n_items_rated} of {result.n_items_run} items rated by "
             f"{len(result.raters)} rater(s); ICC, alpha and AC2 compare the judge with the "

@@ -61,6 +61,13 @@ COMMANDS: dict[str, _Lazy] = {
         "paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id.",
         _RUN,
     ),
+    "probe": _Lazy(
+        "clinjudge.cli._probe",
+        "probe_command",
+        "Test a judge with controlled edits of each item: does its score drop when the summary "
+        "gets worse, and hold still when it should? Prints the run id.",
+        _RUN,
+    ),
     "agree": _Lazy(
         "clinjudge.cli._agree",
         "agree_command",

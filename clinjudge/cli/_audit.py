@@ -86,7 +86,7 @@ def _print_ppi(audit: AuditStatistics) -> None:
         return
     table = _vendor_table(
         "Physicians' mean, judge-corrected (PPI++) \\[95% CI] | physicians only | judge only",
-        ("lambda", "PPI++", "physicians", "judge"),
+        ("lambda", "PPI++", "physicians", "judge", "warning"),
     )
     for row in audit.ppi:
         table.add_row(
@@ -95,9 +95,11 @@ def _print_ppi(audit: AuditStatistics) -> None:
             _interval(row.estimate, row.ci_low, row.ci_high),
             _interval(row.classical_mean, row.classical_ci_low, row.classical_ci_high),
             _fmt(row.judge_mean),
+            escape(row.interval_warning or ""),
         )
     console.print(table)
     for warning in audit.ppi_warnings or []:
+        # Warnings quote vendor and item names from the ratings file: data, never markup.
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
@@ -118,7 +120,7 @@ def _vendor_cells(vendor: str, attribute: str, n: int, big_n: int) -> list[str]:
 
 def _interval(value: float | None, low: float | None, high: float | None) -> str:
     if value is None:
-        return "-"
+        return "undefined"  # the row's warning says why
     return f"{value:.2f} \\[{_fmt(low)}, {_fmt(high)}]"
 
 
@@ -192,6 +194,16 @@ def audit_command(
         int, typer.Option(rich_help_panel=_STATS, help="Bootstrap resamples for the CIs.")
     ] = 2000,
     ratings: RatingsOption = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            rich_help_panel=_STATS,
+            help="With --ratings: stop (exit 2) when a rating names a vendor or item this audit "
+            "does not have, before any judging; without it such ratings are left out and "
+            "each one is named in the warnings.",
+        ),
+    ] = False,
     **values: Any,
 ) -> None:
     """Audit several vendors on the same encounters: one run, then per-vendor statistics,
@@ -211,7 +223,12 @@ def audit_command(
                 raise ConfigError("pass either --run (recompute) or --data (new audit), not both")
             stored = clinjudge.load_run(run, db=values["db"] or default_db())
             again = stored.audit(
-                rules=rules, n_boot=boot, seed=values["seed"] or 0, ratings=ratings, report_dir=out
+                rules=rules,
+                n_boot=boot,
+                seed=values["seed"] or 0,
+                ratings=ratings,
+                report_dir=out,
+                strict=strict,
             )
             _show(again, out, as_json)
             return
@@ -222,6 +239,7 @@ def audit_command(
                     vendors,
                     rules=rules,
                     ratings=ratings,
+                    strict=strict,
                     batch=values["batch"],
                     source=source,
                     **settings,
@@ -236,6 +254,7 @@ def audit_command(
                 n_boot=boot,
                 progress=values["progress"],
                 ratings=ratings,
+                strict=strict,
                 batch=values["batch"],
                 poll_interval=values["poll_interval"],
                 on_start=printer.start,

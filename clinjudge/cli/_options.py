@@ -115,7 +115,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     S("data", Path | None, DATA, "Items to judge: JSONL, CSV or Parquet.",
       "required (or data: in --config)"),
     S("model", str | None, MODEL, "provider/model, e.g. openai/gpt-4o-mini, azure/DEPLOYMENT, "
-      "anthropic/..., mock/judge (simulated).", "$CLINJUDGE_MODEL, else mock/judge"),
+      "anthropic/..., hf/PATH (a local model, in process; never the network), "
+      "hf-hub/ORG/NAME (downloaded), mock/judge (simulated).",
+      "$CLINJUDGE_MODEL, else mock/judge"),
     S("base_url", str | None, MODEL, "OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp) or "
       "Azure endpoint.", "the provider's"),
     S("config", Path | None, DATA, "YAML file with any `judge run` settings.", "none"),
@@ -181,8 +183,9 @@ RUN_SETTINGS: tuple[Setting, ...] = (
       "prm-clinic)."),
     S("ray", str | None, PRM, "Run model replicas on Ray (one per GPU): an hf/ judge's "
       "batches, and with --prm every item's PRM scoring before judging starts. local (start "
-      "one here), auto (this machine's cluster) or HOST:PORT. API judges scale with --shard "
-      "instead; needs the ray extra.", "in-process"),
+      "one here), auto (this machine's cluster) or HOST:PORT; a cluster that does not answer "
+      "within $CLINJUDGE_RAY_CONNECT_TIMEOUT seconds (30) is an error. API judges scale with "
+      "--shard instead; needs the ray extra.", "in-process"),
     S("ray_replicas", int | None, PRM, "--ray: model replicas.",
       "one per GPU of the cluster, else 1", extra={"min": 1}),
     S("doclens", list[str] | None, DOCLENS, "doclens setting KEY=VALUE (repeatable), e.g. "
@@ -212,6 +215,10 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     S("cache", bool | None, MODEL, "Reuse replies stored in the database for identical "
       "requests (same model, settings, messages and sample number): hits cost $0 and call "
       "nothing; calls.cached marks them.", "off", decls=("--cache/--no-cache",)),
+    S("drop_suspect", bool | None, SAMPLING, "Leave samples with a suspect-judgment flag "
+      "(reply at the token cap, filler or copied reasons, a reason contradicting its score) "
+      "out of the final scores; by default flags are evidence only (docs/trust.md).",
+      "no-drop-suspect", decls=("--drop-suspect/--no-drop-suspect",)),
 )
 # fmt: on
 SETTINGS = {s.name: s for s in RUN_SETTINGS}
@@ -247,6 +254,7 @@ AUDIT_LAYOUT: Layout = (
     SETTINGS["progress"],
     SETTINGS["allow_failures"],
     "ratings",
+    "strict",
 )
 
 DbOption = Annotated[

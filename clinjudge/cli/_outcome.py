@@ -86,6 +86,29 @@ def print_outcome(counts: RunResult, cost: str) -> None:
             f"{escape(_one_line(failure.first_error))})",
             soft_wrap=True,
         )
+    print_flags(counts)
+
+
+def print_flags(counts: RunResult) -> None:
+    """The run's suspect-judgment flags under its summary (nothing when there are none).
+
+    Args:
+        counts: The run's result.
+    """
+    if counts.suspect_samples:
+        why = ", ".join(f"{flag} {n}" for flag, n in counts.flag_counts.items())
+        console.print(
+            f"  [yellow]suspect: {counts.suspect_samples} sample(s) flagged[/] ({escape(why)}); "
+            "flags are evidence, not filters (--drop-suspect leaves them out): `judge runs "
+            f"show {escape(counts.run_id)}`, docs/trust.md",
+            soft_wrap=True,
+        )
+    for flag in counts.run_flags:
+        console.print(
+            f"  [yellow]run flag: {escape(flag.flag)}[/] {escape(flag.attribute)}: "
+            f"{escape(_one_line(flag.detail))}",
+            soft_wrap=True,
+        )
 
 
 def exit_on_failures(counts: RunResult, spec: str) -> None:

@@ -28,13 +28,17 @@ from clinjudge.rubrics import Rubric
 from clinjudge.runs import (
     DEFAULT_DB,
     EXPORT_TABLES,
+    FLAG_MEANINGS,
     check_output_file,
     delete_run,
     export_run,
+    flag_run_scores,
+    flag_samples,
     gate_coercions,
     infer_format,
     is_claims_run,
     provider_batch_rows,
+    quality_summary,
     rename_run,
     run_counts,
     runs_overview,
@@ -124,6 +128,27 @@ def delete_command(
         for run in runs:
             removed = delete_run(store, run["run_id"])
             console.print(f"deleted run {escape(run['run_id'])} ({sum(removed.values())} rows)")
+
+
+@runs_app.command("flag")
+def flag_command(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique part of it.")],
+    db: StoreDbOption = str(DEFAULT_DB),
+) -> None:
+    """Work out a run's suspect-judgment flags again from what it stored (a run from before
+    clinjudge recorded them); a finished run gets them when it ends. Prints what was found."""
+    from clinjudge.analysis import run_rubric
+
+    with open_store(db) as store:
+        run = store.get_run(run_id)
+        rubric = run_rubric(run)
+        flag_samples(store, run["run_id"], rubric)
+        flag_run_scores(store, run["run_id"], rubric)
+        quality = quality_summary(store, run["run_id"])
+    if quality["suspect_samples"] or quality["run_flags"]:
+        stdout.print(_flags_table(quality))
+    else:
+        console.print(f"run {escape(run['run_id'])}: no suspect-judgment flags")
 
 
 @runs_app.command("rename")
@@ -227,6 +252,8 @@ def show_command(
         summary = with_prompt_cache(store, summary)
         scores = _final_scores(store, summary["run_id"]) if doclens is None else None
         batches = provider_batch_rows(store, summary["run_id"])
+        quality = quality_summary(store, summary["run_id"])
+    summary["quality_flags"] = quality
     if batches:
         summary["provider_batches"] = batches
     if counts is not None:
@@ -272,6 +299,8 @@ def show_command(
         stdout.print(scores_table(scores))
     if batches:
         stdout.print(_batches_table(batches))
+    if quality["suspect_samples"] or quality["run_flags"]:
+        stdout.print(_flags_table(quality))
     for error in summary["top_errors"]:
         first = " ".join(str(error["error"]).split())
         stdout.print(f"  failed: {error['n']} x {escape(first[:200])}", soft_wrap=True)
@@ -291,8 +320,26 @@ _OWN_TABLES = (
     "models",
     "scores",
     "provider_batches",
+    "quality_flags",
 )
 """Keys of ``runs show``'s summary printed as tables or lines of their own."""
+
+
+def _flags_table(quality: dict[str, Any]) -> Table:
+    """A run's suspect-judgment flags: samples per sample flag, then the run's own flags."""
+    table = Table(
+        title=f"suspect-judgment flags ({quality['suspect_samples']} sample(s); evidence, "
+        "not filters: docs/trust.md)"
+    )
+    table.add_column("flag")
+    table.add_column("samples", justify="right")
+    table.add_column("what it means / what was seen")
+    for flag, count in quality["by_flag"].items():
+        table.add_row(escape(flag), str(count), escape(FLAG_MEANINGS.get(flag, "")))
+    for flag in quality["run_flags"]:
+        seen = f"{flag['attribute']}: {flag['detail']}"
+        table.add_row(escape(flag["flag"]), "run", escape(seen))
+    return table
 
 
 def _batches_table(batches: list[dict[str, Any]]) -> Table:
@@ -342,7 +389,8 @@ def export_command(
         typer.Option(
             help="judgments; transcripts (every message: item, sample, agent, round, text); "
             "DocLens runs also: claims (every claim and verdict) or doclens (pooled scores per "
-            "section); prm_steps (PRM step scores of `judge prm` runs and runs with --prm)."
+            "section); prm_steps (PRM step scores of `judge prm` runs and runs with --prm); "
+            "quality_flags (suspect-judgment flags of samples and of the run)."
         ),
     ] = "judgments",
     force: Annotated[

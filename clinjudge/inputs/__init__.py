@@ -11,6 +11,14 @@ from clinjudge.inputs._flag_rules import (
     number_text,
     parse_flag_rule,
 )
+from clinjudge.inputs._probe_edits import (
+    INVARIANCE_PROBES,
+    PROBES,
+    ProbeSkip,
+    make_variant,
+    parse_probes,
+)
+from clinjudge.inputs._probe_expect import Expectation, probe_expectations
 from clinjudge.inputs._ratings import HumanRating, load_ratings
 from clinjudge.inputs._records import (
     InputError,
@@ -32,6 +40,13 @@ from clinjudge.inputs._vendors import (
 
 __all__ = [
     "AuditItems",
+    "Expectation",
+    "INVARIANCE_PROBES",
+    "PROBES",
+    "ProbeSkip",
+    "make_variant",
+    "parse_probes",
+    "probe_expectations",
     "FlagRule",
     "FlagRuleError",
     "HumanRating",

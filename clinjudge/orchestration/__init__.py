@@ -8,6 +8,8 @@ from clinjudge.orchestration._audit_prep import prepare_audit
 from clinjudge.orchestration._batch_run import BatchRun, check_batch_config, estimate_batch_run
 from clinjudge.orchestration._config import ConfigError, Mode, RetryPolicy, RunConfig
 from clinjudge.orchestration._context import RecordingClient, SampleContext
+from clinjudge.orchestration._preflight import check_ray_config
+from clinjudge.orchestration._probe_prep import create_probe_run, prepare_probe
 from clinjudge.orchestration._progress import PROGRESS_SECONDS_ENV, progress_interval
 from clinjudge.orchestration._retry import timed_out_calls, timeout_advice
 from clinjudge.orchestration._run_settings import run_config_from
@@ -46,6 +48,8 @@ __all__ = [
     "SampleContext",
     "SampleRunner",
     "check_batch_config",
+    "create_probe_run",
+    "check_ray_config",
     "create_run",
     "estimate_batch_run",
     "estimate_run",
@@ -55,6 +59,7 @@ __all__ = [
     "pending_work",
     "new_run_id",
     "prepare_audit",
+    "prepare_probe",
     "prepare_run",
     "progress_interval",
     "run_config_from",

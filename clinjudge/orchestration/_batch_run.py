@@ -561,6 +561,7 @@ class BatchRun:
             cost_usd=batch_call_cost(self.settings, prompt, completion),
             latency_s=latency or 0.0,
             output_mode=self._output_mode,
+            max_tokens=self.settings.max_tokens,
         )
 
     def _settle(

@@ -18,6 +18,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from clinjudge.judges import ModelSettings, count_message_tokens
+from clinjudge.judges.clients import HF_PROVIDERS
 from clinjudge.rubrics import ChatTurn
 
 MIN_CACHED_PREFIX = 1024
@@ -33,7 +34,7 @@ def cache_style(settings: ModelSettings) -> str | None:
     Args:
         settings: The judge model's settings.
     """
-    if settings.is_mock or settings.provider == "hf":
+    if settings.is_mock or settings.provider in HF_PROVIDERS:
         return None
     if settings.provider in {"openai", "azure", "azure_openai"}:
         return "openai"

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from clinjudge.errors import UserError, validation_problems
 from clinjudge.judges import DocLensSettings, ModelSettings, draw_shots, registered_modes
+from clinjudge.judges.clients import HF_PROVIDERS
 from clinjudge.prm_bridge import PRMRunSettings
 from clinjudge.rubrics import Shot
 from clinjudge.runs import default_db
@@ -84,6 +85,8 @@ class RunConfig(BaseModel):
             (two or more) failed that way before any sample succeeded; 0 never stops.
         cache: Reuse replies stored in the database's response cache for identical requests
             (same model, settings, messages and sample); hits cost nothing.
+        drop_suspect: Leave samples carrying a suspect-judgment flag (docs/trust.md) out of
+            the final scores; by default flags are evidence only.
         shard: ``i/n``: judge only the items whose stable id hash falls in shard i of n.
         judge: Model settings of the single judge.
         roles: Model settings per role, for modes with several roles.
@@ -116,6 +119,7 @@ class RunConfig(BaseModel):
     max_cost: float | None = Field(default=None, gt=0)
     max_consecutive_failures: int = Field(default=10, ge=0)
     cache: bool = False
+    drop_suspect: bool = False
     shard: str | None = Field(default=None, pattern=r"^\d+/\d+$")
     judge: ModelSettings | None = None
     roles: dict[str, ModelSettings] = Field(default_factory=dict)
@@ -144,7 +148,7 @@ class RunConfig(BaseModel):
         for where, settings in named:
             if settings is None:
                 continue
-            if settings.ray is not None and settings.provider != "hf":
+            if settings.ray is not None and settings.provider not in HF_PROVIDERS:
                 raise ValueError(
                     f"{where}.ray: only hf/ models run on Ray, not {settings.model} (an API "
                     "judge scales with --shard)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from clinjudge._util.ray_cluster import check_reachable, ray_address
 from clinjudge.judges.doclens import NLIError, load_nli
 from clinjudge.judges.workflows import prm_scorer
 from clinjudge.orchestration._config import ConfigError, RunConfig
@@ -35,26 +36,50 @@ def check_prm_config(config: RunConfig, rubric: Rubric) -> None:
 
 
 def check_ray(settings: PRMRunSettings) -> None:
-    """``prm.ray`` needs Ray here, and the model on the workers (not a vLLM server).
+    """``prm.ray`` needs Ray here, the model on the workers (not a vLLM server), and a cluster
+    that answers.
 
     Raises:
         RayDependencyError: Ray is not installed (one line naming the ``ray`` extra).
+        RayConnectError: The cluster ``prm.ray`` names cannot be reached in time.
         ConfigError: ``prm.url`` is set as well.
     """
     if settings.url:
         raise ConfigError("--ray loads the PRM on the Ray workers; it does not combine with "
                           "--prm-url")  # fmt: skip
     require_ray()
+    check_reachable(ray_address(settings.ray))
 
 
 def check_ray_models(config: RunConfig) -> None:
-    """``hf/`` models with ``ray`` need Ray here (the replicas load the model on the workers).
+    """``hf/`` models with ``ray`` need Ray here (the replicas load the model on the workers),
+    and the cluster they name must answer.
 
     Raises:
         RayDependencyError: Ray is not installed (one line naming the ``ray`` extra).
+        RayConnectError: A cluster the models name cannot be reached in time.
     """
-    if any(s is not None and s.ray is not None for s in (config.judge, *config.roles.values())):
+    addresses = {
+        s.ray for s in (config.judge, *config.roles.values()) if s is not None and s.ray is not None
+    }
+    if addresses:
         require_ray()
+    for value in sorted(addresses):
+        check_reachable(ray_address(value))
+
+
+def check_ray_config(config: RunConfig) -> None:
+    """What a resumed run on Ray needs before it continues (Ray installed, clusters that
+    answer); a new run gets the same checks from :func:`check_prm_config`.
+
+    Raises:
+        RayDependencyError: Ray is not installed.
+        RayConnectError: A cluster the settings name cannot be reached in time.
+        ConfigError: ``prm.ray`` with ``prm.url``.
+    """
+    check_ray_models(config)
+    if config.prm is not None and config.prm.ray is not None:
+        check_ray(config.prm)
 
 
 def check_doclens_config(config: RunConfig) -> None:

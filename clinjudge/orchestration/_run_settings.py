@@ -35,7 +35,7 @@ _PRM_OPTIONS = {
 }
 # Options that put a model on Ray: the PRM (``--prm``) and every hf/ judge model.
 _RAY_OPTIONS = ("ray", "ray_replicas")
-RAY_PROVIDERS = {"hf"}
+RAY_PROVIDERS = {"hf", "hf-hub"}
 """Providers whose models run as Ray replicas with ``--ray`` (the in-process ``hf/`` judge)."""
 # Settings only one mode reads, by mode: {key in the mode's nested section: RunConfig field}.
 # Flat names (``panel_aggregate``, ``rounds``...) and nested sections (``panel: {aggregate:

@@ -36,6 +36,7 @@ from clinjudge.judges import (
     price_per_token,
     token_prices,
 )
+from clinjudge.judges.clients import hash_model_files
 from clinjudge.judges.doclens import doclens_estimate_prompts
 from clinjudge.judges.workflows import prescore_evidence, workflow_for
 from clinjudge.orchestration._cache_estimate import PromptCacheTally, cache_style
@@ -75,6 +76,8 @@ from clinjudge.runs import (
     StagedItemRows,
     WriteRows,
     finalize_run,
+    flag_run_scores,
+    flag_samples,
     insert_staged_items,
     item_row,
     load_response_cache,
@@ -667,9 +670,25 @@ async def _drive(
             run_id,
         )
         return tally
-    finalize_run(store, run_id, prepared.rubric, prepared.config.samples, agent)
-    store.set_run_status(run_id, "completed", finished=True)
+    finish_run(store, run_id, prepared, agent)
     return tally
+
+
+def finish_run(store: RunStore, run_id: str, prepared: PreparedRun, agent: str) -> None:
+    """Flag suspect samples, write the final scores (without suspect samples where the run
+    drops them), flag the run's scores, and mark it completed.
+
+    Args:
+        store: The run store.
+        run_id: The run, every sample done.
+        prepared: The run's config and rubric.
+        agent: The deciding agent, whose samples make the final scores.
+    """
+    rubric, config = prepared.rubric, prepared.config
+    flag_samples(store, run_id, rubric)
+    finalize_run(store, run_id, rubric, config.samples, agent, drop_suspect=config.drop_suspect)
+    flag_run_scores(store, run_id, rubric)
+    store.set_run_status(run_id, "completed", finished=True)
 
 
 def run_in_new_loop(
@@ -740,6 +759,9 @@ async def execute_run_async(
     judge = ModelPool(config, prepared.rubric, model, personas=prepared.personas)
     if config.cache:
         judge.response_cache = load_response_cache(store, run_id)
+        # An hf/ model's cache key holds a hash of its weights (seconds for large ones): made
+        # here, off the event loop, not in the first call.
+        await asyncio.to_thread(hash_model_files, [config.judge, *config.roles.values()])
     runner = SampleRunner(
         store,
         run_id,

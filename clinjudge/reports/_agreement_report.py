@@ -63,7 +63,8 @@ def comparison_cells(row: ComparisonRow) -> list[str]:
         fmt_num(row.alpha_ordinal),
         fmt_num(row.ac2_ordinal),
         fmt_num(row.mean_abs_diff),
-        f"{row.failed_samples}/{row.samples_total}",
+        f"{row.failed_samples}/{row.samples_total}"
+        + (f", {row.suspect_samples} suspect" if row.suspect_samples else ""),
         fmt_usd(row.cost_per_item_usd, row.cost_known),
         fmt_seconds(row.latency_per_item_s),
     ]

@@ -125,19 +125,21 @@ def ppi_section(doc: _Doc, audit: AuditStatistics) -> None:
     doc.table(
         _Table(
             ["vendor", "attribute", "n", "N", "lambda", "PPI++", "95% CI", "physicians", "95% CI",
-             "judge", "effective n"],
+             "judge", "effective n", "warning"],
             [
                 [
                     r.vendor, r.attribute, str(r.n), str(r.N), fmt_num(r.lam, 2),
-                    fmt_num(r.estimate, 2), _ci(r.ci_low, r.ci_high),
-                    fmt_num(r.classical_mean, 2),
+                    _value(r.estimate), _ci(r.ci_low, r.ci_high),
+                    _value(r.classical_mean),
                     _ci(r.classical_ci_low, r.classical_ci_high),
                     fmt_num(r.judge_mean, 2), fmt_num(r.effective_n, 1),
+                    r.interval_warning or "",
                 ]
                 for r in audit.ppi
                 if r.n
             ],
             left=2,
+            wrap=frozenset({11}),
         )
     )  # fmt: skip
     charts = [ppi_forest(audit.ppi, a) for a in dict.fromkeys(r.attribute for r in audit.ppi)]
@@ -148,18 +150,19 @@ def ppi_section(doc: _Doc, audit: AuditStatistics) -> None:
         doc.table(
             _Table(
                 ["vendors", "attribute", "n", "N", "lambda", "PPI++", "95% CI", "physicians",
-                 "judge"],
+                 "judge", "warning"],
                 [
                     [
                         f"{r.first} - {r.second}", r.attribute, str(r.n), str(r.N),
-                        fmt_num(r.lam, 2), fmt_num(r.estimate, 2),
-                        _ci(r.ci_low, r.ci_high), fmt_num(r.classical_estimate, 2),
-                        fmt_num(r.judge_estimate, 2),
+                        fmt_num(r.lam, 2), _value(r.estimate),
+                        _ci(r.ci_low, r.ci_high), _value(r.classical_estimate),
+                        fmt_num(r.judge_estimate, 2), r.interval_warning or "",
                     ]
                     for r in audit.ppi_pairs
                     if r.n
                 ],
                 left=2,
+                wrap=frozenset({9}),
             )
         )  # fmt: skip
     doc.heading(3, "The physicians' sample")
@@ -173,6 +176,11 @@ def ppi_section(doc: _Doc, audit: AuditStatistics) -> None:
             left=4,
         )
     )
+
+
+def _value(value: float | None) -> str:
+    # A missing estimate is undefined, and the row's warning says why.
+    return "undefined" if value is None else fmt_num(value, 2)
 
 
 def _ci(low: float | None, high: float | None) -> str:

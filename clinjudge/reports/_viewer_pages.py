@@ -66,13 +66,16 @@ from clinjudge.reports._viewer_store import (
 )
 from clinjudge.reports._viewer_svg import forest, histogram
 from clinjudge.runs import (
+    FLAG_MEANINGS,
     RUN_SORTS,
     RunStore,
     StoreError,
     is_audit_run,
     is_prm_scoring_run,
     item_flag_counts,
+    item_flag_rows,
     listed_neighbours,
+    quality_summary,
     run_failure_reasons,
     run_has_ratings,
     run_has_vendors,
@@ -397,6 +400,7 @@ class Viewer:
                 data["inputs"]["previous"] = place["previous"] if place else None
                 data["inputs"]["next"] = place["next"] if place else None
             audit = self._audit(store, rid) if is_audit_run(store, rid) else None
+            suspect = item_flag_rows(store, rid, item_id)
         reasons: list[str] = []
         if audit:
             reasons = next((f.reasons for f in audit.flagged if f.item_id == item_id), [])
@@ -416,6 +420,8 @@ class Viewer:
             **item_context(data, rubric),
             chat=run.get("mode") == "magentic",
             audit_reasons=reasons,
+            suspect=suspect,
+            flag_meanings=FLAG_MEANINGS,
             item_state=state,
             listed=listed,
         )
@@ -568,6 +574,8 @@ def _run_aggregates(store: RunStore, run: dict[str, Any], rubric: Any) -> dict[s
         else [],
         "failures": run_failure_reasons(store, rid),
         "flags": item_flag_counts(store, rid),
+        "quality": quality_summary(store, rid),
+        "flag_meanings": FLAG_MEANINGS,
         "has_vendor": run_has_vendors(store, rid),
         "is_audit": is_audit_run(store, rid),
         # Plain rows: the template reads each metric by name (row[k]).

@@ -38,7 +38,8 @@ _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("", "0", "false", "off", "no")
 
 LIST_PARAMS = (
-    "sort", "desc", "q", "in_notes", "failed", "reason", "flagged", "rated", "where", "show",
+    "sort", "desc", "q", "in_notes", "failed", "reason", "flagged", "suspect", "rated", "where",
+    "show",
 )  # fmt: skip
 """Query parameters of a run's item list (with ``page`` and the filter form's fields)."""
 _FORM_PARAMS = ("where_attribute", "where_op", "where_value")
@@ -60,6 +61,7 @@ class ItemQuery:
         failed: Only items with a failed sample (of ``reason``, if given).
         reason: A failure reason.
         flagged: Only items whose text addresses the judge.
+        suspect: Only items with a suspect-judgment flag.
         rated: Only items with physicians' ratings.
         where: ``(attribute, "<=" or ">=", value)`` conditions on final scores.
     """
@@ -71,6 +73,7 @@ class ItemQuery:
     failed: bool = False
     reason: str | None = None
     flagged: bool = False
+    suspect: bool = False
     rated: bool = False
     where: tuple[tuple[str, str, float], ...] = ()
 
@@ -101,6 +104,7 @@ class ItemQuery:
             failed=self.failed,
             reason=self.reason if self.failed else None,
             flagged=self.flagged,
+            suspect=self.suspect,
             rated=self.rated,
             bounds=self.where,
         )
@@ -120,6 +124,7 @@ class ItemQuery:
             "failed": "1" if state.failed else None,
             "reason": state.reason if state.failed else None,
             "flagged": "1" if state.flagged else None,
+            "suspect": "1" if state.suspect else None,
             "rated": "1" if state.rated else None,
             "where": [f"{a}{op}{v:g}" for a, op, v in state.where] or None,
         }
@@ -245,6 +250,7 @@ def parse_item_query(
         raise BadRequest(f"show={show!r}: one of all, failed, flagged")
     failed = _flag("failed", params.get("failed") or []) or show == "failed"
     flagged = _flag("flagged", params.get("flagged") or []) or show == "flagged"
+    suspect = _flag("suspect", params.get("suspect") or [])
     rated = _flag("rated", params.get("rated") or [])
     where = [_condition(text, keys) for text in params.get("where") or [] if text.strip()]
     value = _one(params, "where_value").strip()
@@ -262,10 +268,11 @@ def parse_item_query(
         failed=failed,
         reason=(_one(params, "reason") or None) if failed else None,
         flagged=flagged,
+        suspect=suspect,
         rated=rated,
         where=tuple(dict.fromkeys(where)),
     )
-    if scored and (state.failed or state.flagged or state.rated or state.where):
+    if scored and (state.failed or state.flagged or state.suspect or state.rated or state.where):
         raise BadRequest(
             "a `judge prm score` run holds only step scores: its items can be searched and "
             "sorted, not filtered by failures, flags, ratings or scores"

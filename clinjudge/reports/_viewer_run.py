@@ -25,6 +25,7 @@ from clinjudge.runs import (
     is_prm_scoring_run,
     item_call_totals,
     item_list_extras,
+    item_suspect_flags,
     prompt_cache_totals,
     run_has_ratings,
     run_has_steps,
@@ -117,8 +118,8 @@ def _scored_items(
         store, run_id, page_window(page, per_page), sort=query.item_sort(), text=query.q
     )
     items = [
-        {**r, "vendor": None, "flags": [], "scores": [], "medians": [], "status": "scored",
-         "sort_value": r["lowest"]}
+        {**r, "vendor": None, "flags": [], "suspect": [], "scores": [], "medians": [],
+         "status": "scored", "sort_value": r["lowest"]}
         for r in scored
     ]  # fmt: skip
     return {"items": items, "paging": paging, "query": query, "steps": True, "scored": True,
@@ -159,11 +160,13 @@ def item_rows(
         finals[row["item_id"]][row["attribute"]] = row["value"]
         status[row["item_id"]] = row["status"]
     extras = item_list_extras(store, run_id, ids)
+    suspect = item_suspect_flags(store, run_id, ids)
     items = [
         {
             **row,
             **extras[row["item_id"]],
             "flags": _loads(row["flags"]) or [],
+            "suspect": suspect.get(row["item_id"], []),
             "scores": [finals[row["item_id"]].get(k) for k in keys],
             "medians": [extras[row["item_id"]]["medians"].get(k) for k in keys],
             "status": status.get(row["item_id"], "pending"),

@@ -22,6 +22,15 @@ from clinjudge.runs._prm_runs import (
     write_prm_run,
 )
 from clinjudge.runs._provider_batches import ensure_batch_tables, is_batch_run
+from clinjudge.runs._quality_flags import (
+    FLAG_MEANINGS,
+    flag_run_scores,
+    flag_samples,
+    item_flag_rows,
+    item_suspect_flags,
+    quality_flag_rows,
+    quality_summary,
+)
 from clinjudge.runs._ratings import (
     HumanRating,
     ImportSummary,
@@ -152,6 +161,18 @@ from clinjudge.runs._run_reads import (
 )
 
 # isort: split
+# The variants and skips of `judge probe` runs (#37).
+from clinjudge.runs._probes import (
+    ProbeSkipRow,
+    ProbeVariantRow,
+    is_probe_run,
+    probe_skip_rows,
+    probe_variant_rows,
+    valid_final_values,
+    write_probe_rows,
+)
+
+# isort: split
 # A run's items read and written a chunk at a time (#27).
 from clinjudge.runs._item_reads import (
     StagedItemRows,
@@ -164,6 +185,13 @@ from clinjudge.runs._item_reads import (
 
 __all__ = [
     "DB_ENV",
+    "ProbeSkipRow",
+    "ProbeVariantRow",
+    "is_probe_run",
+    "probe_skip_rows",
+    "probe_variant_rows",
+    "valid_final_values",
+    "write_probe_rows",
     "DEFAULT_DB",
     "EXPORT_TABLES",
     "FINAL_AGENT",
@@ -180,6 +208,13 @@ __all__ = [
     "delete_run",
     "export_run",
     "finalize_run",
+    "FLAG_MEANINGS",
+    "flag_run_scores",
+    "flag_samples",
+    "item_flag_rows",
+    "item_suspect_flags",
+    "quality_flag_rows",
+    "quality_summary",
     "import_ratings",
     "infer_format",
     "is_claims_run",

@@ -82,7 +82,13 @@ def final_rows(
 
 
 def finalize_run(
-    store: RunStore, run_id: str, rubric: Rubric, n_samples: int, agent: str = "judge"
+    store: RunStore,
+    run_id: str,
+    rubric: Rubric,
+    n_samples: int,
+    agent: str = "judge",
+    *,
+    drop_suspect: bool = False,
 ) -> int:
     """Write final rows for every item whose samples are all done and that has no final yet.
 
@@ -92,6 +98,8 @@ def finalize_run(
         rubric: The run's rubric.
         n_samples: Samples per item.
         agent: The agent whose per-sample verdicts are aggregated (the mode's deciding agent).
+        drop_suspect: Leave out valid samples that carry a flag in ``quality_flags`` (worked
+            out before this is called).
 
     Returns:
         Number of items finalised.
@@ -104,17 +112,25 @@ def finalize_run(
             f"""
             CREATE OR REPLACE TEMPORARY TABLE {_TODO} AS
             SELECT item_id,
-                   count(*) FILTER (WHERE status = 'ok') AS n_ok,
+                   count(*) FILTER (WHERE status = 'ok' AND NOT suspect) AS n_ok,
                    count(*) FILTER (WHERE status IS DISTINCT FROM 'ok') AS n_failed,
-                   list(sample) FILTER (WHERE status = 'ok') AS ok_samples,
+                   count(*) FILTER (WHERE status = 'ok' AND suspect) AS n_suspect,
+                   list(sample) FILTER (WHERE status = 'ok' AND NOT suspect) AS ok_samples,
                    row_number() OVER (ORDER BY item_id) AS ord
-            FROM samples
-            WHERE run_id = $run AND sample > 0 AND agent = $agent AND item_id NOT IN (
-                SELECT item_id FROM judgments WHERE run_id = $run AND final)
+            FROM (
+                SELECT s.item_id, s.sample, s.status,
+                       $drop AND EXISTS (
+                           SELECT 1 FROM quality_flags f
+                           WHERE f.run_id = $run AND f.item_id = s.item_id
+                             AND f.sample = s.sample AND f.agent = s.agent) AS suspect
+                FROM samples s
+                WHERE s.run_id = $run AND s.sample > 0 AND s.agent = $agent
+                  AND s.item_id NOT IN (
+                      SELECT item_id FROM judgments WHERE run_id = $run AND final))
             GROUP BY item_id
             HAVING count(*) >= $n_samples
             """,
-            {"run": run_id, "agent": agent, "n_samples": n_samples},
+            {"run": run_id, "agent": agent, "n_samples": n_samples, "drop": drop_suspect},
         )
         try:
             row = store.con.execute(f"SELECT count(*) FROM {_TODO}").fetchone()
@@ -172,12 +188,18 @@ def _finals_sql(rubric: Rubric) -> str:
     WITH todo AS (
         SELECT item_id, ok_samples, ord,
                CASE WHEN n_ok > 0 THEN 'ok' ELSE 'failed' END AS status,
-               CASE WHEN n_ok = 0
-                    THEN 'all ' || CAST(n_failed AS VARCHAR) || ' sample(s) failed' END AS error,
+               CASE WHEN n_ok = 0 AND n_suspect = 0
+                    THEN 'all ' || CAST(n_failed AS VARCHAR) || ' sample(s) failed'
+                    WHEN n_ok = 0
+                    THEN 'no sample kept: ' || CAST(n_suspect AS VARCHAR)
+                         || ' suspect (dropped), ' || CAST(n_failed AS VARCHAR) || ' failed'
+                    END AS error,
                CASE WHEN n_ok > 0
                     THEN 'median of ' || CAST(n_ok AS VARCHAR) || ' valid sample(s)'
                          || CASE WHEN n_failed > 0 THEN ', ' || CAST(n_failed AS VARCHAR)
                                  || ' failed' ELSE '' END
+                         || CASE WHEN n_suspect > 0 THEN ', ' || CAST(n_suspect AS VARCHAR)
+                                 || ' suspect dropped' ELSE '' END
                     END AS rationale
         FROM {_TODO}
         WHERE ord > $lo AND ord <= $hi

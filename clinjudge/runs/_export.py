@@ -28,7 +28,7 @@ else:  # loaded on first use: `judge runs list` and `runs show` write no Arrow t
     pa = LazyModule("pyarrow")
 
 EXPORT_FORMATS = ("jsonl", "json", "csv", "parquet")
-EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps")
+EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps", "quality_flags")
 """Tables ``export_run`` writes (a DocLens run's pooled scores come from ``analysis``)."""
 
 # File name endings that name a format; anything else needs an explicit format.
@@ -53,7 +53,7 @@ _JUDGMENTS_QUERY = """
     SELECT j.run_id, j.item_id,
            CASE WHEN j.final THEN NULL ELSE j.sample END AS sample,
            j.agent, j.attribute, j.value, j.final, j.status, j.error, j.rationale,
-           r.simulated, {item_flags} AS item_flags
+           r.simulated, {item_flags} AS item_flags, {suspect} AS suspect_flags
     FROM judgments j JOIN runs r USING (run_id)
     LEFT JOIN items i ON i.run_id = j.run_id AND i.item_id = j.item_id
     WHERE j.run_id = '{run_id}'
@@ -251,7 +251,8 @@ def export_run(
         fmt: ``jsonl``, ``json``, ``csv`` or ``parquet``.
         table: ``judgments``; ``transcripts`` (every message, discussions included);
             ``claims`` (DocLens claims, statements and verdicts); ``prm_steps`` (PRM step
-            scores, of a ``judge prm`` run or a judge run with ``--prm``). A DocLens run's
+            scores, of a ``judge prm`` run or a judge run with ``--prm``); ``quality_flags``
+            (suspect-judgment flags, docs/trust.md). A DocLens run's
             pooled scores are computed, not stored: ``analysis.export_doclens_scores``.
 
     Returns:
@@ -275,10 +276,29 @@ def export_run(
         query = _TRANSCRIPTS_QUERY.format(run_id=rid, label=_LABEL)
         copy_query(store, query, out, fmt)
         return _count(store, "messages", run["run_id"])
+    if table == "quality_flags":
+        copy_query(store, _FLAGS_QUERY.format(run_id=rid), out, fmt)
+        return _count(store, "quality_flags", run["run_id"])
     # A database opened read-only from before items.flags existed has no such column.
     flags = "i.flags" if store.has_column("items", "flags") else "NULL::JSON"
-    copy_query(store, _JUDGMENTS_QUERY.format(run_id=rid, item_flags=flags), out, fmt)
+    # Likewise quality_flags (schema 7): a sample's suspect-judgment flags, by name.
+    suspect = _SUSPECT if store.has_table("quality_flags") else "NULL::VARCHAR[]"
+    query = _JUDGMENTS_QUERY.format(run_id=rid, item_flags=flags, suspect=suspect)
+    copy_query(store, query, out, fmt)
     return _count(store, "judgments", run["run_id"])
+
+
+_SUSPECT = """(SELECT list(DISTINCT f.flag ORDER BY f.flag) FROM quality_flags f
+      WHERE f.run_id = j.run_id AND f.item_id = j.item_id AND f.sample = j.sample
+        AND f.agent = j.agent AND NOT j.final)"""
+
+_FLAGS_QUERY = """
+    SELECT run_id, NULLIF(item_id, '') AS item_id, CASE WHEN item_id = '' THEN NULL ELSE sample
+           END AS sample, NULLIF(agent, '') AS agent, flag, NULLIF(attribute, '') AS attribute,
+           detail
+    FROM quality_flags WHERE run_id = '{run_id}'
+    ORDER BY item_id <> '', item_id, sample, agent, flag, attribute
+"""
 
 
 def _refuse_prm_run(run: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from clinjudge.inputs import parse_json
 from clinjudge.rubrics import ChatTurn, Item, Rubric, scan_item
+from clinjudge.runs._quality_flags import noted_flag_rows
 from clinjudge.runs._store import now
 
 if TYPE_CHECKING:  # the judges' types only: `judge runs list` must not load the clients
@@ -71,6 +72,7 @@ def call_row(
             "cached_input_tokens": outcome.cached_input_tokens,
             "cache_write_tokens": outcome.cache_write_tokens,
             "cache_saving_usd": outcome.cache_saving_usd,
+            "max_tokens": outcome.max_tokens,
         }
     row = {
         "call_id": f"{run_id}/{item_id}/{sample}/{agent}/{seq}",
@@ -214,12 +216,20 @@ def verdict_rows(
         verdict: What the workflow concluded.
         calls: Call rows recorded for the sample's attempts.
     """
-    return {
+    rows = {
         "calls": calls,
         "messages": _own_transcript_rows(key, verdict.transcript),
         "samples": [sample_row(key, verdict, calls)],
         "judgments": _judgment_rows(key, rubric.keys, verdict),
     }
+    if verdict.notes:
+        rows["quality_flags"] = _noted(key, key.agent, verdict)
+    return rows
+
+
+def _noted(key: SampleKey, agent: str, verdict: SampleVerdict) -> list[dict[str, Any]]:
+    """The flag of what the parser noted reading an agent's reply (rare: built only then)."""
+    return noted_flag_rows(key.run_id, key.item_id, key.sample, agent, verdict.notes)
 
 
 def workflow_rows(
@@ -255,6 +265,14 @@ def workflow_rows(
         own_calls = [c for c in calls if c["agent"] == member]
         rows["samples"].append(sample_row(member_key, member_verdict, own_calls))
         rows["judgments"].extend(_judgment_rows(member_key, keys, member_verdict))
+    noted = [
+        row
+        for agent, noted_verdict in ((key.agent, verdict), *members.items())
+        if noted_verdict.notes
+        for row in _noted(key, agent, noted_verdict)
+    ]
+    if noted:
+        rows["quality_flags"] = noted
     return rows
 
 

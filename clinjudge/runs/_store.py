@@ -62,9 +62,9 @@ reply: json_schema, json_object or off; earlier rows and local model calls keep 
 provider's prompt cache: tokens read, tokens written, dollars saved; earlier rows keep NULL).
 6: ``messages`` is a view over ``message_rows`` and ``message_texts``, which hold each system
 message once per run (``runs/_message_texts.py``; the old table is renamed, its rows unchanged).
-7: ``quality_flags`` (suspect-judgment flags of samples and runs), ``probe_variants`` and
-``probe_skips`` (the edited items of ``judge probe`` runs); earlier runs have no flags until a
-resume or ``judge runs flag`` computes them.
+7: ``quality_flags`` (suspect-judgment flags of samples and runs), ``calls.max_tokens``,
+``probe_variants`` and ``probe_skips`` (the edited items of ``judge probe`` runs); earlier runs
+have no flags until ``judge runs flag`` computes them.
 Opening an older store for writing migrates it and records this version; a newer one is
 refused."""
 
@@ -228,6 +228,9 @@ ALTER TABLE calls ADD COLUMN IF NOT EXISTS output_mode VARCHAR;
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS cached_input_tokens INTEGER;
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS cache_write_tokens INTEGER;
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS cache_saving_usd DOUBLE;
+-- calls.max_tokens (7): the cap on generated tokens the call was sent with (a reply at it is
+-- flagged at_token_cap); NULL where unknown and for rows written before.
+ALTER TABLE calls ADD COLUMN IF NOT EXISTS max_tokens INTEGER;
 -- response_cache.run_id: the run that wrote the reply (`judge runs delete` removes it with the
 -- run); NULL for rows written before the column existed.
 CREATE TABLE IF NOT EXISTS response_cache (

@@ -360,6 +360,7 @@ class ItemFilter:
         failed: Only items with a failed sample (of ``reason``, when given).
         reason: With ``failed``: only this failure reason (``(no reason recorded)`` for none).
         flagged: Only items whose text addresses the judge.
+        suspect: Only items with a sample carrying a suspect-judgment flag.
         rated: Only items with physicians' ratings.
         bounds: ``(attribute, operator, value)``: the final score of the attribute compared
             with the value (operator one of :data:`BOUND_OPERATORS`).
@@ -370,6 +371,7 @@ class ItemFilter:
     failed: bool = False
     reason: str | None = None
     flagged: bool = False
+    suspect: bool = False
     rated: bool = False
     bounds: tuple[tuple[str, str, float], ...] = ()
 
@@ -421,6 +423,7 @@ class _Listing:
         self.sort_params: dict[str, Any] = {}
         self.has_flags = store.has_column("items", "flags")
         self.has_ratings = store.has_table("human_ratings")
+        self.has_quality_flags = store.has_table("quality_flags")
         self.has_steps = store.has_table("prm_steps")
         self.where = self._conditions(filters)
         self.join, self.key = self._sort_key(sort)
@@ -441,6 +444,13 @@ class _Listing:
             where.append(f"i.item_id IN ({sql})")
         if filters.flagged:
             where.append("json_array_length(i.flags) > 0" if self.has_flags else "false")
+        if filters.suspect:
+            where.append(
+                "i.item_id IN (SELECT item_id FROM quality_flags WHERE run_id = $run "
+                "AND item_id <> '')"
+                if self.has_quality_flags
+                else "false"
+            )
         if filters.rated:
             where.append(
                 "i.item_id IN (SELECT item_id FROM human_ratings WHERE score IS NOT NULL)"

@@ -67,6 +67,7 @@ def test_export_one_row_per_item_sample_agent_attribute(
         "rationale",
         "simulated",
         "item_flags",
+        "suspect_flags",
     ]
     assert all(r["item_flags"] in ("[]", []) for r in rows)  # synthetic items address no one
     keys = {(r["item_id"], r["sample"], r["agent"], r["attribute"]) for r in rows}

@@ -23,6 +23,7 @@ from clinjudge.judges import ModelSettings
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.runs import RunStore, delete_run, export_run, merge_databases
 from clinjudge.runs import _message_texts as message_texts
+from clinjudge.runs._store import SCHEMA_VERSION
 from clinjudge.runs._viewer_reads import item_table_rows, item_table_rows_by_item
 from tests.factories import make_items, persona_of, responder, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores
@@ -236,7 +237,7 @@ def test_old_layout_is_migrated_read_unchanged_and_resumed(tmp_path: Path) -> No
     before = _every_reader(old, run_id)
     with RunStore(old) as store:  # opened for writing: migrated
         assert store.query("SELECT value FROM meta WHERE key = 'schema_version'") == [
-            {"value": "6"}
+            {"value": str(SCHEMA_VERSION)}
         ]
         assert store.has_column("message_rows", "text_id") and store.has_table("message_texts")
     assert _every_reader(old, run_id) == before

@@ -74,6 +74,7 @@ def ref_call_row(
             cached_input_tokens=outcome.cached_input_tokens,
             cache_write_tokens=outcome.cache_write_tokens,
             cache_saving_usd=outcome.cache_saving_usd,
+            max_tokens=outcome.max_tokens,
         )
     return row
 
@@ -207,6 +208,7 @@ def random_outcome(rng: random.Random) -> CallOutcome:
         cached_input_tokens=rng.randint(0, 100),
         cache_write_tokens=rng.randint(0, 100),
         cache_saving_usd=rng.choice([None, -0.001, 0.002]),
+        max_tokens=rng.choice([None, 400, 1]),
     )
 
 

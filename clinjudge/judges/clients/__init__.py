@@ -29,7 +29,7 @@ from clinjudge.judges.clients._batch_api import (
     request_line,
 )
 from clinjudge.judges.clients._batch_lines import BatchLine, BatchResults
-from clinjudge.judges.clients._cache import ResponseCache
+from clinjudge.judges.clients._cache import ResponseCache, hash_model_files
 from clinjudge.judges.clients._faults import TIMED_OUT, ProviderFault
 from clinjudge.judges.clients._mock_client import SIMULATED_NOTICE, register_simulated_replies
 from clinjudge.judges.clients._model import (
@@ -38,12 +38,13 @@ from clinjudge.judges.clients._model import (
     ModelConfigError,
     check_credentials,
 )
-from clinjudge.judges.clients._settings import ModelSettings
+from clinjudge.judges.clients._settings import HF_PROVIDERS, ModelSettings
 from clinjudge.judges.clients._structured import ReplySchema, structured_reply
 
 __all__ = [
     "BatchClient",
     "COUNT_ENCODING",
+    "HF_PROVIDERS",
     "BatchFile",
     "BatchFileError",
     "BatchLine",
@@ -65,6 +66,7 @@ __all__ = [
     "batch_price_per_token",
     "batch_supported",
     "check_credentials",
+    "hash_model_files",
     "bundled_model_map",
     "check_batch_settings",
     "count_batch_files",

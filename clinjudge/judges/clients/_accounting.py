@@ -13,7 +13,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
+from clinjudge.judges.clients._settings import (
+    AZURE_PROVIDERS,
+    HF_PROVIDERS,
+    OPENAI_PROVIDERS,
+    ModelSettings,
+)
 
 _PRICE_FILE = "model_prices_and_context_window_backup.json"
 
@@ -124,7 +129,7 @@ def token_prices(settings: ModelSettings) -> TokenPrices | None:
             cached_input=(price.input_per_mtok if read is None else read) / 1e6,
             cache_write=(price.input_per_mtok if write is None else write) / 1e6,
         )
-    if settings.is_mock or settings.provider == "hf":  # simulated, or run in this process
+    if settings.is_mock or settings.provider in HF_PROVIDERS:  # simulated, or run in this process
         return FREE
     prices = bundled_model_map()
     for name in model_map_names(settings):

@@ -6,9 +6,11 @@ or Azure deployment, endpoint, API version, sampling, JSON mode, client; every f
 few listed in ``NOT_IN_KEY``), the endpoint and API version the client would read from the
 environment when the settings give none, the full request (every message, the tools offered,
 the structured-output mode) and the sample's variation (seed and sample number), so a repeated
-sample of a run still gets its own answer. Credentials never enter the key: the endpoint is
-hashed without its userinfo and with secret-looking query values redacted. The key payload
-carries ``KEY_VERSION``, so entries made under older rules are never reused.
+sample of a run still gets its own answer. A model run in this process (``hf/``, ``hf-hub/``)
+is keyed by what its files hold as well (a content hash of its weights, configuration and
+tokenizer, or the hub commit), not only by its path. Credentials never enter the key: the
+endpoint is hashed without its userinfo and with secret-looking query values redacted. The key
+payload carries ``KEY_VERSION``, so entries made under older rules are never reused.
 
 Entries are validated when read, with the rules applied to provider replies (text, a known
 finish reason, token counts that are integers within [0, 50 million]); a bad entry is a miss.
@@ -17,13 +19,14 @@ Only text replies are cached.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import json
 import logging
 import os
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -33,13 +36,16 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationErr
 
 from clinjudge.judges.clients._base_client import check_token_count, message_text
 from clinjudge.judges.clients._faults import ProviderFault, redact_url
-from clinjudge.judges.clients._settings import ModelSettings
+from clinjudge.judges.clients._settings import HF_PROVIDERS, ModelSettings
 
 log = logging.getLogger(__name__)
 
 KEY_VERSION = 2
 """Format of the key payload. 1: model and sampling only (answered for any endpoint); 2: every
-setting that can change a reply, endpoint and API version included."""
+setting that can change a reply, endpoint and API version included. An ``hf/`` or ``hf-hub/``
+model's payload also holds ``model_files`` (what its files hold): its keys made before that
+lack the field, so they can never equal a key made now, and API models' keys, whose rules did
+not change, stay valid (a new version would drop every reply they paid for)."""
 
 NOT_IN_KEY = frozenset(
     {"api_key_env", "timeout", "max_reply_bytes", "rpm", "tpm", "price", "ray", "ray_replicas"}
@@ -150,7 +156,47 @@ def cache_payload(
     }
     if extra_args:
         payload["extra"] = dict(extra_args)
+    if settings.provider in HF_PROVIDERS:
+        payload["model_files"] = model_files_key(settings)
     return payload
+
+
+def hash_model_files(models: Iterable[ModelSettings | None]) -> None:
+    """Read the files of every in-process model among ``models`` for the cache key now (large
+    weights take seconds to hash; a hub commit takes a request), so that the first call does
+    not do it on the event loop; best effort: a failure comes back with the calls.
+
+    Args:
+        models: The run's model settings (None entries and API models are skipped).
+    """
+    for settings in models:
+        if settings is not None and settings.provider in HF_PROVIDERS:
+            with contextlib.suppress(ProviderFault):
+                model_files_key(settings)
+
+
+def model_files_key(settings: ModelSettings) -> str:
+    """What an in-process model's files hold (``hf/``: a content hash, read once per process;
+    ``hf-hub/``: the commit loaded), so replaced weights never get the old model's replies.
+
+    Args:
+        settings: An ``hf/`` or ``hf-hub/`` model's settings.
+
+    Raises:
+        ProviderFault: The files cannot be read, or the hub commit cannot be found (not
+            retryable: the call could not be sent either).
+    """
+    # Imported here: the module imports the model client, which imports this one.
+    from clinjudge.judges.clients._hf_source import model_fingerprint, source_of
+    from clinjudge.judges.clients._model import ModelConfigError
+
+    try:
+        return model_fingerprint(source_of(settings.model))
+    except (OSError, ModelConfigError) as exc:
+        raise ProviderFault(
+            f"{settings.model}: cannot read the model's files for the cache key: {exc}"[:500],
+            retryable=False,
+        ) from exc
 
 
 def cache_key(

@@ -1,10 +1,11 @@
 """The ``hf/`` provider: a causal LM run in the judge's own process through transformers.
 
-``--model hf/<path or hub id>`` loads a local checkpoint folder, a GGUF file (or a folder holding
-one) or a hub id, once per process, and answers every agent that names it: requests in flight
-together are decoded in one batch, on a GPU when there is one, and every reply that has a JSON
-Schema (or asks for JSON) is decoded under that constraint, so it is valid JSON of that shape.
-Tokens are counted by the model's tokenizer and cost nothing.
+``--model hf/<path>`` loads a local checkpoint folder, a GGUF file (or a folder holding one)
+and ``--model hf-hub/<org>/<name>`` a hub repository (the one form that downloads), once per
+process, and answers every agent that names it: requests in flight together are decoded in one
+batch, on a GPU when there is one, and every reply that has a JSON Schema (or asks for JSON) is
+decoded under that constraint, so it is valid JSON of that shape. Tokens are counted by the
+model's tokenizer and cost nothing.
 
 This module is light: torch, transformers and llguidance (the ``prm`` extra) are imported the
 first time a request is sent (:mod:`clinjudge.judges.clients._hf_engine`).
@@ -15,17 +16,20 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autogen_core.models import CreateResult, LLMMessage, ModelInfo, RequestUsage
 
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, to_openai_messages
 from clinjudge.judges.clients._faults import ProviderFault
+from clinjudge.judges.clients._hf_source import (
+    HUB_PROVIDER,
+    ModelSource,
+    files_signature,
+    resolve_source,
+)
 from clinjudge.judges.clients._model import ModelConfigError
 from clinjudge.judges.clients._settings import ModelSettings
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, Rubric
@@ -37,9 +41,6 @@ if TYPE_CHECKING:
         GenerationResult,
         LocalModel,
     )
-
-HF_PROVIDERS = {"hf"}
-"""Provider names of the in-process model."""
 
 DEVICE_ENV = "CLINJUDGE_HF_DEVICE"
 """Device of ``hf/`` models when the settings name none: ``auto`` (default), ``cpu``, ``cuda``."""
@@ -63,77 +64,16 @@ HF_MODEL_INFO = ModelInfo(
     multiple_system_messages=False,
 )
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where a model's files are.
-
-    Args:
-        location: A local folder, or a Hugging Face hub id.
-        gguf_file: Name of a GGUF file inside ``location`` (None: a transformers checkpoint).
-        local: ``location`` is on this machine: the hub is never asked.
-    """
-
-    location: str
-    gguf_file: str | None = None
-    local: bool = True
-
-    def __str__(self) -> str:
-        return f"{self.location}/{self.gguf_file}" if self.gguf_file else self.location
-
-
-def resolve_source(name: str) -> ModelSource:
-    """Where the model named after ``hf/`` lives.
-
-    A path (folder with ``config.json``, ``.gguf`` file, folder with one ``.gguf``) is read from
-    disk only; ``org/name`` that is no path is a hub id, and ``org/name/file.gguf`` a GGUF file
-    in a hub repository (fetched only when the machine has network and no ``HF_HUB_OFFLINE``).
-
-    Args:
-        name: The model name after ``hf/``.
-
-    Raises:
-        ModelConfigError: A path that holds no model, or a name that is neither.
-    """
-    path = Path(name).expanduser()
-    if path.is_file():
-        if path.suffix.lower() != ".gguf":
-            raise ModelConfigError(
-                f"model hf/{name}: a file must be a .gguf checkpoint; give a folder otherwise"
-            )
-        return ModelSource(str(path.parent), path.name)
-    if path.is_dir():
-        if (path / "config.json").is_file():
-            return ModelSource(str(path))
-        ggufs = sorted(p.name for p in path.glob("*.gguf"))
-        if len(ggufs) == 1:
-            return ModelSource(str(path), ggufs[0])
-        if ggufs:
-            raise ModelConfigError(
-                f"model hf/{name}: the folder holds several GGUF files ({', '.join(ggufs)}); "
-                f"name one, e.g. hf/{Path(name) / ggufs[0]}"
-            )
-        raise ModelConfigError(f"model hf/{name}: the folder has no config.json and no .gguf")
-    looks_local = name.startswith(("/", ".", "~")) or "\\" in name
-    if not looks_local and _HUB_ID.match(name):
-        return ModelSource(name, local=False)
-    parts = name.split("/")
-    if not looks_local and len(parts) == 3 and parts[2].lower().endswith(".gguf"):
-        return ModelSource("/".join(parts[:2]), parts[2], local=False)
-    raise ModelConfigError(
-        f"model hf/{name}: no such file or folder (a hub id looks like org/name)"
-    )
-
-
-_ENGINES: dict[tuple[ModelSource, str, str], LocalModel] = {}
+_ENGINES: dict[tuple[ModelSource, str, str], tuple[tuple[object, ...], LocalModel]] = {}
+"""The loaded model of each (source, device, dtype), with its files' stat identity then."""
 _BATCHERS: dict[int, MicroBatcher[GenerationRequest, GenerationResult]] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
 def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") -> LocalModel:
-    """The process-wide model for a source, device and dtype (created unloaded).
+    """The process-wide model for a source, device and dtype (created unloaded); a new one
+    when the files changed since (replaced weights are never answered by the old model, whose
+    replies the response cache would then keep under the new files' key).
 
     Args:
         source: Where the files are.
@@ -142,16 +82,24 @@ def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") 
 
     Raises:
         ProviderFault: torch, transformers or llguidance is not installed (not retryable).
+        OSError: The model's files cannot be read.
     """
     _require_extra()
     from clinjudge.judges.clients._hf_engine import LocalModel
 
     key = (source, device, dtype)
+    signature = files_signature(source)
     with _ENGINES_LOCK:
-        engine = _ENGINES.get(key)
-        if engine is None:
-            engine = _ENGINES[key] = LocalModel(source, device=device, dtype=dtype)
-        return engine
+        known = _ENGINES.get(key)
+        if known is None or known[0] != signature:
+            known = _ENGINES[key] = (signature, LocalModel(source, device=device, dtype=dtype))
+        return known[1]
+
+
+def _loaded(key: tuple[ModelSource, str, str]) -> LocalModel | None:
+    """The model of ``key`` when it is loaded (for token counts before a call)."""
+    known = _ENGINES.get(key)
+    return known[1] if known is not None and known[1].ready else None
 
 
 def _require_extra() -> None:
@@ -238,11 +186,13 @@ def _chat(messages: Sequence[LLMMessage]) -> list[dict[str, str]]:
 
 
 class HFChatCompletionClient(SimpleChatCompletionClient):
-    """An AutoGen client for a causal LM run in this process (``hf/<path or hub id>``).
+    """An AutoGen client for a causal LM run in this process (``hf/<path>``,
+    ``hf-hub/<org>/<name>``).
 
     Args:
-        model: What follows ``hf/``: a checkpoint folder, a ``.gguf`` file, a folder with one
-            ``.gguf``, or a hub id.
+        model: What follows ``hf/``: a checkpoint folder, a ``.gguf`` file or a folder with one
+            ``.gguf``; with ``hub``, a hub repository id (``org/name`` or
+            ``org/name/file.gguf``).
         max_tokens: Cap on generated tokens per reply (a call's ``max_tokens`` overrides it).
         temperature: Sampling temperature; 0 or None decodes greedily.
         top_p: Nucleus sampling mass.
@@ -252,6 +202,8 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         rubric: The run's rubric: its gates (``synthesized`` null exactly when ``abstraction``
             is 0) are written into reply schemas that carry both keys, which strict-mode
             schemas cannot say, so constrained replies never break them.
+        hub: ``model`` is a hub repository, downloaded when loaded (``hf-hub/``); otherwise
+            only local files are read.
 
     Raises:
         ModelConfigError: ``model`` names no model.
@@ -268,9 +220,10 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         device: str = "auto",
         dtype: str = "auto",
         rubric: Rubric | None = None,
+        hub: bool = False,
     ):
         super().__init__(HF_MODEL_INFO)
-        self.source = resolve_source(model)
+        self.source = resolve_source(model, hub=hub)
         self.max_tokens = max_tokens or DEFAULT_MAX_TOKENS
         self.temperature = temperature
         self.top_p = top_p
@@ -305,7 +258,7 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         except ProviderFault:
             raise
         except Exception as exc:  # noqa: BLE001 - load and decoding failures are not retried
-            raise ProviderFault(f"hf/{self.source}: {exc}"[:500], retryable=False) from exc
+            raise ProviderFault(f"{self.source.model}: {exc}"[:500], retryable=False) from exc
         return CreateResult(
             finish_reason="stop" if result.finish_reason == "stop" else "length",
             content=result.text,
@@ -348,21 +301,21 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         return await _batcher(self.engine).submit(request)
 
     def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
-        engine = _ENGINES.get((self.source, self.device, self.dtype))
-        if engine is None or not engine.ready:
+        engine = _loaded((self.source, self.device, self.dtype))
+        if engine is None:
             return super().count_tokens(messages, tools=tools)
         return len(engine.encode_chat(_chat(messages)))
 
     def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
-        engine = _ENGINES.get((self.source, self.device, self.dtype))
-        context = engine.context_length if engine is not None and engine.ready else 8192
+        engine = _loaded((self.source, self.device, self.dtype))
+        context = engine.context_length if engine is not None else 8192
         return max(context - self.count_tokens(messages, tools=tools), 0)
 
 
 def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCompletionClient:
-    """The client for an ``hf/`` model's settings (device and dtype: the settings' when they
-    have them, else ``CLINJUDGE_HF_DEVICE`` / ``CLINJUDGE_HF_DTYPE``, else ``auto``); with
-    ``ray`` set, one whose batches run on Ray replicas.
+    """The client for an ``hf/`` or ``hf-hub/`` model's settings (device and dtype: the
+    settings' when they have them, else ``CLINJUDGE_HF_DEVICE`` / ``CLINJUDGE_HF_DTYPE``, else
+    ``auto``); with ``ray`` set, one whose batches run on Ray replicas.
 
     Args:
         settings: Model and sampling settings.
@@ -378,6 +331,7 @@ def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCo
         "device": str(device),
         "dtype": str(dtype),
         "rubric": rubric,
+        "hub": settings.provider == HUB_PROVIDER,
     }
     if settings.ray is not None:  # the replicas run on Ray; the driver only batches
         from clinjudge.judges.clients._hf_ray import HFRayChatCompletionClient

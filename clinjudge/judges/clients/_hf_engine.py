@@ -47,7 +47,6 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from clinjudge._util import torch_device
-from clinjudge.judges.clients._hf_client import ModelSource
 from clinjudge.judges.clients._hf_constraint import (
     Closers,
     ConstrainedBatch,
@@ -56,6 +55,8 @@ from clinjudge.judges.clients._hf_constraint import (
     closing_reserve,
     compile_grammar,
 )
+from clinjudge.judges.clients._hf_source import ModelSource, hub_revision
+from clinjudge.judges.clients._model import ModelConfigError
 
 log = logging.getLogger(__name__)
 
@@ -260,13 +261,20 @@ class LocalModel:
         args: dict[str, Any] = {}
         if self.source.local:
             args["local_files_only"] = True  # a path never reaches the hub
+        else:
+            try:
+                # The commit the response cache keys this model by (the one loaded, should
+                # the repository move on meanwhile).
+                args["revision"] = hub_revision(self.source)
+            except ModelConfigError as exc:
+                raise LocalModelError(str(exc)) from exc
         if self.source.gguf_file:
             args["gguf_file"] = self.source.gguf_file
         try:
             tokenizer = AutoTokenizer.from_pretrained(self.source.location, **args)
             model = AutoModelForCausalLM.from_pretrained(self.source.location, dtype=dtype, **args)
         except (OSError, ValueError, ImportError, KeyError) as exc:
-            raise LocalModelError(f"hf/{self.source}: cannot load the model: {exc}") from exc
+            raise LocalModelError(f"{self.source.model}: cannot load the model: {exc}") from exc
         # transformers wraps `to` with functools.wraps; its stub then wants the model first.
         model.to(self.device)  # type: ignore[arg-type]
         model.eval()

@@ -395,7 +395,8 @@ class HFRayChatCompletionClient(HFChatCompletionClient):
         ray: ``local`` (start a Ray here, or use the one this process joined), ``auto`` (this
             machine's cluster), ``HOST:PORT`` or ``ray://HOST:PORT``.
         replicas: Model replicas; default one per GPU of the cluster, else one.
-        **options: The in-process client's other arguments (sampling, device, dtype, rubric).
+        **options: The in-process client's other arguments (sampling, device, dtype, rubric,
+            hub).
     """
 
     def __init__(self, model: str, *, ray: str, replicas: int | None = None, **options: Any):

@@ -52,7 +52,12 @@ from clinjudge.judges.clients._faults import (
 from clinjudge.judges.clients._http_guard import guarded_httpx_args
 from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges.clients._mock_client import MockChatCompletionClient
-from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
+from clinjudge.judges.clients._settings import (
+    AZURE_PROVIDERS,
+    HF_PROVIDERS,
+    OPENAI_PROVIDERS,
+    ModelSettings,
+)
 from clinjudge.judges.clients._structured import (
     OutputMode,
     ReplySchema,
@@ -152,10 +157,17 @@ def check_credentials(settings: ModelSettings) -> None:
 
     Raises:
         ModelConfigError: The key's environment variable is unset, the Azure endpoint is
-            missing, or a stored base_url lost its credentials.
+            missing, a stored base_url lost its credentials, or an ``hf/`` model is no model
+            file or folder on this machine (``hf-hub/``: no repository id).
     """
     provider = settings.provider
-    if settings.is_mock or provider == "hf":
+    if provider in HF_PROVIDERS:
+        # Imported here: the module imports this one. Reads local files only, never the hub.
+        from clinjudge.judges.clients._hf_source import source_of
+
+        source_of(settings.model)
+        return
+    if settings.is_mock:
         return
     _check_stored_url(settings)
     _check_one_authorization(settings)
@@ -361,7 +373,7 @@ def _build_client(
     provider = settings.provider
     if settings.is_mock:
         return MockChatCompletionClient(rubric, settings.name)
-    if provider == "hf":  # in-process transformers model; torch is imported on first use
+    if provider in HF_PROVIDERS:  # in-process transformers model; torch is imported on use
         from clinjudge.judges.clients._hf_client import hf_client
 
         return hf_client(settings, rubric)
@@ -434,7 +446,7 @@ class _SettingsFacts:
             # The lookup scans the price map's names: once per settings object, not per call.
             prices=token_prices(settings),
             is_mock=is_mock,
-            probes_schemas=not is_mock and settings.provider != "hf",
+            probes_schemas=not is_mock and settings.provider not in HF_PROVIDERS,
         )
 
 

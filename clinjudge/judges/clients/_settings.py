@@ -21,6 +21,8 @@ StructuredOutput = Literal["auto", "json_schema", "json_object", "off"]
 OPENAI_PROVIDERS = {"openai"}
 AZURE_PROVIDERS = {"azure", "azure_openai"}
 MOCK_PROVIDERS = {"mock"}
+HF_PROVIDERS = {"hf", "hf-hub"}
+"""Models run in this process: ``hf/<path>`` (local files only), ``hf-hub/<org>/<name>``."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -53,6 +53,7 @@ class SampleVerdict:
         raw_text: Last reply text, kept for failed samples.
         transcript: Every turn sent and received, in order.
         coerced: Scores the judge gave where the rubric's gate says null, stored as null.
+        notes: What reading the reply had to decide (stored as a ``reply_ambiguous`` flag).
     """
 
     status: str
@@ -63,6 +64,7 @@ class SampleVerdict:
     raw_text: str | None = None
     transcript: list[ChatTurn] = field(default_factory=list)
     coerced: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def judged(cls, parsed: ParsedJudgment, transcript: list[ChatTurn]) -> SampleVerdict:
@@ -79,6 +81,7 @@ class SampleVerdict:
             rationale=parsed.rationale,
             transcript=transcript,
             coerced=parsed.coerced,
+            notes=parsed.notes,
         )
 
 

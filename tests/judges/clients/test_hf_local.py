@@ -67,19 +67,23 @@ def test_model_names_resolve_to_local_files_or_hub_ids(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     (checkpoint / "config.json").write_text("{}")
+    (checkpoint / "model.safetensors").write_bytes(b"")
     ggufs = tmp_path / "ggufs"
     ggufs.mkdir()
-    (ggufs / "a.gguf").write_bytes(b"")
+    (ggufs / "a.gguf").write_bytes(b"GGUF")
     assert resolve_source(str(checkpoint)) == ModelSource(str(checkpoint))
     assert resolve_source(str(ggufs)) == ModelSource(str(ggufs), "a.gguf")
     assert resolve_source(str(ggufs / "a.gguf")) == ModelSource(str(ggufs), "a.gguf")
-    assert resolve_source("HuggingFaceTB/SmolLM2-135M-Instruct") == ModelSource(
+    # Hub repositories only by the explicit hf-hub/ form (hf/ never downloads).
+    assert resolve_source("HuggingFaceTB/SmolLM2-135M-Instruct", hub=True) == ModelSource(
         "HuggingFaceTB/SmolLM2-135M-Instruct", local=False
     )
-    assert resolve_source("org/repo/model.Q4_K_M.gguf") == ModelSource(
+    assert resolve_source("org/repo/model.Q4_K_M.gguf", hub=True) == ModelSource(
         "org/repo", "model.Q4_K_M.gguf", local=False
     )
-    (ggufs / "b.gguf").write_bytes(b"")
+    with pytest.raises(ModelConfigError, match="hf-hub/HuggingFaceTB/SmolLM2-135M-Instruct"):
+        resolve_source("HuggingFaceTB/SmolLM2-135M-Instruct")
+    (ggufs / "b.gguf").write_bytes(b"GGUF")
     with pytest.raises(ModelConfigError, match="several GGUF files"):
         resolve_source(str(ggufs))
     with pytest.raises(ModelConfigError, match="no such file or folder"):
@@ -92,6 +96,7 @@ def test_build_client_picks_the_local_client_and_prices_it_at_zero(tmp_path: Pat
     from clinjudge.judges.clients._accounting import call_cost
 
     (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
     settings = ModelSettings(model=f"hf/{tmp_path}", max_tokens=77, temperature=0)
     client = build_client(settings, load_rubric("pdsqi9"))
     assert isinstance(client, HFChatCompletionClient)
@@ -103,6 +108,7 @@ def test_without_the_prm_extra_an_hf_model_fails_its_calls_with_the_install_hint
     tmp_path: Path,
 ) -> None:
     (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
     script = WITHOUT_PRM_EXTRA + (
         "import asyncio, sys\n"
         "from autogen_core.models import UserMessage\n"
@@ -461,7 +467,29 @@ def test_smollm2_judges_three_pdsqi9_items_alone(tmp_path: Path, pdsqi9: Rubric)
     data = _demo_items(tmp_path, 3)
     result = _run(data, db, f"hf/{gguf}", mode="single", max_tokens=SMOL_MAX_TOKENS)
     _check_smollm2_run(result, db, 3, pdsqi9)
+    _check_cap_flags(result, db)
     print(f"SmolLM2 single, 3 items: {time.perf_counter() - started:.1f} s")
+
+
+def _check_cap_flags(result: Any, db: Path) -> None:
+    """The run's at_token_cap flags are exactly its valid samples whose reply reached the cap
+    (counted here from the calls, with the run's own max_tokens), and the result says so."""
+    with RunStore(db, read_only=True) as store:
+        calls = store.query(
+            "SELECT c.item_id, c.sample, c.completion_tokens FROM calls c JOIN samples s "
+            "USING (run_id, item_id, sample, agent) WHERE c.run_id = ? AND s.status = 'ok'",
+            [result.run_id],
+        )
+        flagged = store.query(
+            "SELECT item_id, sample FROM quality_flags WHERE run_id = ? AND flag = 'at_token_cap'",
+            [result.run_id],
+        )
+    at_cap = {
+        (c["item_id"], c["sample"]) for c in calls if c["completion_tokens"] >= SMOL_MAX_TOKENS - 2
+    }
+    assert {(f["item_id"], f["sample"]) for f in flagged} == at_cap
+    assert result.flag_counts.get("at_token_cap", 0) == len(at_cap)
+    print(f"SmolLM2 flags: {result.flag_counts}, run flags: {result.run_flags}")
 
 
 @pytest.mark.timeout(900)  # a real model on CPU: minutes on two shared cores
