@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from clinjudge._util.ray_cluster import CONNECT_TIMEOUT_ENV
 from clinjudge.cli._common import EXIT_FAILURE, EXIT_USAGE, console, fail, open_store, stdout
 from clinjudge.runs import DEFAULT_DB, now
 
@@ -76,7 +77,19 @@ RayOpt = Annotated[
         "--ray",
         metavar="local|auto|ADDRESS",
         help="Score on Ray, one model per replica: local (start Ray here), auto (join this "
-        "machine's cluster) or HOST:PORT / ray://HOST:PORT (pip install 'clinjudge\\[ray]').",
+        "machine's cluster) or HOST:PORT, the head's GCS address (pip install "
+        "'clinjudge\\[ray]').",
+    ),
+]
+RayConnectTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        metavar="SECONDS",
+        envvar=CONNECT_TIMEOUT_ENV,
+        show_envvar=True,
+        show_default="30",
+        help="Seconds to wait for the --ray cluster to answer before giving up with one "
+        "error line naming it.",
     ),
 ]
 RayReplicasOpt = Annotated[
@@ -118,6 +131,7 @@ class _Options:
     ray: RayOpt = None
     ray_replicas: RayReplicasOpt = None
     ray_batch: RayBatchOpt = 64
+    ray_connect_timeout: RayConnectTimeoutOpt = None
     resume: ResumeOpt = None
 
 

@@ -1,9 +1,12 @@
 """`judge prm ... --ray`: the driver of a Ray scoring pass, and the only writer of the store.
 
-The run row is written first (status ``running``), then each Ray batch's candidates in one
-transaction as they stream back, then the final status and config (with the replicas'
-throughput). Killed at any point, ``--resume RUN_ID`` scores only the candidates without a
-stored call; the keys (run, item, candidate, step) make a repeated write a no-op.
+The cluster's address is checked and the batches are planned before anything is written (a
+head that does not answer is one line, exit 2). The run row is written next (status
+``running``), then each Ray batch's candidates in one transaction as they stream back, then the
+final status and config (with the replicas' throughput). A pass that fails is marked
+``failed`` with its reason, Ctrl-C ``interrupted``. Killed at any point, ``--resume RUN_ID``
+scores only the candidates without a stored call; the keys (run, item, candidate, step) make a
+repeated write a no-op.
 """
 
 from __future__ import annotations
@@ -17,10 +20,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.markup import escape
 
-from clinjudge._util.ray_cluster import error_line
-from clinjudge.cli._common import EXIT_FAILURE, EXIT_USAGE, console, fail, open_store
+from clinjudge._util.ray_cluster import (
+    RayConnectError,
+    check_reachable,
+    connect_timeout,
+    error_line,
+    refuse_ray_client,
+)
+from clinjudge.cli._common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    console,
+    fail,
+    open_store,
+)
 from clinjudge.cli._options import PROGRESS_SECONDS_ENV
 from clinjudge.runs import now
 
@@ -84,6 +101,24 @@ def _check_resume(run: dict[str, Any], opts: Any, command: str) -> None:
         fail(f"--resume {run['run_id']}: {problems[0]}", EXIT_USAGE)
 
 
+def _stopped(store: Any, run_id: str | None, status: str, reason: str) -> None:
+    """Mark a run that stopped before its end, so it is never left ``running``.
+
+    Args:
+        store: The run store (None with ``--no-store``).
+        run_id: The run (None before it was written).
+        status: ``failed`` or ``interrupted``.
+        reason: Why, kept in ``runs.status_reason``.
+    """
+    if store is None or run_id is None:
+        return
+    try:
+        store.set_run_status(run_id, status, reason=reason[:2000])
+    except Exception as exc:  # noqa: BLE001 - the original error is the one to report
+        console.print(f"[yellow]warning:[/] could not mark run {escape(run_id)} {status}: "
+                      f"{escape(str(exc))}")  # fmt: skip
+
+
 def score_with_ray(
     opts: Any, fmt: Any, chains: Sequence[Any], config: dict[str, Any], command: str
 ) -> tuple[list[Any], RayRun, datetime]:
@@ -124,7 +159,13 @@ def score_with_ray(
         address=None if opts.ray == "local" else opts.ray,
         replicas=opts.ray_replicas,
         batch_size=opts.ray_batch,
+        # Checked here even where no cluster is joined (local): a bad value is always refused.
+        connect_timeout_s=connect_timeout(opts.ray_connect_timeout),
     )
+    refuse_ray_client(options.address)
+    # A head that does not answer fails here, in bounded time, before the store is opened:
+    # Ray's own join would retry for ten minutes with the run row already written.
+    check_reachable(options.address, options.connect_timeout_s)
     config = {**config, "command": command, "ray": {"address": opts.ray,
                                                     "replicas": opts.ray_replicas,
                                                     "batch": opts.ray_batch}}  # fmt: skip
@@ -180,15 +221,15 @@ def _drive(
                 error=call["error"] if call["status"] == "error" else None,
                 latency_s=call["latency_s"] or 0.0,
             )
-    elif store is not None:
-        run_id = new_run_id()
-        begin_prm_run(store, run_id, model=model, config=config, data_source=str(opts.input),
-                      name=opts.name, started=started,
-                      counts=(len(set(c.id for c in chains)), max(samples, default=0)))  # fmt: skip
     try:
         plan = plan_batches(chains, spec, opts.ray_batch)
     except (PRMDependencyError, PRMModelError) as exc:
         fail(str(exc), EXIT_USAGE)
+    if store is not None and run_id is None:  # after the plan: a bad model writes nothing
+        run_id = new_run_id()
+        begin_prm_run(store, run_id, model=model, config=config, data_source=str(opts.input),
+                      name=opts.name, started=started,
+                      counts=(len(set(c.id for c in chains)), max(samples, default=0)))  # fmt: skip
     reused = len(results)
     todo = [[i for i in batch if i not in results] for batch in plan]
     if store is not None:
@@ -212,9 +253,18 @@ def _drive(
                 if store is not None and run_id is not None:
                     add_prm_results(store, run_id, [(r, samples[i]) for i, r in part],
                                     model=model, started=started)  # fmt: skip
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C; SIGTERM where Ray set its handler
+        _stopped(store, run_id, "interrupted", "stopped by Ctrl-C or SIGTERM")
+        resume = f"; continue with --resume {run_id}" if run_id else ""
+        console.print(f"[yellow]Interrupted.[/] The batches stored so far stay{resume}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as exc:  # Ray's own errors (a batch that failed for good) included
+        # A cluster that stopped answering says so itself; Ray's errors wrap a traceback.
+        why = str(exc) if isinstance(exc, RayConnectError) else error_line(exc)
+        reason = f"ray: scoring failed: {why}"
+        _stopped(store, run_id, "failed", reason)
         resume = f"; the batches stored so far stay: --resume {run_id}" if run_id else ""
-        fail(f"ray: scoring failed: {error_line(exc)}{resume}", EXIT_FAILURE)
+        fail(f"{reason}{resume}", EXIT_FAILURE)
     for name, figures in summary.get("replicas", {}).items():
         console.print(
             f"ray: replica {escape(name)}: {figures['chains']} chains, "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clinjudge._util.ray_cluster import check_reachable, ray_address
+from clinjudge._util.ray_cluster import check_reachable, ray_address, refuse_ray_client
 from clinjudge.judges.doclens import NLIError, load_nli
 from clinjudge.judges.workflows import prm_scorer
 from clinjudge.orchestration._config import ConfigError, RunConfig
@@ -37,17 +37,19 @@ def check_prm_config(config: RunConfig, rubric: Rubric) -> None:
 
 def check_ray(settings: PRMRunSettings) -> None:
     """``prm.ray`` needs Ray here, the model on the workers (not a vLLM server), and a cluster
-    that answers.
+    that answers, joined as a node (not through Ray Client).
 
     Raises:
         RayDependencyError: Ray is not installed (one line naming the ``ray`` extra).
         RayConnectError: The cluster ``prm.ray`` names cannot be reached in time.
         ConfigError: ``prm.url`` is set as well.
+        UserError: ``prm.ray`` is a ``ray://`` address.
     """
     if settings.url:
         raise ConfigError("--ray loads the PRM on the Ray workers; it does not combine with "
                           "--prm-url")  # fmt: skip
     require_ray()
+    refuse_ray_client(ray_address(settings.ray))  # its Ray Dataset needs a driver in the cluster
     check_reachable(ray_address(settings.ray))
 
 

@@ -28,7 +28,13 @@ from typing import Any
 # Ray's start and join, replica sizing and fault injection are shared with the hf/ judge on
 # Ray; the package re-exports the error and require_ray from here.
 from clinjudge._util.ray_cluster import RayDependencyError as RayDependencyError
-from clinjudge._util.ray_cluster import duration, inject_faults, ray_init, replica_resources
+from clinjudge._util.ray_cluster import (
+    duration,
+    inject_faults,
+    ray_init,
+    refuse_ray_client,
+    replica_resources,
+)
 from clinjudge._util.ray_cluster import require_ray as require_ray
 from clinjudge.prm_bridge._aggregate import DEFAULT_THRESHOLD, all_aggregates
 from clinjudge.prm_bridge._backend import (
@@ -88,18 +94,21 @@ class RayOptions:
 
     Args:
         address: None starts a local Ray (or uses the one this process already joined);
-            ``auto`` joins the cluster of this machine; ``HOST:PORT`` or ``ray://HOST:PORT``
-            joins that one.
+            ``auto`` joins the cluster of this machine; ``HOST:PORT`` joins that one (not
+            ``ray://``: Ray Data needs the driver on a node of the cluster).
         replicas: Model replicas; default one per GPU of the cluster, else one.
         batch_size: Chains a replica takes at a time (each Ray batch is then cut into forward
             passes by the token budget); also how often results reach the store.
         max_retries: Restarts of a dead replica, and retries of its batch.
+        connect_timeout_s: Seconds to wait for the cluster at ``address`` to answer; default
+            ``$CLINJUDGE_RAY_CONNECT_TIMEOUT``, else 30.
     """
 
     address: str | None = None
     replicas: int | None = None
     batch_size: int = 64
     max_retries: int = 3
+    connect_timeout_s: float | None = None
 
 
 @dataclass
@@ -284,15 +293,20 @@ def score_on_ray(
         on_progress: Called with the progress after a batch arrives, at most every
             ``progress_every_s`` seconds, and once at the end.
         progress_every_s: Seconds between progress calls.
+
+    Raises:
+        RayConnectError: The cluster at ``options.address`` did not answer in time.
+        UserError: ``options.address`` is a Ray Client (``ray://``) one.
     """
     ray = require_ray()
+    refuse_ray_client(options.address)
     if batches is None:
         batches = plan_batches(chains, spec, options.batch_size)
     if not any(batches):  # all stored already (a resume): no need to start Ray
         if on_progress:
             on_progress(RayProgress(total=0))
         return
-    started_here = ray_init(ray, options.address)
+    started_here = ray_init(ray, options.address, timeout_s=options.connect_timeout_s)
     try:
         yield from _stream(
             ray, chains, batches, spec, options, threshold, on_progress, progress_every_s
