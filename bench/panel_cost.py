@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import _items  # noqa: E402
+from bench.throughput import bench_items  # noqa: E402
 from clinjudge.judges import ModelSettings  # noqa: E402
 from clinjudge.judges.workflows import workflow_for  # noqa: E402
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run  # noqa: E402
@@ -162,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         data = tmp / "items.jsonl"
-        data.write_text("".join(i.model_dump_json() + "\n" for i in _items(args.items)))
+        data.write_text("".join(i.model_dump_json() + "\n" for i in bench_items(args.items)))
         with FakeOpenAIServer(_json_responder) as server:
             rows.append(_measure("single", tmp, data, server.base_url, args.items))
             rows.append(

@@ -65,8 +65,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.throughput import (  # noqa: E402
-    _items,
     _start_server,
+    bench_items,
     judge_run_command,
     timed_process,
 )
@@ -259,7 +259,7 @@ def run_inspect(
     for n in sizes:
         data = tmp / f"inspect-{n}.jsonl"
         with data.open("w") as out:
-            for item in _items(n):
+            for item in bench_items(n):
                 messages = [
                     {"role": m.role, "content": m.content} for m in render_messages(item, rubric)
                 ]
@@ -434,7 +434,7 @@ def run_promptfoo(
     valid = []
     for n in sizes:
         tests = []
-        for item in _items(n):
+        for item in bench_items(n):
             messages = [
                 {"role": m.role, "content": m.content} for m in render_messages(item, rubric)
             ]
@@ -521,7 +521,7 @@ def main() -> None:
             tmp = Path(tmp_name)
             for n in sizes:
                 path = tmp / f"items-{n}.jsonl"
-                path.write_text("".join(i.model_dump_json() + "\n" for i in _items(n)))
+                path.write_text("".join(i.model_dump_json() + "\n" for i in bench_items(n)))
             results[0] = run_clinjudge(tmp, base_url, sizes, args.concurrency)
             if python is not None:
                 results.append(run_inspect(tmp, base_url, sizes, args.concurrency, python))

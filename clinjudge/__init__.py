@@ -84,6 +84,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: `judge --version` must not pay for AutoGen, litellm and scipy.
+    if name == "import_ratings":  # without the API's workflows and model clients (#39)
+        from clinjudge._ratings_api import import_ratings
+
+        return import_ratings
     if name in __all__ and name != "__version__":
         from clinjudge import _api
 

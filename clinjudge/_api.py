@@ -24,7 +24,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from clinjudge._args import _db, _optional_path, _optional_text, _path, _text, _wrong
+from clinjudge._ratings_api import import_ratings
 from clinjudge.analysis import (
+    AUDIT_BOOT,
     AgreementResult,
     AuditStatistics,
     Comparison,
@@ -57,6 +60,8 @@ from clinjudge.orchestration import (
     execute_run_async,
     load_stored_run,
     pending_work,
+    perturb_variants,
+    perturber_settings,
     prepare_audit,
     prepare_probe,
     prepare_run,
@@ -70,16 +75,16 @@ from clinjudge.runs import (
     ImportSummary,
     RunStore,
     StoreError,
-    default_db,
     is_batch_run,
     load_human_ratings,
     quality_flag_rows,
     quality_summary,
+    record_audit_settings,
     run_counts,
     run_table,
     status_label,
+    stored_ratings_for_run,
 )
-from clinjudge.runs import import_ratings as store_ratings
 
 __all__ = [
     "AgreementResult",
@@ -113,34 +118,6 @@ DEFAULT_POLL_SECONDS = 10.0
 """First wait between polls of a provider batch (``batch=True``); it doubles up to 300 s."""
 
 T = TypeVar("T")
-
-
-def _wrong(name: str, expected: str, value: object) -> UserError:
-    return UserError(f"{name}: expected {expected}, got {value!r}", setting=name)
-
-
-def _text(name: str, value: object) -> str:
-    """A non-empty string (a run id, a rubric name)."""
-    if not isinstance(value, str) or not value.strip():
-        raise _wrong(name, "a non-empty string", value)
-    return value
-
-
-def _optional_text(name: str, value: object) -> str | None:
-    return None if value is None else _text(name, value)
-
-
-def _path(name: str, value: object) -> str:
-    """A file path given as a string or a path object."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str) or not value.strip():
-        raise _wrong(name, "a path (str or pathlib.Path)", value)
-    return value
-
-
-def _optional_path(name: str, value: object) -> str | None:
-    return None if value is None else _path(name, value)
 
 
 def _paths(name: str, value: object) -> list[str]:
@@ -497,7 +474,7 @@ class Run:
         self,
         *,
         rules: Sequence[str] | None = None,
-        n_boot: int = 2000,
+        n_boot: int = AUDIT_BOOT,
         seed: int = 0,
         ratings: str | Path | None = None,
         report_dir: str | Path | None = None,
@@ -520,17 +497,25 @@ class Run:
         report_dir = _optional_path("report_dir", report_dir)
         strict = bool(_flag("strict", strict))
         physicians = load_human_ratings(ratings, run_rubric(self.info)) if ratings else None
+        if physicians is None:
+            # Ratings in the store (`judge rate`, `judge ratings import`) need no file (#38).
+            with RunStore(self.db, read_only=True) as store:
+                physicians = stored_ratings_for_run(store, self.run_id) or None
         return _audit_result(
-            self.db, self.run_id, rules, n_boot, seed, physicians, report_dir, strict=strict
+            self.db,
+            self.run_id,
+            rules,
+            n_boot,
+            seed,
+            physicians,
+            report_dir,
+            strict=strict,
+            ratings_file=ratings is not None,
         )
 
     def probe(self) -> ProbeResult:
         """The probe results of this ``judge probe`` run, recomputed from the store."""
         return _probe_result(self.db, self.run_id)
-
-
-def _db(db: str | Path | None) -> str:
-    return _optional_path("db", db) or default_db()
 
 
 def _existing_db(db: str | Path | None) -> str:
@@ -554,23 +539,6 @@ def load_run(run_id: str, *, db: str | Path | None = None) -> Run:
     with RunStore(path, read_only=True) as store:
         info = store.get_run(run_id)
     return Run(info["run_id"], path, info)
-
-
-def import_ratings(
-    path: str | Path, *, rubric: str = "pdsqi9", db: str | Path | None = None
-) -> ImportSummary:
-    """Validate physicians' ratings against a rubric and store them; a file with any problem
-    is rejected whole (nothing written). Re-importing replaces a rater's earlier scores.
-
-    Args:
-        path: JSONL, CSV or Parquet with item_id, rater_id, attribute, score.
-        rubric: Built-in rubric name or rubric file.
-        db: Database (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
-    """
-    path = _path("path", path)
-    chosen = load_rubric(_text("rubric", rubric))
-    with RunStore(_db(db)) as store:
-        return store_ratings(store, path, chosen)
 
 
 def _result(
@@ -1073,8 +1041,21 @@ def _audit_result(
     run: RunResult | None = None,
     *,
     strict: bool = False,
+    ratings_file: bool = False,
 ) -> AuditResult:
-    """An audit run's statistics (and report, when asked for) from the store."""
+    """An audit run's statistics (and report, when asked for) from the store.
+
+    The bootstrap settings, and the physicians' ratings when they came from a file
+    (``ratings_file``), are kept with the run first: the viewer recomputes the audit from
+    there, and shows what this call printed (#39). A file's ratings stay out of the imported
+    ones (``human_ratings``), which a file tried on one audit must not change; ratings read
+    from the store are read from there again.
+    """
+    settings: dict[str, Any] = {"n_boot": n_boot, "seed": seed}
+    if ratings is not None and ratings_file:  # the store's own ratings are read from there
+        settings["ratings"] = [[r.item_id, r.rater_id, r.attribute, r.score] for r in ratings]
+    with RunStore(db) as store:
+        run_id = record_audit_settings(store, run_id, settings)
     with RunStore(db, read_only=True) as store:
         stats = audit_for_run(
             store, run_id, rules=rules, n_boot=n_boot, seed=seed, ratings=ratings, strict=strict
@@ -1162,7 +1143,15 @@ async def _audit(
     # `strict` was applied before judging, against every item: refusing now would throw away
     # what was judged (a shard's run lacks the other shards' items, which are only named).
     return _audit_result(
-        config.db, run_id, checked_rules, boot, config.seed, physicians, report, run
+        config.db,
+        run_id,
+        checked_rules,
+        boot,
+        config.seed,
+        physicians,
+        report,
+        run,
+        ratings_file=physicians_file is not None,
     )
 
 
@@ -1171,7 +1160,7 @@ async def audit_async(
     *,
     rules: Sequence[str] | None = None,
     report_dir: str | Path | None = None,
-    n_boot: int = 2000,
+    n_boot: int = AUDIT_BOOT,
     progress: bool = False,
     progress_every: float | None = None,
     ratings: str | Path | None = None,
@@ -1209,7 +1198,7 @@ def audit(
     *,
     rules: Sequence[str] | None = None,
     report_dir: str | Path | None = None,
-    n_boot: int = 2000,
+    n_boot: int = AUDIT_BOOT,
     progress: bool = False,
     progress_every: float | None = None,
     ratings: str | Path | None = None,
@@ -1351,6 +1340,8 @@ async def _probe(
     source: str | None,
     options: dict[str, Any],
 ) -> ProbeResult:
+    options = dict(options)
+    perturber = _optional_text("perturber", options.pop("perturber", None))
     prepared = await asyncio.to_thread(
         _prepare_probe_run,
         data,
@@ -1361,6 +1352,16 @@ async def _probe(
         source=source,
     )
     config = prepared.run.config
+    if perturber:  # a model rewrites the variants, keeping each edit (docs/trust.md)
+        judge = config.judge or next(iter(config.roles.values()), None)
+        if judge is None:
+            raise ConfigError("perturber: the run names no model to share an endpoint with")
+        await perturb_variants(
+            prepared,
+            perturber_settings(judge, perturber),
+            prepared.run.rubric,
+            concurrency=config.concurrency,
+        )
     with RunStore(config.db) as store:
         run_id = create_probe_run(store, prepared)
         run = await _judge(store, run_id, prepared.run, judging)
@@ -1426,7 +1427,9 @@ def probe(
             call.
         source: What the settings came from, named in error messages.
         **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
-            ``base_url``, ``samples``, ``seed``, ``db``...).
+            ``base_url``, ``samples``, ``seed``, ``db``...), and ``perturber``: a model
+            (``provider/model``, reached with the judge's endpoint and key) that rewrites
+            each variant more naturally, kept only where the edit survives (docs/trust.md).
     """
     judging = _judging(
         progress=progress,
@@ -1466,6 +1469,8 @@ def estimate_probe(
         source: What the settings came from, named in error messages.
         **options: The settings of ``judge run`` by name.
     """
+    # A perturber's calls are not estimated (the CLI says so); its name is no run setting.
+    options = {k: v for k, v in options.items() if k != "perturber"}
     prepared = _prepare_probe_run(
         data, probes, options, limit=limit, credentials=False, source=source
     )

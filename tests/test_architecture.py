@@ -38,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "reports": {
         "rubrics",
+        "inputs",  # the rating pages check scores as ratings files are checked (#38)
         "personas",
         "prm_bridge",
         "judges",

@@ -24,6 +24,9 @@ PRM_AGENT = "prm"
 """Agent name of PRM forward passes in the calls table."""
 PRM_ROLE = "prm"
 """Role of PRM forward passes in the calls table."""
+SIMULATED_NOTICE = "SIMULATED SCORES (mock provider): not judgments of any model or person."
+"""Printed with a simulated (``mock/``) run's scores. Here, not with the mock client, so that
+`runs show`, `export` and `agree` of a simulated run need not load the model clients (openai)."""
 
 _MODE_AGENTS: dict[str, str] = {
     "single": JUDGE_AGENT,

@@ -23,6 +23,7 @@ from clinjudge.analysis import _stats
 from clinjudge.analysis._agreement_result import PRIMARY_FORM, AgreementAnalysis
 from clinjudge.errors import UserError
 from clinjudge.inputs import HumanRating
+from clinjudge.rubrics import DEFAULT_REDUCER, get_reducer
 
 ALPHA_LEVELS = ("nominal", "ordinal", "interval")
 AC2_WEIGHTS = ("ordinal", "quadratic")
@@ -218,7 +219,7 @@ def _judge_stats(
         counts = (~np.isnan(h)).sum(axis=1)
         human_median = np.full(h.shape[0], np.nan)
         has_human = counts > 0
-        human_median[has_human] = np.nanmedian(h[has_human], axis=1)
+        human_median[has_human] = _row_medians(h[has_human], counts[has_human])
     paired = has_human & ~np.isnan(j)
     samples = block.judge_samples[~np.isnan(j)]
     out: dict[str, Any] = {
@@ -307,14 +308,27 @@ def _encode(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
     return codes, encoded.dictionary.to_pylist()
 
 
+def _median_grouped(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The registry's median (``rubrics.get_reducer("median")``) of each sorted group."""
+    grouped = get_reducer(DEFAULT_REDUCER).grouped
+    assert grouped is not None  # the built-in median has its grouped form
+    return np.asarray(grouped(values, starts, counts), dtype=float)
+
+
+def _row_medians(h: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each row's median over its numbers (``counts`` of them, at least one; NaN elsewhere),
+    as np.nanmedian gives it."""
+    ordered = np.sort(h, axis=1)  # NaN sorts last: each row's numbers come first
+    starts = np.arange(h.shape[0]) * h.shape[1]
+    return _median_grouped(ordered.ravel(), starts, counts)
+
+
 def _cell_medians(keys: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, ...]:
     """Per distinct key: the key, the median of its scores and their count (as np.median)."""
     order = np.lexsort((scores, keys))
     keys, scores = keys[order], scores[order]
     cells, starts, counts = np.unique(keys, return_index=True, return_counts=True)
-    lo = starts + (counts - 1) // 2
-    hi = starts + counts // 2
-    return cells, (scores[lo] + scores[hi]) / 2.0, counts
+    return cells, _median_grouped(scores, starts, counts), counts
 
 
 def ratings_table(records: Sequence[RatingRecord | HumanRating] | pa.Table) -> pa.Table:

@@ -47,6 +47,7 @@ from clinjudge.runs import (
     HumanRating,
     RunStore,
     audit_score_rows,
+    audit_settings,
     flagged_items,
     has_prm_steps,
     lowest_prm_scores,
@@ -54,6 +55,10 @@ from clinjudge.runs import (
 )
 
 NO_PRM_NOTE = "No PRM step scores are stored for this run, so PRM rules (prm<...) flag nothing."
+AUDIT_BOOT = 2000
+"""Bootstrap resamples of an audit's CIs of the means unless told otherwise: one setting for
+`judge audit`, the API and the viewer, which recomputes an audit with the settings stored with
+it (``runs.record_audit_settings``) and this one otherwise."""
 
 
 class AuditError(UserError):
@@ -277,8 +282,8 @@ def audit_for_run(
     run_id: str,
     *,
     rules: Sequence[str] | None = None,
-    n_boot: int = 2000,
-    seed: int = 0,
+    n_boot: int | None = None,
+    seed: int | None = None,
     alpha: float = 0.05,
     ratings: Sequence[HumanRating] | None = None,
     strict: bool = False,
@@ -291,8 +296,9 @@ def audit_for_run(
         rules: Flag rules (``attribute<=value`` and friends); default: those of
             ``DEFAULT_FLAG_RULES`` that apply to the run's rubric (``prm<...`` only when the run
             stored PRM step scores).
-        n_boot: Bootstrap resamples for the CIs of the means.
-        seed: Bootstrap seed.
+        n_boot: Bootstrap resamples for the CIs of the means; default: those the audit was
+            last computed with (stored with the run), else ``AUDIT_BOOT``.
+        seed: Bootstrap seed; default: the stored one, else 0.
         alpha: Significance level applied to Holm-corrected p values.
         ratings: Physicians' ratings of a random sample of the run's items: adds the
             judge-corrected (PPI++) estimates of the physicians' means (``ppi``, ``ppi_pairs``,
@@ -302,6 +308,9 @@ def audit_for_run(
     """
     run = store.get_run(run_id)
     rid = run["run_id"]
+    stored = audit_settings(run)
+    n_boot = int(stored.get("n_boot", AUDIT_BOOT)) if n_boot is None else n_boot
+    seed = int(stored.get("seed", 0)) if seed is None else seed
     rubric = run_rubric(run)
     parsed = run_flag_rules(store, rid, rubric, rules)
     rows = audit_score_rows(store, rid)

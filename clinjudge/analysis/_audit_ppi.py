@@ -16,7 +16,6 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-from scipy.stats import mannwhitneyu
 
 from clinjudge.analysis._ppi import MeanEstimate, expected_half_widths, ppi_means
 from clinjudge.inputs import audit_item_id
@@ -348,6 +347,8 @@ def sampling_warnings(
             y, yhat, unlabelled, _ = _split(scores, labels, vendor, attribute)
             if len(yhat) < 5 or len(unlabelled) < 5 or len(set(yhat) | set(unlabelled)) < 2:
                 continue
+            from scipy.stats import mannwhitneyu  # loaded only for a test that is made
+
             p = float(mannwhitneyu(yhat, unlabelled).pvalue)
             if p < _SHIFT_P:
                 warnings.append(
@@ -379,6 +380,26 @@ def _flag_warnings(
                 "the intervals are not valid"
             )
     return out
+
+
+def plan_warning(n: int, sd: float) -> str | None:
+    """Why an expected half-width is not to be taken at its word, in a few words; None when
+    nothing is known against it. A plan's widths are the judge's spread standing in for the
+    physicians': with no spread they promise ±0.00 (#39).
+
+    Args:
+        n: Items of the sample with a judge score.
+        sd: Standard deviation of the judge's scores of the vendor's items.
+    """
+    parts = []
+    if sd == 0:
+        parts.append(
+            "±0.00 only because the judge gave every item the same score; the physicians' "
+            "scores will vary and widen it"
+        )
+    if n < MIN_RATED:
+        parts.append(f"n={n} < {MIN_RATED}: the interval will be unreliable")
+    return "; ".join(parts) or None
 
 
 def plan_sample(
@@ -428,6 +449,7 @@ def plan_sample(
                     "N": len(values) - n,
                     "ppi_half_width": ppi,
                     "classical_half_width": classical,
+                    "warning": plan_warning(n, sd),
                 }
             )
     return {"sample": sample, "expected": widths, "seed": seed, "correlation": correlation}

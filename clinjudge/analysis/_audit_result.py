@@ -250,6 +250,8 @@ class ExpectedWidth(Result):
     """Judge-corrected (PPI++) physicians' mean."""
     classical_half_width: float
     """Physicians' ratings alone."""
+    warning: str | None = None
+    """Why the half-widths may mislead (the judge's scores do not vary, few items), if so."""
 
 
 class AuditPlan(Result):

@@ -3,7 +3,9 @@
 One row per run: its configuration (rubric, mode, models, shots, samples), pooled agreement
 (ICC(3,k) of the judge against the human median with its 95% CI, Krippendorff's alpha and Gwet's
 AC2 on the ordinal scale), the mean |judge - human median| over the Likert attributes, failed
-samples, and cost and latency per item from the ``calls`` table.
+samples, and cost and latency per item from the ``calls`` table. When runs are ``judge probe``
+runs, their probe results are set side by side (``Comparison.probes``), so a team can pick the
+judge that both agrees with physicians and reacts to the edits it should.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import pyarrow as pa
 from clinjudge.analysis._agreement_result import AgreementResult, AttributeAgreement, Interval
 from clinjudge.analysis._agreement_run import AgreementError, agreement_for_run
 from clinjudge.analysis._columns import SORT_COLUMNS
+from clinjudge.analysis._probe import ProbeComparisonRow, probe_comparison, probe_statistics
 from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
 from clinjudge.errors import UserError
 from clinjudge.runs import (
     RunStore,
+    StoreError,
+    is_probe_run,
     item_call_means,
     prompt_cache_totals,
     quality_summary,
@@ -134,16 +139,25 @@ class Comparison:
             overlap that run).
         notes: Messages about runs that could not be compared fully.
         errors: Run id to the reason its agreement could not be computed.
+        probes: The probe runs' results side by side: per probe a verdict row, then a row per
+            attribute, each with a cell per probe run (empty when no run is a probe run).
     """
 
     rows: list[ComparisonRow]
     agreements: dict[str, AgreementResult | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    probes: list[ProbeComparisonRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """What ``judge compare --json`` prints: ``runs`` (one object per row) and ``notes``."""
-        return {"runs": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+        """What ``judge compare --json`` prints: ``runs`` (one object per row), ``notes`` and
+        ``probes`` (one object per probe and per probe and attribute; empty without probe
+        runs)."""
+        return {
+            "runs": [r.to_dict() for r in self.rows],
+            "notes": list(self.notes),
+            "probes": [p.to_dict() for p in self.probes],
+        }
 
     def to_arrow(self) -> pa.Table:
         """One row per run (the grain of a comparison): every column of :class:`ComparisonRow`
@@ -296,4 +310,21 @@ def compare_runs(
         rows.append(ComparisonRow.model_validate(row))
     if sort is not None:
         rows = _sort(rows, sort)
-    return Comparison(rows=rows, agreements=agreements, notes=notes, errors=errors)
+    probes = _probe_results(store, [r.run_id for r in rows], notes)
+    return Comparison(rows=rows, agreements=agreements, notes=notes, errors=errors, probes=probes)
+
+
+def _probe_results(
+    store: RunStore, run_ids: list[str], notes: list[str]
+) -> list[ProbeComparisonRow]:
+    """The probe table of the probe runs among ``run_ids`` (in their order); a probe run whose
+    statistics cannot be read gets a note, not an error (the rest of the table still shows)."""
+    results = []
+    for rid in run_ids:
+        if not is_probe_run(store, rid):
+            continue
+        try:
+            results.append(probe_statistics(store, rid))
+        except (StoreError, KeyError, ValueError) as exc:
+            notes.append(f"{rid}: probe results not computed: {exc}")
+    return probe_comparison(results) if results else []

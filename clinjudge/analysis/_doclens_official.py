@@ -21,7 +21,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from clinjudge.judges.doclens import ENTAILED, FAILED
 from clinjudge.runs import RunStore, claim_rows
 
 COMPATS = ("clinjudge", "official")
@@ -57,6 +56,8 @@ def official_statement(row: dict[str, Any]) -> tuple[bool, int, int]:
             "named": _json(row.get("supporting"), []),
             "unknown": False,
         }
+    from clinjudge.judges.doclens import ENTAILED  # see _count_row
+
     listed = [int(c) for c in stored.get("citations") or []]
     named = {int(c) for c in stored.get("named") or []}
     entailed = row["verdict"] == ENTAILED and not stored.get("unknown")
@@ -65,6 +66,10 @@ def official_statement(row: dict[str, Any]) -> tuple[bool, int, int]:
 
 
 def _count_row(counts: _Counts, row: dict[str, Any]) -> None:
+    # Imported on use: importing judges.doclens loads the judge workflows and model clients
+    # (about 1 s), which `judge report` and `agree` of a run without DocLens must not pay (#39).
+    from clinjudge.judges.doclens import ENTAILED, FAILED
+
     kind, verdict, values = row["kind"], row["verdict"], counts.values
     counts.items.add(row["item_id"])
     if kind == "extraction":

@@ -17,7 +17,6 @@ from typing import Any
 from clinjudge._util.modes import deciding_agent as mode_deciding_agent
 from clinjudge.analysis._doclens_official import COMPATS, official_pooled, run_compat
 from clinjudge.analysis._doclens_result import DocLensMetrics, DocLensReport, DocLensSection
-from clinjudge.judges.doclens import Tally
 from clinjudge.runs import (
     RunStore,
     StoreError,
@@ -50,6 +49,9 @@ def deciding_agent(store: RunStore, run_id: str) -> str | None:
 
 
 def _metrics(row: dict[str, Any]) -> dict[str, float | None]:
+    # On use: judges.doclens loads the workflows and model clients (_doclens_official).
+    from clinjudge.judges.doclens import Tally
+
     tallies = {
         "claim_recall": Tally(
             row["reference_entailed"], row["reference_claims"], row["reference_failed"]

@@ -24,6 +24,7 @@ from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
 from clinjudge.inputs import INVARIANCE_PROBES, PROBES, Expectation, probe_expectations
 from clinjudge.rubrics import Rubric
 from clinjudge.runs import (
+    ProbeVariantRow,
     RunStore,
     StoreError,
     is_probe_run,
@@ -140,6 +141,8 @@ class ProbeStatistics(Result):
         rows: Per probe and attribute.
         verdicts: Per probe.
         thresholds: The verdict thresholds used.
+        perturber: What ``--perturber`` did (None without one): ``model``, ``rewritten`` and
+            ``kept`` (reason -> variants left as the rules made them), ``calls``, ``cost_usd``.
     """
 
     run_id: str
@@ -151,6 +154,7 @@ class ProbeStatistics(Result):
     rows: list[ProbeRow] = []
     verdicts: list[ProbeVerdict] = []
     thresholds: dict[str, float] = {}
+    perturber: dict[str, Any] | None = None
 
     def json_rows(self) -> list[dict[str, Any]]:
         """The rows as ``judge probe --json`` prints them."""
@@ -311,7 +315,28 @@ def probe_statistics(store: RunStore, run_id: str) -> ProbeStatistics:
         rows=rows,
         verdicts=verdicts,
         thresholds={"directional_pass": DIRECTIONAL_PASS, "invariance_pass": INVARIANCE_PASS},
+        perturber=_perturber_summary(variants),
     )
+
+
+def _perturber_summary(variants: Sequence[ProbeVariantRow]) -> dict[str, Any] | None:
+    """What a perturber did to the variants, from their stored edits (None: no perturber)."""
+    notes: list[dict[str, Any]] = []
+    for v in variants:
+        note = v["edit"].get("perturber") if isinstance(v["edit"], dict) else None
+        if isinstance(note, dict):
+            notes.append(note)
+    if not notes:
+        return None
+    kept = Counter(str(n.get("reason")) for n in notes if not n.get("rewritten"))
+    costs = [n.get("cost_usd") for n in notes if n.get("calls")]
+    return {
+        "model": ", ".join(sorted({str(n.get("model")) for n in notes})),
+        "rewritten": sum(bool(n.get("rewritten")) for n in notes),
+        "kept": dict(kept),
+        "calls": sum([int(n.get("calls") or 0) for n in notes]),
+        "cost_usd": None if any(c is None for c in costs) else sum(costs),
+    }
 
 
 def _probe_tables(
@@ -360,3 +385,96 @@ def _probe_tables(
             )
         )
     return rows, verdicts
+
+
+class ProbeCell(Result):
+    """One run's result in a probe comparison: a probe's verdict, or one attribute's share.
+
+    Args:
+        verdict: ``pass``, ``weak``, ``fail``, ``no data`` (or ``not applicable`` for a probe).
+        variants: Variants judged for the probe (probe rows).
+        n: Pairs counted (attribute rows).
+        n_as_expected: Of those, pairs that moved as expected.
+        share_as_expected: ``n_as_expected / n`` (None when n is 0).
+        ci_low: Wilson 95% lower bound of the share.
+        ci_high: Wilson 95% upper bound.
+        mean_change: Mean of variant minus original over the counted pairs.
+    """
+
+    verdict: str
+    variants: int | None = None
+    n: int | None = None
+    n_as_expected: int | None = None
+    share_as_expected: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    mean_change: float | None = None
+
+
+class ProbeComparisonRow(Result):
+    """One row of the probe table of ``judge compare``: a probe's verdict (``attribute``
+    None) or one probe and attribute, with a cell per run that ran the probe.
+
+    Args:
+        probe: The probe.
+        kind: ``directional`` or ``invariance``.
+        attribute: The attribute (None: the probe's verdict row).
+        expected: The expected move of the attribute (None on a probe row).
+        runs: Run id -> its cell; a run that did not run the probe is absent.
+    """
+
+    probe: str
+    kind: str
+    attribute: str | None = None
+    expected: str | None = None
+    runs: dict[str, ProbeCell] = {}
+
+
+def probe_comparison(results: Sequence[ProbeStatistics]) -> list[ProbeComparisonRow]:
+    """The probe results of several probe runs side by side: per probe a verdict row, then a
+    row per attribute, in report order (attributes in the order the runs first name them).
+
+    Args:
+        results: Each probe run's statistics (:func:`probe_statistics`).
+    """
+    rows: list[ProbeComparisonRow] = []
+    for probe in PROBES:
+        verdicts = {r.run_id: v for r in results for v in r.verdicts if v.probe == probe}
+        if not verdicts:
+            continue
+        kind = next(iter(verdicts.values())).kind
+        cells = {
+            rid: ProbeCell(verdict=v.verdict, variants=v.variants) for rid, v in verdicts.items()
+        }
+        # attribute and expected set (to None): the JSON names them on every row
+        rows.append(
+            ProbeComparisonRow(probe=probe, kind=kind, attribute=None, expected=None, runs=cells)
+        )
+        by_attribute: dict[str, dict[str, ProbeRow]] = {}
+        for result in results:
+            for row in result.rows:
+                if row.probe == probe:
+                    by_attribute.setdefault(row.attribute, {})[result.run_id] = row
+        for attribute, per_run in by_attribute.items():
+            expected = next(iter(per_run.values())).expected
+            rows.append(
+                ProbeComparisonRow(
+                    probe=probe,
+                    kind=kind,
+                    attribute=attribute,
+                    expected=expected,
+                    runs={
+                        rid: ProbeCell(
+                            verdict=r.verdict,
+                            n=r.n,
+                            n_as_expected=r.n_as_expected,
+                            share_as_expected=r.share_as_expected,
+                            ci_low=r.ci_low,
+                            ci_high=r.ci_high,
+                            mean_change=r.mean_change,
+                        )
+                        for rid, r in per_run.items()
+                    },
+                )
+            )
+    return rows

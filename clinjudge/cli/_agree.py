@@ -149,7 +149,11 @@ def agree_command(
         ),
     ] = None,
     judge: Annotated[
-        str | None, typer.Option(help="With --ratings: the rater id to treat as the judge.")
+        str | None,
+        typer.Option(
+            help="With --ratings: the rater id to treat as the judge; without it, the raters' "
+            "agreement among themselves."
+        ),
     ] = None,
     as_json: JsonOption = False,
     boot: BootOption = 1000,
@@ -164,9 +168,9 @@ def agree_command(
     """
     from rich.markup import escape
 
+    from clinjudge._util.modes import SIMULATED_NOTICE
     from clinjudge.analysis import agreement_for_file, agreement_for_run
     from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
-    from clinjudge.judges import SIMULATED_NOTICE
 
     if ratings is not None:
         if runs:
@@ -176,13 +180,23 @@ def agree_command(
         if as_json:
             _dump(analysis.to_dict())
             return
-        title = f"ratings {ratings}" + (f": judge {judge}" if judge else "")
-        _print_table(analysis, title)
+        if judge is None:
+            # Nothing to compare a judge with: the raters among themselves is the answer.
+            _print_raters_table(analysis, f"{ratings.name}: the raters among themselves")
+            raters = sorted(
+                {r for _, b in analysis.blocks() for r in b.physicians_among_themselves.raters}
+            )
+            stdout.print(
+                f"No --judge was named, so this is the agreement of the {len(raters)} raters "
+                f"({escape(', '.join(raters))}) among themselves; ICC(3,k) is on the items "
+                "every rater scored (complete). Name one rater with --judge RATER_ID to compare "
+                "it with the others' median.",
+                highlight=False,
+            )
+            return
+        _print_table(analysis, f"ratings {ratings}: judge {judge}")
         stdout.print(
-            "ICC, alpha and AC2 compare the judge with the other raters' median"
-            if judge
-            else "No --judge: the table's judge columns are empty; --json prints the "
-            "raters' agreement among themselves",
+            "ICC, alpha and AC2 compare the judge with the other raters' median",
             highlight=False,
         )
         return
@@ -220,11 +234,52 @@ def _print_table(result: AgreementAnalysis, title: str) -> None:
     from rich.markup import escape
 
     from clinjudge.cli._common import stdout
+    from clinjudge.cli._fit import print_fitted
 
     table, notes = _agreement_table(result, title)
-    stdout.print(table)
+    print_fitted(stdout, table)  # split by columns on a narrow terminal, never cut to "…"
     for note in notes:
         stdout.print(escape(note), highlight=False, soft_wrap=True)
+
+
+def _print_raters_table(result: AgreementAnalysis, title: str) -> None:
+    """The raters' agreement among themselves per attribute and pooled (``--ratings`` without
+    ``--judge``), fitted to the terminal like the judge's table.
+
+    Args:
+        result: The analysis of a ratings file.
+        title: The table's title.
+    """
+    from rich.markup import escape
+    from rich.table import Table
+
+    from clinjudge.cli._common import stdout
+    from clinjudge.cli._fit import print_fitted
+    from clinjudge.reports import fmt_ci, fmt_num
+
+    table = Table(title=escape(title))
+    table.add_column("attribute", no_wrap=True)
+    for column in ("units", "complete"):
+        table.add_column(column, justify="right")
+    for column in ("ICC(3,k)", "95% CI", "alpha ord.", "AC2 ord.", "% agree", "kappa"):
+        table.add_column(column, justify="right")
+    for name, block in result.blocks():
+        phys = block.physicians_among_themselves
+        icc = phys.icc  # ICC(3,k), the primary form
+        alpha = (phys.krippendorff_alpha or {}).get("ordinal")
+        ac2 = (phys.gwet_ac2 or {}).get("ordinal")
+        table.add_row(
+            f"[bold]{name}[/]" if name == "pooled" else escape(name),
+            str(phys.n_units),
+            str(phys.n_units_complete),
+            fmt_num(icc.value if icc else None),
+            fmt_ci(icc.ci95 if icc else None),
+            fmt_num(alpha.value if alpha else None),
+            fmt_num(ac2.value if ac2 else None),
+            fmt_num(phys.percent_agreement),
+            fmt_num(phys.kappa.value if phys.kappa else None),
+        )
+    print_fitted(stdout, table)
 
 
 def compare_command(
@@ -242,10 +297,10 @@ def compare_command(
     from rich.markup import escape
     from rich.table import Table
 
+    from clinjudge._util.modes import SIMULATED_NOTICE
     from clinjudge.analysis import compare_runs
     from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
-    from clinjudge.cli._fit import print_fitted
-    from clinjudge.judges import SIMULATED_NOTICE
+    from clinjudge.cli._fit import print_fitted, short_model
     from clinjudge.reports import comparison_cells
 
     if sort is not None and sort not in SORT_COLUMNS:
@@ -278,12 +333,17 @@ def compare_command(
             escape(r.name or ""),
             r.rubric,
             r.mode,
-            escape(r.model or "") + (" [yellow](SIMULATED)[/]" if r.simulated else ""),
+            # An hf/ model by its file name (--json has the full path).
+            escape(short_model(r.model or "")) + (" [yellow](SIMULATED)[/]" if r.simulated else ""),
             *comparison_cells(r),
             # Share of prompt tokens the provider's prompt cache served (#22).
             "" if r.cached_input_share is None else f"{r.cached_input_share:.0%}",
         )
     print_fitted(stdout, table)  # split by columns on a narrow terminal, never cut to "…"
+    if comparison.probes:  # probe runs: their results side by side (#37)
+        from clinjudge.cli._probe import print_probe_comparison
+
+        print_probe_comparison(comparison)
     for note in comparison.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if any(r.simulated for r in comparison.rows):

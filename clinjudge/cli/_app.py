@@ -116,6 +116,12 @@ COMMANDS: dict[str, _Lazy] = {
     "ratings": _Lazy(
         "clinjudge.cli._ratings", "ratings_app", "Import and list physicians' ratings.", _STORE
     ),
+    "rate": _Lazy(
+        "clinjudge.cli._rate",
+        "rate_app",
+        "Physicians rate a run's items in the browser: plan, serve, link, revoke.",
+        _STORE,
+    ),
     "db": _Lazy("clinjudge.cli._db", "db_app", "Run databases: merge shards.", _STORE),
     "rubric": _Lazy(
         "clinjudge.cli._rubric", "rubric_app", "List, show and validate rubrics.", _SETUP

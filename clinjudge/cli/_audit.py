@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import clinjudge
-from clinjudge.analysis import AuditStatistics, audit_plan
+from clinjudge.analysis import AUDIT_BOOT, AuditStatistics, audit_plan
 from clinjudge.cli._common import (
     EXIT_USAGE,
     console,
@@ -24,11 +24,9 @@ from clinjudge.cli._common import (
     user_error_text,
 )
 from clinjudge.cli._help import PANELS
-from clinjudge.cli._judging import RunPrinter, print_estimate
 from clinjudge.cli._options import AUDIT_LAYOUT, SETTINGS, DbOption, with_settings
 from clinjudge.cli._outcome import exit_on_failures, parse_allow_failures
 from clinjudge.errors import UserError
-from clinjudge.orchestration import ConfigError
 from clinjudge.runs import StoreError, check_output_file
 
 _STATS = "Audit statistics"
@@ -81,12 +79,20 @@ def _print_audit(audit: AuditStatistics, out: Path | None) -> None:
         )
 
 
+PPI_LEGEND = (
+    "n: items the physicians rated; N: items only the judge scored; lambda: the weight PPI++ "
+    "gives the judge's scores (0: the judge added nothing); eff. n: physician-rated items a "
+    "physicians-only interval would need to be as narrow (as in report.md and --json)."
+)
+"""Printed under the terminal's PPI++ table: its column names alone do not say what they are."""
+
+
 def _print_ppi(audit: AuditStatistics) -> None:
     if audit.ppi is None:
         return
     table = _vendor_table(
         "Physicians' mean, judge-corrected (PPI++) \\[95% CI] | physicians only | judge only",
-        ("lambda", "PPI++", "physicians", "judge", "warning"),
+        ("lambda", "PPI++", "physicians", "judge", "eff. n", "warning"),
     )
     for row in audit.ppi:
         table.add_row(
@@ -95,9 +101,11 @@ def _print_ppi(audit: AuditStatistics) -> None:
             _interval(row.estimate, row.ci_low, row.ci_high),
             _interval(row.classical_mean, row.classical_ci_low, row.classical_ci_high),
             _fmt(row.judge_mean),
+            _fmt(row.effective_n, 1),
             escape(row.interval_warning or ""),
         )
     console.print(table)
+    console.print(PPI_LEGEND, soft_wrap=True)
     for warning in audit.ppi_warnings or []:
         # Warnings quote vendor and item names from the ratings file: data, never markup.
         console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
@@ -191,8 +199,12 @@ def audit_command(
         ),
     ] = False,
     boot: Annotated[
-        int, typer.Option(rich_help_panel=_STATS, help="Bootstrap resamples for the CIs.")
-    ] = 2000,
+        int,
+        typer.Option(
+            rich_help_panel=_STATS,
+            help="Bootstrap resamples for the CIs (stored with the audit: the viewer uses them).",
+        ),
+    ] = AUDIT_BOOT,
     ratings: RatingsOption = None,
     strict: Annotated[
         bool,
@@ -210,6 +222,11 @@ def audit_command(
     paired tests (Wilcoxon, Holm), flagged items, cost and a report. Prints the run id."""
     if ctx.invoked_subcommand is not None:
         return
+    # Imported here: they load the API, the workflows and the model clients (about 1 s), which
+    # `judge audit plan` (a subcommand) does not need (#39).
+    from clinjudge.cli._judging import RunPrinter, print_estimate
+    from clinjudge.orchestration import ConfigError
+
     rules = list(flag) if flag else None
     allow_failures: str = values["allow_failures"]
     parse_allow_failures(allow_failures)
@@ -314,13 +331,14 @@ def plan_command(
         return
     table = _vendor_table(
         f"Expected 95% CI half-widths with {size} rated items per vendor",
-        ("PPI++", "physicians only"),
+        ("PPI++", "physicians only", "warning"),
     )
     for row in plan.expected:
         table.add_row(
             *_vendor_cells(row.vendor, row.attribute, row.n, row.N),
             f"±{row.ppi_half_width:.2f}",
             f"±{row.classical_half_width:.2f}",
+            escape(row.warning or ""),
         )
     console.print(table)
     console.print(

@@ -90,3 +90,27 @@ def user_error_text(error: UserError) -> str:
     if not flags:
         return str(error)
     return f"{error} ({', '.join(flags)})"
+
+
+def judge_command(argv0: str | None = None) -> str:
+    """How the user can run ``judge`` again, for commands printed to copy: ``judge`` when that
+    name on PATH is the running executable, else the running executable's path (a virtual
+    environment that is not activated, as after the README's install, has no ``judge`` on
+    PATH: a bare ``judge ...`` would fail with "command not found").
+
+    Args:
+        argv0: The command as started (default ``sys.argv[0]``).
+    """
+    import shlex
+    import shutil
+    import sys
+    from pathlib import Path
+
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).name != "judge" or "/" not in argv0:
+        return "judge"  # found on PATH by that name, or not started as `judge` (tests, -c)
+    running = Path(argv0).absolute()
+    found = shutil.which("judge")
+    if found is not None and Path(found).resolve() == running.resolve():
+        return "judge"
+    return shlex.quote(str(running))

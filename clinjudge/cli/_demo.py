@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from importlib import resources
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from clinjudge.cli._common import EXIT_USAGE, console, fail
+from clinjudge.cli._common import EXIT_USAGE, console, fail, judge_command
 
 # Files written in the repository's examples/ say "examples/"; a copy says where it was written.
 _REPO_PREFIX = "examples/"
@@ -88,4 +89,27 @@ def demo_command(
         f"wrote {len(files)} synthetic demo files to {escape(str(directory))} (see its "
         "README.md); without --model, scores come from the SIMULATED mock/judge provider. Try:"
     )
-    typer.echo("\n".join(_commands(folder)))
+    judge = judge_command()
+    if judge != "judge":
+        activate = Path(shlex.split(judge)[0]).parent / "activate"
+        console.print(
+            f"(`judge` is not on PATH, so the commands name {escape(judge)}; or activate its "
+            f"virtual environment first: source {escape(shlex.quote(str(activate)))})"
+        )
+    typer.echo("\n".join(with_judge(_commands(folder), judge)))
+
+
+def with_judge(lines: list[str], judge: str) -> list[str]:
+    """Shell lines with each ``judge`` command run as ``judge`` (a path when it is not on
+    PATH); comment lines are left alone.
+
+    Args:
+        lines: The lines, commands written as ``judge ...``.
+        judge: How to run judge (:func:`clinjudge.cli._common.judge_command`).
+    """
+    if judge == "judge":
+        return lines
+    return [
+        line if line.startswith("#") else re.sub(r"(^|\$\()judge ", rf"\g<1>{judge} ", line)
+        for line in lines
+    ]

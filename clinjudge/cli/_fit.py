@@ -82,12 +82,14 @@ def fitted_tables(console: Console, table: Table) -> list[Table]:
         if groups[-1] and _total(trial) > width:
             groups.append([])
         groups[-1].append(index)
-    if len(groups) == 1:
-        return [table]  # fits with its text wrapped: rich wraps it alike
+    # One group too: rich would shrink every column alike (numbers and headers folded
+    # mid-word), so the widths are set here, numbers whole and the rest to the text.
     title = str(table.title) if table.title is not None else None
     parts = []
     for number, group in enumerate(groups, start=1):
-        part_title = f"{title} ({number} of {len(groups)})" if title else None
+        part_title = title
+        if title and len(groups) > 1:
+            part_title = f"{title} ({number} of {len(groups)})"
         indices = [0, *group]
         widths = [needs[i] for i in indices]
         spare = width - _total(widths)
@@ -109,3 +111,17 @@ def print_fitted(console: Console, table: Table) -> None:
     """
     for part in fitted_tables(console, table):
         console.print(part)
+
+
+def short_model(model: str) -> str:
+    """A model name short enough for a table cell: an in-process ``hf/`` model by its file or
+    folder name (``hf//home/me/models/SmolLM2-135M`` is ``hf/SmolLM2-135M``); any other name
+    as it is. The full path stays in ``runs show --json`` and the store.
+
+    Args:
+        model: The model as stored.
+    """
+    if model.startswith("hf/"):
+        name = model[3:].rstrip("/").rsplit("/", 1)[-1]
+        return f"hf/{name}" if name else model
+    return model

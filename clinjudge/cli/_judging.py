@@ -18,7 +18,7 @@ from rich.table import Table
 
 from clinjudge import Estimate, RunResult, RunStart
 from clinjudge.cli._common import EXIT_INTERRUPTED, console, fail
-from clinjudge.cli._outcome import exit_on_failures, print_outcome
+from clinjudge.cli._outcome import exit_on_failures, print_next_steps, print_outcome
 from clinjudge.cli._quiet import third_party_quiet
 from clinjudge.judges import SIMULATED_NOTICE, TIMED_OUT, ModelConfigError
 from clinjudge.orchestration import CircuitBreakerOpen, RunConfig, RunWriteError, timeout_advice
@@ -140,7 +140,9 @@ class RunPrinter:
                 f"{self.started.db}"
             )
 
-    def finish(self, result: RunResult, allow_failures: str | None = "0") -> None:
+    def finish(
+        self, result: RunResult, allow_failures: str | None = "0", *, next_steps: bool = False
+    ) -> None:
         """The end of a run: nothing left, a budget stop, the summary, timed-out calls,
         warnings; exit 1 when more items failed than ``--allow-failures`` allows (None: leave
         the exit code to the caller).
@@ -148,6 +150,7 @@ class RunPrinter:
         Args:
             result: The API's result.
             allow_failures: The ``--allow-failures`` text.
+            next_steps: Then say where the results are and what to run next (`judge run`).
         """
         started = self.started
         assert started is not None
@@ -174,5 +177,7 @@ class RunPrinter:
             console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
         if started.simulated:
             console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
+        if next_steps:
+            print_next_steps(result.run_id, started.db)
         if allow_failures is not None:
             exit_on_failures(result, allow_failures)

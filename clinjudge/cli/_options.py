@@ -121,7 +121,12 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     S("base_url", str | None, MODEL, "OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp) or "
       "Azure endpoint.", "the provider's"),
     S("config", Path | None, DATA, "YAML file with any `judge run` settings.", "none"),
-    S("samples", int | None, SAMPLING, "Samples per item (median is final).", "1"),
+    S("samples", int | None, SAMPLING, "Samples per item (combined by the reducer: median).",
+      "1"),
+    S("reduce", str | None, SAMPLING, "How an item's valid samples become its final score: "
+      "median, mean, trimmed_mean (without the lowest and highest n // 5), majority (the most "
+      "frequent value; a tie takes the median of the tied values), or a reducer a plugin "
+      "registered. Gates follow the median.", "median"),
     S("shots", int | None, DATA, "Few-shot examples per prompt.", "0"),
     S("shot_pool", Path | None, DATA, "Examples with human scores.", "none"),
     S("seed", int | None, SAMPLING, "Seed for drawing examples.", "0"),
@@ -153,7 +158,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
       decls=("--blind-first-round/--no-blind-first-round",)),
     S("planning", bool | None, PANEL, "magentic: run the planning calls.", "planning",
       decls=("--planning/--no-planning",)),
-    S("panel_aggregate", str | None, PANEL, "panel: median or mean of the members.", "median"),
+    S("panel_aggregate", str | None, PANEL, "panel: how the members' scores combine, a reducer "
+      "as for --reduce (median, mean, trimmed_mean, majority).", "median"),
     S("role_model", list[str] | None, MODEL, "Model for one agent or role, "
       "AGENT=provider/model (repeatable), e.g. orchestrator=openai/o3-mini.",
       "the judge model"),

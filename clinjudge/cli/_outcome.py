@@ -8,6 +8,7 @@ the run's items (rounded down).
 from __future__ import annotations
 
 import math
+import shlex
 from typing import TYPE_CHECKING
 
 import typer
@@ -109,6 +110,37 @@ def print_flags(counts: RunResult) -> None:
             f"{escape(_one_line(flag.detail))}",
             soft_wrap=True,
         )
+
+
+def print_next_steps(run_id: str, db: str) -> None:
+    """Where a finished run's results are and what to run next, on stderr (stdout holds the
+    run id alone). The commands run as the user can run them: ``judge``, or its path when it
+    is not on PATH; ``--db`` only when the store is not the default one.
+
+    Args:
+        run_id: The run's id.
+        db: The store the run is in.
+    """
+    from pathlib import Path
+
+    from clinjudge.cli._common import default_db, judge_command
+
+    judge = judge_command()
+    here = Path(db).absolute()
+    at = "" if here == Path(default_db()).absolute() else f" --db {shlex.quote(str(db))}"
+    console.print(f"results: run {escape(run_id)} in {escape(str(here))}", soft_wrap=True)
+    console.print(
+        "next: the summary (runs show), every judgment in a local web viewer (view), a file "
+        "(export; --table wide: one row per item):",
+        highlight=False,
+    )
+    for command in (
+        f"runs show {run_id}{at}",
+        f"view{at}",
+        f"export {run_id} --out scores.csv{at}",
+    ):
+        # One line each, as it is to be copied (soft_wrap: rich does not break it).
+        console.print(f"  {escape(judge)} {escape(command)}", soft_wrap=True, highlight=False)
 
 
 def exit_on_failures(counts: RunResult, spec: str) -> None:

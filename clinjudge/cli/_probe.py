@@ -41,6 +41,7 @@ PROBE_LAYOUT: Layout = (
         )  # fmt: skip
     ),
     "probes",
+    "perturber",
     "run",
     "as_json",
     dataclasses.replace(SETTINGS["seed"], help="Seed of the edits (and of examples)."),
@@ -61,6 +62,16 @@ def probe_command(
     probes: Annotated[
         str | None,
         typer.Option(rich_help_panel=PANELS.data, help=_PROBES_HELP, show_default="all"),
+    ] = None,
+    perturber: Annotated[
+        str | None,
+        typer.Option(
+            rich_help_panel=PANELS.data,
+            help="A model (provider/model, reached with the judge's --base-url and key) that "
+            "rewrites each rule-based variant more naturally; a rewrite is kept only where the "
+            "edit survives it, and labelled (docs/trust.md).",
+            show_default=False,
+        ),
     ] = None,
     run: Annotated[
         str | None,
@@ -108,6 +119,8 @@ def probe_command(
                 probes=probes, limit=values["limit"], source=source, **settings
             )
             print_estimate(estimate)
+            if perturber:
+                sys.stderr.write("note: the perturber's calls are not in this estimate\n")
             return
         with printer.judging():
             if values["resume"]:
@@ -117,8 +130,10 @@ def probe_command(
                 result = clinjudge.load_run(finished.run_id, db=db).probe()
                 result = result.model_copy(update={"run": finished})
             else:
+                extra: dict[str, Any] = {"perturber": perturber} if perturber else {}
                 result = clinjudge.probe(
                     probes=probes,
+                    **extra,
                     limit=values["limit"],
                     progress=values["progress"],
                     on_start=printer.start,
@@ -181,7 +196,71 @@ def _show(result: Any, as_json: bool) -> None:
         "the share reaches the bar but its lower bound does not; fail: below it. Passing "
         "probes is necessary, not sufficient (docs/trust.md)."
     )
+    perturbed = result.perturber
+    if perturbed:  # variants a model rewrote are labelled as such (docs/trust.md)
+        kept = "; ".join(f"{n} {escape(reason)}" for reason, n in perturbed["kept"].items())
+        cost = perturbed["cost_usd"]
+        console.print(
+            f"perturber {escape(perturbed['model'])}: {perturbed['rewritten']} variant(s) "
+            f"rewritten, {perturbed['calls']} call(s), "
+            + ("cost unknown" if cost is None else f"${cost:.4f}")
+            + (f"; kept rule-based: {kept}" if kept else ""),
+            soft_wrap=True,
+        )
     if result.simulated:
-        from clinjudge.judges.clients import SIMULATED_NOTICE
+        from clinjudge._util.modes import SIMULATED_NOTICE
 
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
+
+
+def print_probe_comparison(comparison: Any) -> None:
+    """The probe table of ``judge compare``: one small table per probe (its verdict, then a
+    row per attribute), one column per probe run, two short lines a cell, so that two or
+    three runs fit 80 columns; more are split by columns (never cut to "…").
+
+    Args:
+        comparison: A :class:`clinjudge.analysis.Comparison` with ``probes``.
+    """
+    from clinjudge.cli._common import stdout
+    from clinjudge.cli._fit import print_fitted
+    from clinjudge.reports import (
+        PROBE_NOTE,
+        probe_row_label,
+        probe_runs,
+        probe_share_text,
+        probe_verdict_text,
+    )
+
+    runs = probe_runs(comparison)
+    stdout.print("Probes (docs/trust.md); columns:", highlight=False)
+    for index, run in enumerate(runs, start=1):
+        model = escape(run.model or "") + (" [yellow](SIMULATED)[/]" if run.simulated else "")
+        name = f" ({escape(run.name)})" if run.name else ""
+        stdout.print(f"  {index}: {escape(run.run_id)}{name}, {model}", highlight=False)
+    table: Table | None = None
+    for row in comparison.probes:
+        if row.attribute is None:
+            if table is not None:
+                print_fitted(stdout, table)
+            table = Table(title=None, show_edge=True)
+            table.add_column(escape(probe_row_label(row)), no_wrap=True)
+            for index, _ in enumerate(runs, start=1):
+                table.add_column(f"run {index}", no_wrap=True)
+            cells = [row.runs.get(r.run_id) for r in runs]
+            table.add_row(
+                "verdict",
+                *("not run" if c is None else f"[bold]{probe_verdict_text(c)}[/]" for c in cells),
+            )
+            continue
+        assert table is not None  # every probe's verdict row comes before its attributes
+        cells = [row.runs.get(r.run_id) for r in runs]
+        table.add_row(
+            escape(probe_row_label(row).strip()),
+            *(
+                "-" if c is None else f"{c.verdict}, n {c.n or 0}\n{escape(probe_share_text(c))}"
+                for c in cells
+            ),
+        )
+    if table is not None:
+        print_fitted(stdout, table)
+    stdout.print(PROBE_NOTE, highlight=False)

@@ -62,3 +62,29 @@ def list_command(db: StoreDbOption = str(DEFAULT_DB)) -> None:
             str(row["last_import"])[:19],
         )
     stdout.print(table)
+
+
+@ratings_app.command("export")
+def export_command(
+    out: Annotated[
+        Path,
+        typer.Argument(help="File to write: .jsonl, .csv or .parquet (the import format)."),
+    ],
+    db: StoreDbOption = str(DEFAULT_DB),
+) -> None:
+    """Write every stored rating (imported or rated in `judge rate`) in the import format:
+    item_id, rater_id, attribute, score."""
+    from clinjudge.errors import UserError
+    from clinjudge.runs import all_human_ratings, check_output_file, infer_format, write_rows
+
+    try:
+        fmt = infer_format(out)
+        check_output_file(out)
+        with open_store(db, read_only=True) as store:
+            rows = all_human_ratings(store)
+            if not rows:
+                fail(f"no human ratings in {db}", EXIT_USAGE)
+            count = write_rows(store, rows, out, fmt)
+    except UserError as exc:
+        fail(str(exc), EXIT_USAGE)
+    console.print(f"wrote {count} rating(s) to {out}")

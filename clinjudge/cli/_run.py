@@ -57,7 +57,7 @@ def run_command(**values: Any) -> None:
                 )
     except clinjudge.UserError as exc:
         fail(user_error_text(exc), EXIT_USAGE)
-    printer.finish(result, allow_failures)
+    printer.finish(result, allow_failures, next_steps=True)
 
 
 def _resume(run_id: str, values: dict[str, Any], printer: RunPrinter) -> RunResult:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
@@ -20,6 +21,7 @@ from clinjudge.cli._common import (
     stdout,
 )
 from clinjudge.cli._doclens_view import doclens_table
+from clinjudge.cli._fit import print_fitted, short_model
 from clinjudge.cli._options import DocLensCompatOption
 from clinjudge.cli._prompt_cache_view import with_prompt_cache
 from clinjudge.cli._scores_view import score_summary, scores_table
@@ -87,12 +89,13 @@ def list_command(
     for column in ("items", "samples", "failed", "cost"):
         table.add_column(column, justify="right")
     for row in rows:
-        model = row["model"] + (" (SIMULATED)" if row["simulated"] else "")
+        # An hf/ model by its file name: a full path wraps over many lines (--json has it).
+        model = short_model(row["model"]) + (" (SIMULATED)" if row["simulated"] else "")
         cost = "-" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
         table.add_row(
             escape(str(row["run_id"])),
             escape(row["name"] or ""),
-            str(row["created_at"])[:19],
+            str(row["created_at"])[:16],  # to the minute: the run id has the seconds
             escape(status_label(str(row["status"]), row["n_items"], row["valid_items"])),
             escape(str(row["mode"])),
             escape(row["rubric"] or ""),
@@ -102,7 +105,52 @@ def list_command(
             str(row["failed_items"]),
             cost,
         )
-    stdout.print(table)
+    unbounded = stdout.options.update_width(1_000_000)  # the table's natural width
+    if stdout.measure(table, options=unbounded).maximum <= stdout.size.width:
+        stdout.print(table)
+    else:  # a narrow terminal: rich would cut every column but the id to "…"
+        _print_run_blocks(rows)
+
+
+def _print_run_blocks(rows: list[dict[str, Any]]) -> None:
+    """``runs list`` on a terminal too narrow for its table: a few lines per run, every value
+    labelled and whole (lines break between values, never inside one).
+
+    Args:
+        rows: What ``runs_overview`` returns.
+    """
+    if not rows:
+        console.print("no runs")  # the wide layout shows an empty table
+        return
+    width = max(stdout.size.width, 20)
+    for row in rows:
+        status = status_label(str(row["status"]), row["n_items"], row["valid_items"])
+        model = short_model(row["model"]) + (" (SIMULATED)" if row["simulated"] else "")
+        cost = "-" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
+        head = [str(row["run_id"]), status, str(row["created_at"])[:16], row["name"] or ""]
+        rest = [
+            f"{row['rubric'] or '-'} {row['mode']}",
+            model,
+            f"{row['n_items']} items",
+            f"{row['n_samples']} samples",
+            f"{row['failed_items']} failed",
+            cost,
+        ]
+        for number, line in enumerate(_pack(head, width) + _pack(rest, width - 2)):
+            indent = "" if number == 0 else "  "
+            stdout.print(indent + escape(line), highlight=False, soft_wrap=True, overflow="fold")
+
+
+def _pack(fields: list[str], width: int) -> list[str]:
+    """``fields`` two spaces apart, in lines of at most ``width`` characters where they fit
+    (a field wider than that gets a line of its own)."""
+    lines: list[str] = []
+    for field in (f for f in fields if f):
+        if lines and cell_len(lines[-1]) + 2 + cell_len(field) <= width:
+            lines[-1] += "  " + field
+        else:
+            lines.append(field)
+    return lines
 
 
 @runs_app.command("delete")
@@ -185,25 +233,43 @@ _BY_AGENT_COLUMNS = (
 def _by_agent_table(rows: list[dict[str, Any]]) -> Table:
     """Calls, tokens, cost and summed latency per (role, agent, model)."""
     table = Table(title="by role and agent")
-    for column in _BY_AGENT_COLUMNS:
-        numeric = column not in ("role", "agent", "model")
-        # Headers with spaces wrap on narrow terminals instead of being cut.
-        table.add_column(
-            column.replace("_", " "),
-            justify="right" if numeric else "left",
-            overflow="fold",
-            min_width=6 if numeric else None,
-        )
+    # Fewer, narrower columns so that the table fits 80 columns with nothing cut: role and
+    # agent share one (the agent named only when it is not the role), cached input tokens
+    # only when some were cached (--json has them all), headers short and wrapping at spaces.
+    columns = [
+        c
+        for c in _BY_AGENT_COLUMNS[2:]
+        if c != "cached_input_tokens" or any(row.get(c) for row in rows)
+    ]
+    table.add_column("role", overflow="fold")
+    for column in columns:
+        numeric = column != "model"
+        header = _BY_AGENT_HEADERS.get(column, column.replace("_", " "))
+        table.add_column(header, justify="right" if numeric else "left", overflow="fold")
     for row in rows:
-        table.add_row(*(escape(_fmt(row.get(column))) for column in _BY_AGENT_COLUMNS))
+        cells = {column: _fmt(row.get(column)) for column in _BY_AGENT_COLUMNS}
+        role, agent = cells["role"], cells["agent"]
+        # An hf/ model by its file name: its full path is in the models table.
+        cells["model"] = short_model(cells["model"])
+        table.add_row(
+            escape(role if agent in ("", role) else f"{role} {agent}"),
+            *(escape(cells[column]) for column in columns),
+        )
     return table
+
+
+_BY_AGENT_HEADERS = {
+    "cached_input_tokens": "cached in",
+    "cost_usd": "cost $",
+    "latency_s_sum": "latency s",
+}
 
 
 def _models_table(models: dict[str, Any]) -> Table:
     """Which model each role or agent used."""
     table = Table(title="models")
     table.add_column("role or agent")
-    table.add_column("model")
+    table.add_column("model", overflow="fold")  # the full name or path, folded, never cut
     for role, model in models.items():
         table.add_row(escape(str(role)), escape(str(model)))
     return table
@@ -269,7 +335,7 @@ def show_command(
         summary["gate_coerced"] = coerced
     if summary["simulated"]:
         # Imported only here: clinjudge.judges loads the model clients (about 1 s).
-        from clinjudge.judges import SIMULATED_NOTICE
+        from clinjudge._util.modes import SIMULATED_NOTICE
 
         summary["notice"] = SIMULATED_NOTICE
     if doclens is not None:
@@ -292,13 +358,13 @@ def show_command(
     stdout.print(table)
     stdout.print(_models_table(summary.get("models") or {}))
     if summary.get("by_agent"):
-        stdout.print(_by_agent_table(summary["by_agent"]))
+        print_fitted(stdout, _by_agent_table(summary["by_agent"]))
     if doclens is not None:
         stdout.print(doclens_table(doclens))
     if scores:
         stdout.print(scores_table(scores))
     if batches:
-        stdout.print(_batches_table(batches))
+        print_fitted(stdout, _batches_table(batches))
     if quality["suspect_samples"] or quality["run_flags"]:
         stdout.print(_flags_table(quality))
     for error in summary["top_errors"]:
@@ -387,7 +453,10 @@ def export_command(
     table: Annotated[
         str,
         typer.Option(
-            help="judgments; transcripts (every message: item, sample, agent, round, text); "
+            help="judgments (long: one row per item, sample, agent, attribute); wide (one row "
+            "per item: each attribute's final score as a column, valid, samples failed, flags, "
+            "calls, cost: for spreadsheets); transcripts (every message: item, sample, agent, "
+            "round, text); "
             "DocLens runs also: claims (every claim and verdict) or doclens (pooled scores per "
             "section); prm_steps (PRM step scores of `judge prm` runs and runs with --prm); "
             "quality_flags (suspect-judgment flags of samples and of the run)."
@@ -422,6 +491,6 @@ def export_command(
         simulated = bool(store.get_run(run_id)["simulated"])
     console.print(f"wrote {count} rows to {escape(str(out))} ({fmt})")
     if simulated:
-        from clinjudge.judges import SIMULATED_NOTICE
+        from clinjudge._util.modes import SIMULATED_NOTICE
 
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/] (column 'simulated' is true)")

@@ -19,6 +19,7 @@ from clinjudge.inputs._probe_edits import (
     parse_probes,
 )
 from clinjudge.inputs._probe_expect import Expectation, probe_expectations
+from clinjudge.inputs._rating_checks import RatingRefused, check_item_scores
 from clinjudge.inputs._ratings import HumanRating, load_ratings
 from clinjudge.inputs._records import (
     InputError,
@@ -67,4 +68,6 @@ __all__ = [
     "read_records",
     "unmatched_encounters",
     "validate_records",
+    "RatingRefused",
+    "check_item_scores",
 ]

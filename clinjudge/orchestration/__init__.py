@@ -9,6 +9,7 @@ from clinjudge.orchestration._batch_run import BatchRun, check_batch_config, est
 from clinjudge.orchestration._config import ConfigError, Mode, RetryPolicy, RunConfig
 from clinjudge.orchestration._context import RecordingClient, SampleContext
 from clinjudge.orchestration._preflight import check_ray_config
+from clinjudge.orchestration._probe_perturb import perturb_variants, perturber_settings
 from clinjudge.orchestration._probe_prep import create_probe_run, prepare_probe
 from clinjudge.orchestration._progress import PROGRESS_SECONDS_ENV, progress_interval
 from clinjudge.orchestration._retry import timed_out_calls, timeout_advice
@@ -60,6 +61,8 @@ __all__ = [
     "new_run_id",
     "prepare_audit",
     "prepare_probe",
+    "perturb_variants",
+    "perturber_settings",
     "prepare_run",
     "progress_interval",
     "run_config_from",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -13,7 +13,7 @@ from clinjudge.errors import UserError, validation_problems
 from clinjudge.judges import DocLensSettings, ModelSettings, draw_shots, registered_modes
 from clinjudge.judges.clients import HF_PROVIDERS
 from clinjudge.prm_bridge import PRMRunSettings
-from clinjudge.rubrics import Shot
+from clinjudge.rubrics import DEFAULT_REDUCER, Shot, get_reducer
 from clinjudge.runs import default_db
 
 Mode = str
@@ -62,7 +62,7 @@ class RunConfig(BaseModel):
             ``magentic`` are built in).
         data: Input file (JSONL, CSV or Parquet).
         name: Optional label for the run.
-        samples: Independent samples per item; the final score is their median.
+        samples: Independent samples per item; the final score is their median (``reduce``).
         shots: Few-shot examples per prompt.
         shot_pool: File of examples with human scores.
         seed: Seed for drawing examples.
@@ -71,7 +71,8 @@ class RunConfig(BaseModel):
         explanations: Ask for an explanation with every score.
         personas: Persona set name, persona file, or comma list of persona names (panel and
             magentic modes).
-        panel_aggregate: How a panel combines its members' scores.
+        panel_aggregate: How a panel combines its members' scores: a registered reducer
+            (``rubrics.reducer_names()``: median, mean, trimmed_mean, majority...).
         rounds: Discussion rounds in magentic mode.
         max_turns: Cap on agent turns in magentic mode (default: from rounds and personas).
         max_stalls: MagenticOne's stall limit before it replans.
@@ -85,6 +86,9 @@ class RunConfig(BaseModel):
             (two or more) failed that way before any sample succeeded; 0 never stops.
         cache: Reuse replies stored in the database's response cache for identical requests
             (same model, settings, messages and sample); hits cost nothing.
+        reduce: How an item's valid samples become its final score: a registered reducer
+            (``rubrics.reducer_names()``); None is the median, and ``median`` is kept as None
+            so that the stored config (and a sharded run's id) reads as before the setting.
         drop_suspect: Leave samples carrying a suspect-judgment flag (docs/trust.md) out of
             the final scores; by default flags are evidence only.
         shard: ``i/n``: judge only the items whose stable id hash falls in shard i of n.
@@ -110,7 +114,7 @@ class RunConfig(BaseModel):
     max_repairs: int = Field(default=1, ge=0, le=5)
     explanations: bool = False
     personas: str = "scoring"
-    panel_aggregate: Literal["median", "mean"] = "median"
+    panel_aggregate: str = DEFAULT_REDUCER
     rounds: int = Field(default=1, ge=1, le=10)
     max_turns: int | None = Field(default=None, ge=1, le=200)
     max_stalls: int = Field(default=3, ge=1, le=20)
@@ -119,6 +123,7 @@ class RunConfig(BaseModel):
     max_cost: float | None = Field(default=None, gt=0)
     max_consecutive_failures: int = Field(default=10, ge=0)
     cache: bool = False
+    reduce: str | None = None
     drop_suspect: bool = False
     shard: str | None = Field(default=None, pattern=r"^\d+/\d+$")
     judge: ModelSettings | None = None
@@ -135,6 +140,25 @@ class RunConfig(BaseModel):
         if mode not in modes:
             raise ValueError(f"unknown mode {mode!r}; registered modes: {', '.join(modes)}")
         return mode
+
+    @field_validator("panel_aggregate")
+    @classmethod
+    def _registered_aggregate(cls, name: str) -> str:
+        get_reducer(name)  # the error lists the registered reducers
+        return name
+
+    @field_validator("reduce")
+    @classmethod
+    def _registered_reducer(cls, name: str | None) -> str | None:
+        if name is None or name == DEFAULT_REDUCER:
+            return None
+        get_reducer(name)
+        return name
+
+    @property
+    def reducer(self) -> str:
+        """The name of the reducer of the final scores (``reduce``, else the median)."""
+        return self.reduce or DEFAULT_REDUCER
 
     @model_validator(mode="after")
     def _shots_need_pool(self) -> RunConfig:

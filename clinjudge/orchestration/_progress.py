@@ -1,9 +1,10 @@
 """Progress of a run that people can read anywhere.
 
-On a terminal: a bar with done/total, ok/failed, samples per minute, elapsed time, ETA, tokens,
-cost and the model calls in flight. Elsewhere (nohup, CI logs, notebooks): the same numbers as
-one plain line every ``interval`` seconds (the caller's ``progress_every``; when none is given,
-``$CLINJUDGE_PROGRESS_SECONDS``, else 30), on a timer, so a run whose calls take minutes still
+On a terminal: a bar with done/total, elapsed time and ETA, and under it ok/failed, samples per
+minute, tokens, cost and the model calls in flight (two lines: whole on 80 columns).
+Elsewhere (nohup, CI logs, notebooks): the same numbers as one plain line every ``interval``
+seconds (the caller's ``progress_every``; when none is given, ``$CLINJUDGE_PROGRESS_SECONDS``,
+else 30), on a timer, so a run whose calls take minutes still
 says what it is waiting for (calls in flight and the oldest call's age), and once more at the end.
 """
 
@@ -13,10 +14,11 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,6 +28,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 PROGRESS_SECONDS_ENV = "CLINJUDGE_PROGRESS_SECONDS"
 DEFAULT_PROGRESS_SECONDS = 30.0
@@ -110,6 +113,37 @@ def _flight_text(state: ProgressState, lead: str = "") -> str:
     return f"{lead}{state.in_flight} {calls} in flight{oldest}"
 
 
+class _TwoLineProgress(Progress):
+    """The bar on two lines: the bar, done/total, elapsed and ETA (74 columns at most), then
+    the outcomes, rates, tokens, cost and calls in flight as words that wrap. One line of
+    eleven columns was cut to "…" on an 80-column terminal, bar and times first."""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            yield _stats_text(task.fields)
+
+
+def _stats_text(fields: dict[str, Any]) -> Text:
+    """The bar's second line: ``ok 3 failed 0 · 2.5 samples/min (9 req/min) · 1,234 tok ·
+    $0.0012 · 2 calls in flight (oldest 5s)``; rich wraps it at its spaces, never cuts it.
+
+    Args:
+        fields: The bar task's fields (see :meth:`RunProgress.start`).
+    """
+    text = Text.assemble(
+        "ok ",
+        (str(fields["ok"]), "green"),
+        " failed ",
+        (str(fields["failed"]), "red"),
+        f" · {fields['rate']} samples/min ({fields['rpm']} req/min)"
+        f" · {fields['tokens']:,} tok · ${fields['cost']:.4f}",
+    )
+    if fields["flight"]:
+        text.append(f" · {fields['flight']}")
+    return text
+
+
 class RunProgress:
     """Shows a run's progress on a terminal bar or as periodic plain lines.
 
@@ -150,18 +184,13 @@ class RunProgress:
         """Draw the bar (terminal) or print the first line."""
         self._started = self._last_line = self._clock()
         if self.console.is_terminal:
-            self._bar = Progress(
+            self._bar = _TwoLineProgress(
                 TextColumn("[bold]judging"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("ok [green]{task.fields[ok]}[/] failed [red]{task.fields[failed]}[/]"),
-                TextColumn("{task.fields[rate]}/min ({task.fields[rpm]} req/min)"),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
-                TextColumn("{task.fields[tokens]:,} tok"),
-                TextColumn("${task.fields[cost]:.4f}"),
-                TextColumn("{task.fields[flight]}"),
                 console=self.console,
                 transient=False,
                 # Library chatter on stdout must not land above the bar (it goes to debug logs).

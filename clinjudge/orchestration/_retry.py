@@ -11,6 +11,7 @@ from tenacity.wait import wait_exponential_jitter
 
 from clinjudge._util.timestamps import now
 from clinjudge.judges import TIMED_OUT, CallOutcome, JudgeModel, ModelSettings, ProviderFault
+from clinjudge.judges.clients import HF_PROVIDERS
 from clinjudge.orchestration._config import RetryPolicy
 from clinjudge.rubrics import ChatTurn
 from clinjudge.runs import RunStore, calls_with_error
@@ -55,6 +56,16 @@ def timeout_advice(settings: ModelSettings, concurrency: int) -> str:
         settings: The judge model's settings.
         concurrency: The run's calls in flight at once.
     """
+    if settings.provider in HF_PROVIDERS:
+        # In-process: the calls in flight are one batch; fewer of them make more, smaller
+        # batches, each paying for its own prompts' prefill, and no sooner answer (#39,
+        # docs/models.md).
+        return (
+            f"calls take longer than --timeout {settings.timeout:g} s; an {settings.provider}/ "
+            "model runs in this process and a call's time includes the whole batch it shares "
+            f"(--concurrency {concurrency} items): raise --timeout (judge.timeout), e.g. to "
+            "twice the slowest call's time, and keep --concurrency at the batch size"
+        )
     return (
         f"calls take longer than --timeout {settings.timeout:g} s; raise --timeout (judge."
         f"timeout) or lower --concurrency (now {concurrency}: a local server shares itself "

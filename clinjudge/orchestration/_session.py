@@ -686,7 +686,15 @@ def finish_run(store: RunStore, run_id: str, prepared: PreparedRun, agent: str) 
     """
     rubric, config = prepared.rubric, prepared.config
     flag_samples(store, run_id, rubric)
-    finalize_run(store, run_id, rubric, config.samples, agent, drop_suspect=config.drop_suspect)
+    finalize_run(
+        store,
+        run_id,
+        rubric,
+        config.samples,
+        agent,
+        drop_suspect=config.drop_suspect,
+        reducer=config.reducer,
+    )
     flag_run_scores(store, run_id, rubric)
     store.set_run_status(run_id, "completed", finished=True)
 

@@ -49,6 +49,7 @@ from clinjudge.reports._document import (
     md_text,
     write_report_files,
 )
+from clinjudge.reports._probe_section import PROBE_NOTE, probe_comparison_table
 from clinjudge.reports._scores_section import DEFAULT_MAX_ITEMS, _scores_section
 from clinjudge.runs import RunStore, now
 
@@ -335,6 +336,11 @@ def render_report(
             doc.html.append(scatter)
         else:
             doc.para("No run has both agreement and cost, so there is no scatter.", "note")
+    if comparison.probes:
+        # Probe runs side by side: the judge that reacts to what it should (docs/trust.md).
+        doc.heading(2, "Probes")
+        doc.table(probe_comparison_table(comparison))
+        doc.para(PROBE_NOTE, "note")
     # "agreement not computed" notes are said again in each run's section; keep the rest.
     doc.notes([n for n in comparison.notes if not _is_run_error(n, comparison.errors)])
     for row in rows:

@@ -51,12 +51,15 @@ from clinjudge.reports._viewer_links import (
 )
 from clinjudge.reports._viewer_pages import Viewer
 from clinjudge.reports._viewer_paging import clamp_page
+from clinjudge.reports._viewer_probe import probe_views
 from clinjudge.reports._viewer_render import render
 from clinjudge.reports._viewer_run import run_and_rubric
 from clinjudge.runs import (
+    FLAG_MEANINGS,
     ItemTable,
     RunStore,
     is_audit_run,
+    item_flag_rows_by_item,
     item_order,
     item_ratings_by_item,
     item_table_rows_by_item,
@@ -390,27 +393,30 @@ def item_pages_data(
     tables += [t for t in newer if store.has_table(t)]
     got = {t: item_table_rows_by_item(store, t, rid, ids) for t in tables}
     humans = item_ratings_by_item(store, ids)
+    keys = [a.key for a in rubric.attributes] if rubric is not None else []
+    probes = probe_views(store, run, ids, keys)
+    suspect = item_flag_rows_by_item(store, rid, ids)
     for item_id in ids:
         if item_id not in rows:
             continue
         previous, next_ = neighbours.get(item_id, (None, None))
-        yield (
-            item_id,
-            assemble_item_page(
-                inputs_from_row(run, rows[item_id], previous, next_, claims_run),
-                views_from_rows(
-                    run,
-                    got["judgments"][item_id],
-                    got["samples"][item_id],
-                    got["messages"][item_id],
-                ),
-                calls_from_rows(got["calls"][item_id]),
-                ratings_from_rows(humans[item_id]),
-                claims_from_rows(got["claims"][item_id]) if "claims" in got else [],
-                prm_from_rows(got["prm_steps"][item_id]) if "prm_steps" in got else [],
-                claims_run,
+        data = assemble_item_page(
+            inputs_from_row(run, rows[item_id], previous, next_, claims_run),
+            views_from_rows(
+                run,
+                got["judgments"][item_id],
+                got["samples"][item_id],
+                got["messages"][item_id],
             ),
+            calls_from_rows(got["calls"][item_id]),
+            ratings_from_rows(humans[item_id]),
+            claims_from_rows(got["claims"][item_id]) if "claims" in got else [],
+            prm_from_rows(got["prm_steps"][item_id]) if "prm_steps" in got else [],
+            claims_run,
         )
+        data["probe"] = probes.get(item_id)
+        data["suspect"] = suspect.get(item_id, [])  # the live item page shows them too
+        yield item_id, data
 
 
 def item_html(
@@ -430,6 +436,8 @@ def item_html(
         **item_context(data, rubric),
         chat=run.get("mode") == "magentic",
         audit_reasons=audit_reasons,
+        suspect=data.get("suspect", []),
+        flag_meanings=FLAG_MEANINGS,
     )
 
 

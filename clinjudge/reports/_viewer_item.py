@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clinjudge._util.modes import deciding_agent
-from clinjudge.judges import DocLensSettings, source_units
 from clinjudge.prm_bridge import aggregate
 from clinjudge.rubrics import Rubric, SourceNote
 from clinjudge.runs import (
@@ -125,6 +124,10 @@ def _notes(row: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _doclens_units(run: dict[str, Any], notes: list[dict[str, str]]) -> dict[int, str]:
+    # Imported on use: clinjudge.judges loads the workflows and the model clients (about 1 s),
+    # which every command importing the reports (`judge agree`, `compare`, `report`) paid (#39).
+    from clinjudge.judges import DocLensSettings, source_units
+
     config = (run.get("config") or {}).get("doclens") or {}
     try:
         settings = DocLensSettings.model_validate(config)

@@ -146,4 +146,6 @@ def item_context(data: dict[str, Any], rubric: Rubric | None) -> dict[str, Any]:
         "calls": data["calls"],
         "call_totals": call_totals(data["calls"]),
         "chair_calls": chair_calls,
+        # A probe run's item: its variants, or its original and the edit side by side.
+        "probe": data.get("probe"),
     }

@@ -32,6 +32,7 @@ from clinjudge.analysis import (
 )
 from clinjudge.errors import ClinJudgeError
 from clinjudge.reports._ppi_section import ppi_forest
+from clinjudge.reports._probe_section import PROBE_NOTE, probe_runs, probe_share_text
 from clinjudge.reports._viewer_compare import (
     compare_items,
     compare_sort_label,
@@ -41,6 +42,7 @@ from clinjudge.reports._viewer_compare import (
 from clinjudge.reports._viewer_item import item_page
 from clinjudge.reports._viewer_item_table import item_context
 from clinjudge.reports._viewer_links import Links
+from clinjudge.reports._viewer_probe import probe_views
 from clinjudge.reports._viewer_query import (
     BadRequest,
     ItemQuery,
@@ -70,6 +72,7 @@ from clinjudge.runs import (
     RUN_SORTS,
     RunStore,
     StoreError,
+    audit_ratings,
     is_audit_run,
     is_prm_scoring_run,
     item_flag_counts,
@@ -81,7 +84,6 @@ from clinjudge.runs import (
     run_has_vendors,
     scored_listed_neighbours,
     status_label,
-    stored_ratings_for_run,
 )
 
 log = logging.getLogger(__name__)
@@ -111,7 +113,7 @@ class Viewer:
 
     Args:
         db: The DuckDB file (opened read-only for each page).
-        n_boot: Bootstrap resamples for agreement and audit statistics.
+        n_boot: Bootstrap resamples for agreement statistics (an audit's are its own).
         items_per_page: Rows of a run's item list.
         snapshots: Read pages from a private copy of the database (the live viewer, so that
             writers in other processes are not locked out); None reads the file itself.
@@ -321,12 +323,12 @@ class Viewer:
 
     def _audit(self, store: RunStore, run_id: str) -> AuditStatistics | None:
         try:
-            # Physicians' ratings imported for the audit's items add the judge-corrected means.
-            ratings = stored_ratings_for_run(store, run_id) or None
+            # Physicians' ratings add the judge-corrected means: those imported for the audit's
+            # items, else those of the file it was last computed with (`judge audit --ratings
+            # FILE`). The bootstrap settings are the audit's own: the page matches the terminal.
+            ratings = audit_ratings(store, store.get_run(run_id)) or None
             return self._cached(
-                "audit",
-                (run_id,),
-                lambda: audit_for_run(store, run_id, n_boot=self.n_boot, ratings=ratings),
+                "audit", (run_id,), lambda: audit_for_run(store, run_id, ratings=ratings)
             )
         except (AuditError, StoreError):
             return None
@@ -389,6 +391,7 @@ class Viewer:
             data = item_page(store, run, rubric, item_id)
             if not data:
                 raise PageNotFound(f"no item {item_id!r} in run {rid}")
+            data["probe"] = probe_views(store, run, [item_id], keys).get(item_id)
             query = ItemQuery()
             place = None
             scored = False
@@ -478,9 +481,12 @@ class Viewer:
                     "compare", tuple(ids), lambda: compare_runs(store, ids, n_boot=self.n_boot)
                 )
                 table, notes = comparison.rows, comparison.notes
+                # Probe runs: their probe results side by side, as `judge compare` prints them.
+                probes, probe_columns = comparison.probes, probe_runs(comparison)
             except Exception as exc:  # the items side by side still show
                 log.exception("compare %s", ids)
                 table, notes = [], [f"agreement table not computed: {type(exc).__name__}: {exc}"]
+                probes, probe_columns = [], []
             keys = _shared_keys(runs)
             sort = parse_compare_sort(sort, keys)
             listing = compare_items(store, ids, page=page, sort=sort, desc=desc)
@@ -508,6 +514,10 @@ class Viewer:
             sort_label=compare_sort_label,
             sort_choices=[(k, compare_sort_label(k)) for k in compare_sorts(keys, rated)],
             rated=rated,
+            probes=probes,
+            probe_columns=probe_columns,
+            probe_note=PROBE_NOTE,
+            probe_share=probe_share_text,
         )
 
     def audit(self, links: Links, run_id: str) -> str:

@@ -56,6 +56,19 @@ def fmt_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+def fmt_estimate(value: Any, digits: int = 2) -> str:
+    """An estimate or a bound of its interval, always with ``digits`` decimals (``num`` prints an
+    integral value as ``4``): the audit page reads as `judge audit` and report.md do (#39).
+
+    Args:
+        value: A number, or None (``-``).
+        digits: Decimals.
+    """
+    if value is None or isinstance(value, bool) or not math.isfinite(float(value)):
+        return "-"
+    return f"{float(value):.{digits}f}"
+
+
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     """The template environment (autoescape on for every template)."""
@@ -65,7 +78,9 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=fmt_num, usd=fmt_usd, secs=fmt_seconds, tojson_pretty=fmt_json)
+    env.filters.update(
+        num=fmt_num, est=fmt_estimate, usd=fmt_usd, secs=fmt_seconds, tojson_pretty=fmt_json
+    )
     env.globals.update(
         version=__version__,
         csp=CSP,

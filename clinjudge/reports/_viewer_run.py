@@ -26,6 +26,7 @@ from clinjudge.runs import (
     item_call_totals,
     item_list_extras,
     item_suspect_flags,
+    probe_links,
     prompt_cache_totals,
     run_has_ratings,
     run_has_steps,
@@ -161,9 +162,14 @@ def item_rows(
         status[row["item_id"]] = row["status"]
     extras = item_list_extras(store, run_id, ids)
     suspect = item_suspect_flags(store, run_id, ids)
+    # A probe run's variants are marked with their probe in the list (#37).
+    listed = set(ids)
+    probes = {r["item_id"]: r["probe"] for r in probe_links(store, run_id, ids)}
+    probes = {k: v for k, v in probes.items() if k in listed}
     items = [
         {
             **row,
+            "probe": probes.get(row["item_id"]),
             **extras[row["item_id"]],
             "flags": _loads(row["flags"]) or [],
             "suspect": suspect.get(row["item_id"], []),

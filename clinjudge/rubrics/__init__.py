@@ -1,6 +1,6 @@
 """Rubrics: schema, built-in instruments, prompt rendering and reply parsing."""
 
-from clinjudge.rubrics._combine import median_scores
+from clinjudge.rubrics._combine import combine_scores, median_scores
 from clinjudge.rubrics._injection import detect_injection, scan_item
 from clinjudge.rubrics._item import Item, SourceNote
 from clinjudge.rubrics._json_schema import (
@@ -19,6 +19,13 @@ from clinjudge.rubrics._parse import (
     json_objects,
     parse_judgment,
     strip_reasoning,
+)
+from clinjudge.rubrics._reducers import (
+    DEFAULT_REDUCER,
+    Reducer,
+    get_reducer,
+    reducer_names,
+    register_reducer,
 )
 from clinjudge.rubrics._registry import (
     RubricError,
@@ -50,7 +57,13 @@ from clinjudge.rubrics._schema import (
 )
 
 __all__ = [
+    "combine_scores",
     "median_scores",
+    "DEFAULT_REDUCER",
+    "Reducer",
+    "get_reducer",
+    "reducer_names",
+    "register_reducer",
     "STRUCTURED_OUTPUT_KEY",
     "bounded_text",
     "closed_object",

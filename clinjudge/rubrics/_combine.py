@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
+from clinjudge.rubrics._reducers import DEFAULT_REDUCER, get_reducer
 from clinjudge.rubrics._schema import Rubric
 
 
@@ -33,4 +34,30 @@ def median_scores(
         gate = attribute.gate
         if gate is not None and finals.get(gate.attribute) == gate.null_when:
             finals[attribute.key] = None
+    return finals
+
+
+def combine_scores(
+    rubric: Rubric, samples: Sequence[Mapping[str, float | None]], reducer: str = DEFAULT_REDUCER
+) -> dict[str, float | None]:
+    """Each attribute reduced over samples by a registered reducer, with the gate rule.
+
+    Whether a gate nulls the attribute it gates always follows the samples' median (the
+    majority of a binary gate), whatever the reducer: the reducer gives the values of the
+    attributes left standing. With ``median`` this is :func:`median_scores`.
+
+    Args:
+        rubric: The rubric (attributes and gates).
+        samples: Each sample's values by attribute key (None where missing).
+        reducer: The registered reducer's name (``rubrics.reducer_names()``).
+    """
+    medians = median_scores(rubric, samples)
+    if reducer == DEFAULT_REDUCER:
+        return medians
+    reduce = get_reducer(reducer)
+    finals: dict[str, float | None] = {}
+    for key, median in medians.items():
+        numbers = [v for s in samples if (v := s.get(key)) is not None]
+        # median is None exactly when no sample gave a number or the gate nulled it.
+        finals[key] = None if median is None else reduce(numbers)
     return finals

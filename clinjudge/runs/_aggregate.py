@@ -1,4 +1,5 @@
-"""Final per-item scores: the median of the valid samples, attribute by attribute.
+"""Final per-item scores: the valid samples reduced (by default to their median), attribute
+by attribute.
 
 Rules (documented in the README):
 - failed samples are left out; an item whose samples all failed gets a failed final row;
@@ -7,6 +8,9 @@ Rules (documented in the README):
   gate equals the gate's null value (the majority of valid samples said no abstraction was
   needed); otherwise it is the median of the samples that gave a number. A tie on a binary gate
   (median 0.5) counts as "needed".
+- another reducer than the median (``RunConfig.reduce``, one of ``rubrics.reducer_names()``)
+  gives the values instead of the median; gates still follow the median, and the rationale
+  names the reducer.
 
 :func:`finalize_run` applies them inside DuckDB, one ``INSERT ... SELECT`` per chunk of items
 (reading every judgment back into Python cost a run about 0.1 ms per judgment, #27);
@@ -20,7 +24,7 @@ from typing import Any
 
 import duckdb
 
-from clinjudge.rubrics import Rubric, median_scores
+from clinjudge.rubrics import DEFAULT_REDUCER, Rubric, combine_scores, get_reducer
 from clinjudge.runs._store import FINAL_SAMPLE, RunStore, _owner_only_files
 
 FINAL_AGENT = "final"
@@ -33,7 +37,12 @@ _TODO = "_clinjudge_finalize_todo"
 
 
 def final_rows(
-    run_id: str, item_id: str, rubric: Rubric, samples: list[dict[str, float | None]], n_failed: int
+    run_id: str,
+    item_id: str,
+    rubric: Rubric,
+    samples: list[dict[str, float | None]],
+    n_failed: int,
+    reducer: str = DEFAULT_REDUCER,
 ) -> list[dict[str, Any]]:
     """Rows of the aggregated judgment of one item.
 
@@ -43,6 +52,7 @@ def final_rows(
         rubric: The rubric (attribute order and gates).
         samples: Values of each valid sample.
         n_failed: How many samples failed.
+        reducer: The registered reducer the samples' values are reduced with.
     """
     base = {
         "run_id": run_id,
@@ -64,8 +74,8 @@ def final_rows(
             }
             for key in rubric.keys
         ]
-    finals = median_scores(rubric, samples)
-    note = f"median of {len(samples)} valid sample(s)" + (
+    finals = combine_scores(rubric, samples, reducer)
+    note = f"{reducer} of {len(samples)} valid sample(s)" + (
         f", {n_failed} failed" if n_failed else ""
     )
     return [
@@ -89,6 +99,7 @@ def finalize_run(
     agent: str = "judge",
     *,
     drop_suspect: bool = False,
+    reducer: str = DEFAULT_REDUCER,
 ) -> int:
     """Write final rows for every item whose samples are all done and that has no final yet.
 
@@ -100,6 +111,7 @@ def finalize_run(
         agent: The agent whose per-sample verdicts are aggregated (the mode's deciding agent).
         drop_suspect: Leave out valid samples that carry a flag in ``quality_flags`` (worked
             out before this is called).
+        reducer: The registered reducer of the samples' values (``RunConfig.reduce``).
 
     Returns:
         Number of items finalised.
@@ -135,7 +147,7 @@ def finalize_run(
         try:
             row = store.con.execute(f"SELECT count(*) FROM {_TODO}").fetchone()
             complete = int(row[0]) if row else 0
-            sql = _finals_sql(rubric)
+            sql = _finals_sql(rubric, reducer)
             # A chunk at a time, each its own statement: an item's final rows go in together;
             # items not finalised yet (a run killed meanwhile) are found again on the next call.
             for start in range(0, complete, FINALIZE_CHUNK):
@@ -161,13 +173,16 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _finals_sql(rubric: Rubric) -> str:
+def _finals_sql(rubric: Rubric, reducer: str = DEFAULT_REDUCER) -> str:
     """The ``INSERT ... SELECT`` writing the final rows of the todo items numbered in
     (``$lo``, ``$hi``], with :func:`final_rows`'s values, statuses and texts, in its order."""
     keys = rubric.keys
+    reduced = reducer != DEFAULT_REDUCER
     column = {key: f"m{n}" for n, key in enumerate(keys)}
     # Gates applied in attribute order, each reading its gate's value as it stands then: the
-    # order median_scores nulls them in, also when a gate is itself gated.
+    # order median_scores nulls them in, also when a gate is itself gated. A gate's decision
+    # reads the medians (combine_scores' rule); another reducer's values (columns r0...) are
+    # then nulled where the median was.
     value = dict(column)
     for attribute in rubric.attributes:
         gate = attribute.gate
@@ -176,10 +191,22 @@ def _finals_sql(rubric: Rubric) -> str:
                 f"CASE WHEN ({value[gate.attribute]}) = {int(gate.null_when)} THEN NULL "
                 f"ELSE {value[attribute.key]} END"
             )
+    if reduced:
+        value = {
+            key: f"CASE WHEN ({value[key]}) IS NULL THEN NULL ELSE r{n} END"
+            for n, key in enumerate(keys)
+        }
     pivot = ",\n               ".join(
         f"any_value(med) FILTER (WHERE attribute = {_literal(key)}) AS {column[key]}"
-        for key in keys
+        + (
+            f", any_value(red) FILTER (WHERE attribute = {_literal(key)}) AS r{n}"
+            if reduced
+            else ""
+        )
+        for n, key in enumerate(keys)
     )
+    reduction = f",\n               {get_reducer(reducer).sql_over()} AS red" if reduced else ""
+    label = _literal(f"{reducer} of ")
     names = ", ".join(_literal(key) for key in keys)
     values = ", ".join(f"CAST({value[key]} AS DOUBLE)" for key in keys)
     return f"""
@@ -195,7 +222,7 @@ def _finals_sql(rubric: Rubric) -> str:
                          || ' suspect (dropped), ' || CAST(n_failed AS VARCHAR) || ' failed'
                     END AS error,
                CASE WHEN n_ok > 0
-                    THEN 'median of ' || CAST(n_ok AS VARCHAR) || ' valid sample(s)'
+                    THEN {label} || CAST(n_ok AS VARCHAR) || ' valid sample(s)'
                          || CASE WHEN n_failed > 0 THEN ', ' || CAST(n_failed AS VARCHAR)
                                  || ' failed' ELSE '' END
                          || CASE WHEN n_suspect > 0 THEN ', ' || CAST(n_suspect AS VARCHAR)
@@ -215,8 +242,7 @@ def _finals_sql(rubric: Rubric) -> str:
     medians AS (
         -- statistics.median: the middle value, or the mean of the middle two as (a + b) / 2
         SELECT item_id, attribute,
-               CASE WHEN n % 2 = 1 THEN v[n // 2 + 1]
-                    ELSE (v[n // 2] + v[n // 2 + 1]) / 2 END AS med
+               {get_reducer(DEFAULT_REDUCER).sql_over()} AS med{reduction}
         FROM sorted
     ),
     by_item AS (

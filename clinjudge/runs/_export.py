@@ -28,7 +28,7 @@ else:  # loaded on first use: `judge runs list` and `runs show` write no Arrow t
     pa = LazyModule("pyarrow")
 
 EXPORT_FORMATS = ("jsonl", "json", "csv", "parquet")
-EXPORT_TABLES = ("judgments", "transcripts", "claims", "prm_steps", "quality_flags")
+EXPORT_TABLES = ("judgments", "wide", "transcripts", "claims", "prm_steps", "quality_flags")
 """Tables ``export_run`` writes (a DocLens run's pooled scores come from ``analysis``)."""
 
 # File name endings that name a format; anything else needs an explicit format.
@@ -249,7 +249,9 @@ def export_run(
         run_id: Run id or unique prefix.
         out: Output path.
         fmt: ``jsonl``, ``json``, ``csv`` or ``parquet``.
-        table: ``judgments``; ``transcripts`` (every message, discussions included);
+        table: ``judgments``; ``wide`` (one row per item: each attribute's final score as
+            a column, valid, samples_failed, suspect_flags, item_flags, calls, cost_usd, for
+            spreadsheets); ``transcripts`` (every message, discussions included);
             ``claims`` (DocLens claims, statements and verdicts); ``prm_steps`` (PRM step
             scores, of a ``judge prm`` run or a judge run with ``--prm``); ``quality_flags``
             (suspect-judgment flags, docs/trust.md). A DocLens run's
@@ -279,6 +281,9 @@ def export_run(
     if table == "quality_flags":
         copy_query(store, _FLAGS_QUERY.format(run_id=rid), out, fmt)
         return _count(store, "quality_flags", run["run_id"])
+    if table == "wide":
+        copy_query(store, _wide_query(store, run), out, fmt)
+        return _count(store, "items", run["run_id"])
     # A database opened read-only from before items.flags existed has no such column.
     flags = "i.flags" if store.has_column("items", "flags") else "NULL::JSON"
     # Likewise quality_flags (schema 7): a sample's suspect-judgment flags, by name.
@@ -299,6 +304,87 @@ _FLAGS_QUERY = """
     FROM quality_flags WHERE run_id = '{run_id}'
     ORDER BY item_id <> '', item_id, sample, agent, flag, attribute
 """
+
+
+def _attributes(store: RunStore, run: dict[str, Any]) -> list[str]:
+    """The run's attributes with final scores, in its rubric's order (then any others)."""
+    rows = store.con.execute(
+        "SELECT DISTINCT attribute FROM judgments WHERE run_id = ? AND final ORDER BY attribute",
+        [run["run_id"]],
+    ).fetchall()
+    found = [str(row[0]) for row in rows]
+    rubric = run.get("rubric_json")
+    if isinstance(rubric, str):
+        rubric = json.loads(rubric)
+    names = list((rubric or {}).get("attributes") or []) if isinstance(rubric, dict) else []
+    order = [n if isinstance(n, str) else str(n.get("key", "")) for n in names]
+    return [a for a in order if a in found] + [a for a in found if a not in order]
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _sql_name(value: str) -> str:
+    return '"' + value.replace('"', '""') + '"'
+
+
+_WIDE_FIXED = frozenset(
+    [
+        "run_id",
+        "item_id",
+        "vendor",
+        "valid",
+        "samples_failed",
+        "suspect_flags",
+        "item_flags",
+        "calls",
+        "cost_usd",
+        "simulated",
+    ]
+)
+"""The columns of the wide export besides the scores."""
+
+
+def _wide_query(store: RunStore, run: dict[str, Any]) -> str:
+    """One row per item, for spreadsheets: the final score of each attribute as a column
+    (named as the attribute), whether every final score is valid, samples failed, the
+    suspect-judgment flags of its samples, what in its text addresses the judge, its calls and
+    their cost.
+    """
+    rid = _sql_text(str(run["run_id"]))
+    # An attribute named like a fixed column (``valid``, ``calls``...) gets a ``score_``
+    # prefix: a file with two columns of one name does not load into a spreadsheet or pandas.
+    scores = "".join(
+        f"max(j.value) FILTER (WHERE j.attribute = {_sql_text(a)}) AS "
+        f"{_sql_name('score_' + a if a in _WIDE_FIXED else a)}, "
+        for a in _attributes(store, run)
+    )
+    flags = "i.flags" if store.has_column("items", "flags") else "NULL::JSON"
+    suspect = (
+        "(SELECT list(DISTINCT f.flag ORDER BY f.flag) FROM quality_flags f WHERE f.run_id = "
+        "i.run_id AND f.item_id = i.item_id)"
+        if store.has_table("quality_flags")
+        else "NULL::VARCHAR[]"
+    )
+    return f"""
+        SELECT i.run_id, i.item_id, i.vendor, {scores}
+               coalesce(bool_and(j.status = 'ok'), false) AS valid,
+               (SELECT count(DISTINCT s.sample) FROM judgments s WHERE s.run_id = i.run_id
+                  AND s.item_id = i.item_id AND NOT s.final AND s.status <> 'ok')
+                  AS samples_failed,
+               {suspect} AS suspect_flags, {flags} AS item_flags,
+               (SELECT count(*) FROM calls c WHERE c.run_id = i.run_id
+                  AND c.item_id = i.item_id) AS calls,
+               (SELECT sum(c.cost_usd) FROM calls c WHERE c.run_id = i.run_id
+                  AND c.item_id = i.item_id) AS cost_usd,
+               r.simulated
+        FROM items i JOIN runs r USING (run_id)
+        LEFT JOIN judgments j ON j.run_id = i.run_id AND j.item_id = i.item_id AND j.final
+        WHERE i.run_id = {rid}
+        GROUP BY i.run_id, i.item_id, i.vendor, i.position, {flags}, r.simulated
+        ORDER BY i.position
+    """
 
 
 def _refuse_prm_run(run: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ Counting rules, used by the end-of-run summary, `judge runs show` and `judge run
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,6 +252,42 @@ def delete_run(store: RunStore, run_id: str) -> dict[str, int]:
             store.con.execute("ROLLBACK")
             raise
     return removed
+
+
+AUDIT_SETTINGS_KEY = "audit_statistics"
+"""Key in a run's stored config of the settings its audit statistics were last computed with."""
+
+
+def record_audit_settings(store: RunStore, run_id: str, settings: dict[str, Any]) -> str:
+    """Keep the settings of an audit's statistics (bootstrap resamples, seed) with its run, so
+    the viewer recomputes the audit as `judge audit` last did: the same intervals, not another
+    resample count's (#39).
+
+    Args:
+        store: The run store (opened for writing).
+        run_id: Run id or unique part of it.
+        settings: ``{"n_boot": ..., "seed": ...}``.
+
+    Returns:
+        The full run id.
+    """
+    run = store.get_run(run_id)
+    config = {**(run.get("config") or {}), AUDIT_SETTINGS_KEY: dict(settings)}
+    with _owner_only_files():
+        store.con.execute(
+            "UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(config), run["run_id"]]
+        )
+    return str(run["run_id"])
+
+
+def audit_settings(run: dict[str, Any]) -> dict[str, Any]:
+    """The settings a run's audit statistics were last computed with (empty if none).
+
+    Args:
+        run: The run's row (``RunStore.get_run``).
+    """
+    stored = (run.get("config") or {}).get(AUDIT_SETTINGS_KEY)
+    return dict(stored) if isinstance(stored, dict) else {}
 
 
 def rename_run(store: RunStore, run_id: str, name: str) -> str:

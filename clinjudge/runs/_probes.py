@@ -121,3 +121,34 @@ def valid_final_values(store: RunStore, run_id: str) -> dict[str, dict[str, floa
     for r in rows:
         out.setdefault(r["item_id"], {})[r["attribute"]] = float(r["value"])
     return out
+
+
+def probe_links(store: RunStore, run_id: str, item_ids: Sequence[str]) -> list[ProbeVariantRow]:
+    """The variant rows that concern some items of a run: each item's own row (when it is a
+    variant), the variants of each (when it is an original), and the other variants of its
+    original, for the viewer's links between an original and its variants.
+
+    Args:
+        store: The run store.
+        run_id: Full run id.
+        item_ids: The items (a page's, or a chunk of the static export's).
+    """
+    if not item_ids or not store.has_table("probe_variants"):
+        return []
+    ids = list(item_ids)
+    rows = store.query(
+        """
+        SELECT v.item_id, v.original_id, v.probe, v.seed, v.edit
+        FROM probe_variants v LEFT JOIN items i ON i.run_id = v.run_id AND i.item_id = v.item_id
+        WHERE v.run_id = ? AND (
+            v.item_id IN (SELECT unnest(?)) OR v.original_id IN (SELECT unnest(?))
+            OR v.original_id IN (SELECT original_id FROM probe_variants
+                                 WHERE run_id = ? AND item_id IN (SELECT unnest(?))))
+        ORDER BY i.position, v.item_id
+        """,
+        [run_id, ids, ids, run_id, ids],
+    )
+    for row in rows:
+        edit = row["edit"]
+        row["edit"] = json.loads(edit) if isinstance(edit, str) else (edit or {})
+    return cast(list[ProbeVariantRow], rows)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from clinjudge._util.modes import SIMULATED_NOTICE
 from clinjudge.rubrics import Attribute, Rubric, ScaleKind
 from clinjudge.runs._store import RunStore, _owner_only_files, rollback
 from clinjudge.runs._suspect import (
@@ -175,9 +176,6 @@ def _reasons(store: RunStore, run_id: str) -> Iterator[tuple[tuple[str, int, str
     Our own aggregation's texts (a panel's "median of 3 members", written for an agent that
     made no call) and the simulated provider's disclaimer are no reasons and are left out.
     """
-    # Imported here: the store's readers (`judge runs list`) must not load the model clients.
-    from clinjudge.judges.clients import SIMULATED_NOTICE
-
     params = {"run": run_id, "notice": SIMULATED_NOTICE}
     overall = f"""
         SELECT s.item_id, s.sample, s.agent, '' AS attribute, NULL AS value, s.rationale
@@ -445,3 +443,26 @@ def item_flag_rows(store: RunStore, run_id: str, item_id: str) -> list[dict[str,
         "WHERE run_id = ? AND item_id = ? ORDER BY sample, agent, flag, attribute",
         [run_id, item_id],
     )
+
+
+def item_flag_rows_by_item(
+    store: RunStore, run_id: str, item_ids: Sequence[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`item_flag_rows` of many items of a run in one query (the static export).
+
+    Args:
+        store: The run store.
+        run_id: The run.
+        item_ids: The items.
+    """
+    out: dict[str, list[dict[str, Any]]] = {i: [] for i in item_ids}
+    if not item_ids or not store.has_table("quality_flags"):
+        return out
+    for row in store.query(
+        "SELECT item_id, sample, agent, flag, attribute, detail FROM quality_flags "
+        "WHERE run_id = ? AND item_id IN (SELECT unnest(?)) "
+        "ORDER BY item_id, sample, agent, flag, attribute",
+        [run_id, list(item_ids)],
+    ):
+        out[row.pop("item_id")].append(row)
+    return out

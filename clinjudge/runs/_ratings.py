@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from clinjudge.inputs import HumanRating, load_ratings
 from clinjudge.rubrics import Rubric
+from clinjudge.runs._manage import audit_settings
 from clinjudge.runs._reads import count_query, query_arrow
 from clinjudge.runs._store import RunStore, now
 
@@ -138,6 +139,22 @@ def stored_ratings_for_run(store: RunStore, run_id: str) -> list[HumanRating]:
         [run_id],
     )
     return [HumanRating(r["item_id"], r["rater_id"], r["attribute"], r["score"]) for r in rows]
+
+
+def audit_ratings(store: RunStore, run: dict[str, Any]) -> list[HumanRating]:
+    """The physicians' ratings an audit's PPI++ estimates are shown with: those imported for
+    its items (``judge ratings import``, ``judge rate``), else those its last computation was
+    given (`judge audit --ratings FILE`, kept with its settings).
+
+    Args:
+        store: The run store.
+        run: The audit run's row (``RunStore.get_run``).
+    """
+    imported = stored_ratings_for_run(store, run["run_id"])
+    kept = audit_settings(run).get("ratings")
+    if imported or not kept:
+        return imported
+    return [HumanRating(str(i), str(r), a, s) for i, r, a, s in kept]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -477,6 +477,9 @@ def _open_error(path: Path, exc: duckdb.Error) -> str:
     if "Could not set lock" in text or "Conflicting lock" in text:
         holder = re.search(r"\(PID (\d+)\)", text)
         by = f" (PID {holder.group(1)})" if holder else ""
+        server = _rating_server(path, holder.group(1) if holder else None)
+        if server:
+            return server
         return (
             f"{path}: database is in use by another process{by}; DuckDB allows one writer at a "
             "time: wait for it to finish or use another database"
@@ -488,6 +491,23 @@ def _open_error(path: Path, exc: duckdb.Error) -> str:
             "never loads DuckDB extensions"
         )
     return f"{path}: cannot open database: {text}"
+
+
+def _rating_server(path: Path, pid: str | None) -> str | None:
+    """The message when the process holding the file is `judge rate serve` (the note it
+    writes beside the database names its PID and address), else None."""
+    try:
+        note = json.loads(path.with_name(path.name + ".rating-server").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(note, dict) or pid is None or str(note.get("pid")) != pid:
+        return None
+    return (
+        f"{path}: the rating server (`judge rate serve`, PID {pid}, {note.get('url')}) holds "
+        "this database while physicians rate; DuckDB allows one writer at a time: stop it "
+        "(Ctrl-C in its terminal; every saved rating is kept and the raters' pages retry), "
+        "run this command, then start it again"
+    )
 
 
 class RunStore:

@@ -115,7 +115,7 @@ def test_runs_show_table_by_agent(panel_db: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     assert "by role and agent" in out
-    for text in ("latency s sum", "high_scorer", "middle_scorer", "openai/other-judge"):
+    for text in ("latency s", "high_scorer", "middle_scorer", "openai/other-judge"):
         assert text in out
     low = next(line for line in out.splitlines() if "low_scorer" in line)
     assert "16" in low.split()

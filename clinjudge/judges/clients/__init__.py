@@ -2,6 +2,7 @@
 provider, with fault classification, token and cost accounting, the response cache and the
 provider batch API."""
 
+from clinjudge._util.modes import SIMULATED_NOTICE
 from clinjudge.judges.clients._accounting import (
     COUNT_ENCODING,
     bundled_model_map,
@@ -31,7 +32,7 @@ from clinjudge.judges.clients._batch_api import (
 from clinjudge.judges.clients._batch_lines import BatchLine, BatchResults
 from clinjudge.judges.clients._cache import ResponseCache, hash_model_files
 from clinjudge.judges.clients._faults import TIMED_OUT, ProviderFault
-from clinjudge.judges.clients._mock_client import SIMULATED_NOTICE, register_simulated_replies
+from clinjudge.judges.clients._mock_client import register_simulated_replies
 from clinjudge.judges.clients._model import (
     CallOutcome,
     JudgeModel,

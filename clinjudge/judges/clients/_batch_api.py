@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 import tempfile
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
 import httpx
-import openai
 
 from clinjudge.errors import UserError
 from clinjudge.judges.clients._accounting import (
@@ -352,15 +352,22 @@ def _state(batch: Any) -> BatchState:
 
 Sleep = Callable[[float], Awaitable[None]]
 
-_SDK_ERRORS = (openai.OpenAIError, httpx.HTTPError, OSError)
-"""What the SDK raises for a provider's refusal or an unreachable endpoint."""
+
+def _sdk_errors() -> tuple[type[BaseException], ...]:
+    """What the SDK raises for a provider's refusal or an unreachable endpoint. The SDK is
+    loaded with the first batch client (`_sdk_client`), not with this module: importing the
+    model clients must not cost every command 0.5-1 s (#39); before it loads, none of its
+    errors can be raised."""
+    openai = sys.modules.get("openai")
+    sdk: tuple[type[BaseException], ...] = (openai.OpenAIError,) if openai is not None else ()
+    return (*sdk, httpx.HTTPError, OSError)
 
 
 async def _sdk_call(call: Awaitable[T]) -> T:
     """Await an SDK request; a provider's error comes out as a :class:`ProviderFault`."""
     try:
         return await call
-    except _SDK_ERRORS as exc:
+    except _sdk_errors() as exc:
         raise classify_fault(exc) from exc
 
 
@@ -421,7 +428,7 @@ class BatchClient:
             async for batch in self.client.batches.list(limit=100):
                 if batch.input_file_id == input_file_id:
                     return _state(batch)
-        except _SDK_ERRORS as exc:
+        except _sdk_errors() as exc:
             raise classify_fault(exc) from exc
         return None
 

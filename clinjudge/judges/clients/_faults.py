@@ -10,11 +10,11 @@ import asyncio
 import email.utils
 import json
 import math
+import sys
 import time
 from typing import Any
 
 import httpx
-import openai
 
 from clinjudge._util.secrets import (
     REDACTED,
@@ -191,14 +191,20 @@ def classify_fault(exc: BaseException) -> ProviderFault:
     if isinstance(ours, ProviderFault):
         # Raised by our own HTTP hooks (redirect, size cap) and wrapped by an SDK.
         return ours
-    if isinstance(exc, openai.APIStatusError):
+    # No openai error can exist before the SDK is loaded (the direct and mock clients never
+    # load it), so the check does not import it: the store's commands classify no faults, and
+    # loading the SDK here cost every one of them 0.5-1 s (#39).
+    openai: Any = sys.modules.get("openai")
+    if openai is not None and isinstance(exc, openai.APIStatusError):
         return status_fault(exc.status_code, exc.message or str(exc), _error_headers(exc))
-    if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):
+    sdk_timeout = (openai.APITimeoutError,) if openai is not None else ()
+    if isinstance(exc, (*sdk_timeout, asyncio.TimeoutError, TimeoutError)):
         reset = _connection_error_cause(exc)
         if reset is not None:
             return ProviderFault(f"connection failed: {reset}"[:500], retryable=True)
         return timeout_fault()
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError | ConnectionError):
+    sdk_connection = (openai.APIConnectionError,) if openai is not None else ()
+    if isinstance(exc, (*sdk_connection, httpx.TransportError, ConnectionError)):
         return ProviderFault(f"connection failed: {exc}"[:500], retryable=True)
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):

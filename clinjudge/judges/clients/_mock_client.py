@@ -16,6 +16,7 @@ from typing import Any
 
 from autogen_core.models import CreateResult, LLMMessage, RequestUsage, UserMessage
 
+from clinjudge._util.modes import SIMULATED_NOTICE
 from clinjudge.judges.clients._accounting import count_message_tokens, count_tokens
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, message_text
 from clinjudge.rubrics import (
@@ -26,8 +27,6 @@ from clinjudge.rubrics import (
     median_scores,
     parse_judgment,
 )
-
-SIMULATED_NOTICE = "SIMULATED SCORES (mock provider): not judgments of any model or person."
 
 SimulatedReplies = Callable[[Sequence[str], str], "str | None"]
 """Answers a conversation (its message texts, a request-independent seed) or returns None."""

@@ -1,10 +1,9 @@
 """Judge workflows: one sample judged by a single judge, an independent panel or a MagenticOne
 discussion, and the contract between a workflow and the runner that calls it.
 
-Importing this package registers the ``single``, ``panel`` and ``magentic`` modes."""
+Importing this package registers the ``single``, ``panel`` and ``magentic`` modes; the magentic
+workflow's module (AutoGen's agent framework) loads with its first sample."""
 
-# Imported for its registration (the magentic workflow; DocLens's simulated replies).
-from clinjudge.judges.workflows import _magentic  # noqa: F401
 from clinjudge.judges.workflows._contract import (
     DECIDING_AGENTS,
     JUDGE_AGENT,

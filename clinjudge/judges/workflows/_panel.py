@@ -3,17 +3,17 @@
 Every persona of the run's persona spec scores the sample once, on its own and concurrently,
 with its persona instructions placed before the rubric's system prompt. Each member is an agent
 of its own (its calls, tokens and cost are recorded under its name, and ``roles`` can give it
-its own model). The panel's verdict is the median (or mean) per attribute of the members that
-gave a valid judgment, with the same gate rule as the final per-item scores; its rationale per
-attribute reports how many members it combines and their spread (max - min). A cheap baseline
-to compare with the MagenticOne discussion.
+its own model). The panel's verdict is the median (or another registered reducer's value,
+``panel_aggregate``) per attribute of the members that gave a valid judgment, with the same
+gate rule as the final per-item scores; its rationale per attribute reports how many members
+it combines and their spread (max - min). A cheap baseline to compare with the MagenticOne
+discussion.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -22,7 +22,7 @@ from clinjudge.judges.workflows._prm_evidence import prompt_evidence
 from clinjudge.judges.workflows._registry import register_workflow
 from clinjudge.judges.workflows._single import SampleVerdict, judge_single_sample
 from clinjudge.personas import Persona, load_personas
-from clinjudge.rubrics import Rubric, median_scores
+from clinjudge.rubrics import DEFAULT_REDUCER, Rubric, combine_scores, reducer_names
 
 PANEL_MEMBER_ROLE = "panel_member"
 
@@ -75,31 +75,35 @@ def _fmt(value: float) -> str:
 
 
 def aggregate_members(
-    rubric: Rubric, members: Sequence[Mapping[str, int | float | None]], how: str = "median"
+    rubric: Rubric,
+    members: Sequence[Mapping[str, int | float | None]],
+    how: str = DEFAULT_REDUCER,
 ) -> tuple[dict[str, float | None], dict[str, str]]:
     """Combine valid member judgments per attribute, with the rubric's gate rule.
 
     The gate decision always follows the members' median (the majority), as for final scores;
-    with ``how="mean"`` every attribute that is not nulled by its gate is the mean of the
-    members that gave a number.
+    with another reducer (``how="mean"``...) every attribute that is not nulled by its gate is
+    that reducer's value over the members that gave a number (``rubrics.combine_scores``).
 
     Args:
         rubric: The rubric (attributes and gates).
         members: Values of each member whose judgment was valid (at least one).
-        how: ``median`` or ``mean``.
+        how: A registered reducer's name (``rubrics.reducer_names()``).
 
     Returns:
         The combined values and a rationale per attribute.
+
+    Raises:
+        ValueError: ``how`` is no registered reducer.
     """
-    if how not in ("median", "mean"):
-        raise ValueError(f"unknown panel aggregate {how!r}; use median or mean")
+    if how not in reducer_names():
+        known = ", ".join(reducer_names())
+        raise ValueError(f"unknown panel aggregate {how!r}; use a registered reducer: {known}")
     samples = [{k: (None if v is None else float(v)) for k, v in m.items()} for m in members]
-    values = median_scores(rubric, samples)
+    values = combine_scores(rubric, samples, how)
     rationales: dict[str, str] = {}
     for key in rubric.keys:
         numbers = [n for s in samples if (n := s.get(key)) is not None]
-        if how == "mean" and values[key] is not None:
-            values[key] = statistics.fmean(numbers)
         note = f"{how} of {len(samples)} members"
         if numbers:
             note += f"; spread {_fmt(max(numbers) - min(numbers))}"
@@ -110,7 +114,7 @@ def aggregate_members(
 
 
 async def panel_workflow(ctx: WorkflowContext) -> WorkflowResult:
-    """Every persona scores once, independently; the panel takes the median (or mean)."""
+    """Every persona scores once, independently; the panel reduces their scores (median...)."""
     personas = ctx.personas  # resolved when the run was prepared, stored with it
     evidence = await prompt_evidence(ctx)  # one PRM report, read by every member
 

@@ -14,23 +14,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clinjudge._util.timestamps import now
 from clinjudge.judges.workflows._contract import WorkflowContext
-from clinjudge.prm_bridge import (
-    PRM_VERIFIER_NAME,
-    PRMEvidence,
-    PRMRunSettings,
-    PRMScorer,
-    ScoredEvidence,
-    evidence_on_ray,
-    evidence_rows,
-    evidence_text,
-    score_item,
-    shared_scorer,
-)
 from clinjudge.rubrics import Item
+
+if TYPE_CHECKING:
+    from clinjudge.prm_bridge import PRMEvidence, PRMRunSettings, PRMScorer, ScoredEvidence
+
+# The PRM bridge's names are imported in the functions that use them, which run only with
+# --prm: its evidence module loads AutoGen's agent framework (the verifier agent), which a run
+# without a PRM must not pay for before its first request (#39).
 
 PRM_ROLE = "prm"
 _AHEAD = "prm_ahead"
@@ -39,6 +34,8 @@ _AHEAD = "prm_ahead"
 
 def prm_scorer(settings: PRMRunSettings) -> PRMScorer:
     """The process-wide PRM for these settings (loaded on first use)."""
+    from clinjudge.prm_bridge import shared_scorer
+
     return shared_scorer(
         settings.model,
         settings.preset,
@@ -60,6 +57,8 @@ async def item_evidence(ctx: WorkflowContext) -> PRMEvidence | None:
     settings = ctx.config.prm
     if settings is None:
         return None
+    from clinjudge.prm_bridge import PRM_VERIFIER_NAME, evidence_rows
+
     cache: dict[str, asyncio.Future[PRMEvidence]] = ctx.models.shared_state.setdefault("prm", {})
     task = cache.get(ctx.item.id)
     if task is not None:
@@ -102,16 +101,24 @@ def prescore_evidence(
     """
     if settings is None or settings.ray is None or not items:
         return
+    from clinjudge.prm_bridge import evidence_on_ray
+
     shared_state[_AHEAD] = evidence_on_ray(settings, items)
 
 
 async def prompt_evidence(ctx: WorkflowContext) -> str | None:
     """The PRM's report on the item as prompt text (None without ``--prm``)."""
     evidence = await item_evidence(ctx)
-    return None if evidence is None else evidence_text(evidence)
+    if evidence is None:
+        return None
+    from clinjudge.prm_bridge import evidence_text
+
+    return evidence_text(evidence)
 
 
 async def _score(ctx: WorkflowContext, settings: PRMRunSettings) -> PRMEvidence:
+    from clinjudge.prm_bridge import PRMEvidence, score_item
+
     try:
         return await score_item(
             prm_scorer(settings),

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from clinjudge._util.modes import deciding_agent, set_deciding_agent
-from clinjudge.judges.workflows._contract import JUDGE_AGENT, WorkflowContext, WorkflowResult
+from clinjudge.judges.workflows._contract import (
+    JUDGE_AGENT,
+    ORCHESTRATOR_AGENT,
+    WorkflowContext,
+    WorkflowResult,
+)
 from clinjudge.judges.workflows._prm_evidence import prompt_evidence
 from clinjudge.judges.workflows._single import judge_single_sample
 from clinjudge.rubrics import Rubric
@@ -31,6 +36,16 @@ async def single_workflow(ctx: WorkflowContext) -> WorkflowResult:
     return WorkflowResult(agent=JUDGE_AGENT, verdict=verdict)
 
 
+async def _magentic_on_use(ctx: WorkflowContext) -> WorkflowResult:
+    """The magentic mode, its module loaded with the first magentic sample: it imports AutoGen's
+    agent framework (autogen_agentchat) and the PRM verifier agent, which a single or panel run
+    must not pay for before its first request (#39). Importing the module registers the real
+    workflow in this one's place."""
+    from clinjudge.judges.workflows._magentic import magentic_workflow
+
+    return await magentic_workflow(ctx)
+
+
 def one_call_at_a_time(workflow: Workflow) -> bool:
     """Whether a workflow makes at most one model call at a time per sample (the built-in
     single judge): a runner whose workers are no more than its concurrency, one sample each,
@@ -44,10 +59,11 @@ def one_call_at_a_time(workflow: Workflow) -> bool:
 
 # Only the workflows: each mode's deciding agent lives in one table (clinjudge/_util/modes.py),
 # which readers of a stored run consult without importing this package.
-_WORKFLOWS: dict[str, Workflow] = {"single": single_workflow}
+_WORKFLOWS: dict[str, Workflow] = {"single": single_workflow, "magentic": _magentic_on_use}
 # Workflows of rubrics whose attributes are computed from claims (``method: claims``, DocLens).
 _CLAIM_WORKFLOWS: dict[str, Workflow] = {}
 set_deciding_agent("single", JUDGE_AGENT)
+set_deciding_agent("magentic", ORCHESTRATOR_AGENT)
 
 
 def register_workflow(mode: str, agent: str, workflow: Workflow) -> None:

@@ -1,0 +1,113 @@
+"""Everyday commands load only what they use (#39, bench/startup.py): the read-only commands on
+a small store load neither the API nor the model clients, AutoGen or litellm; `judge run` of an
+OpenAI-compatible endpoint loads no litellm, openai SDK, AutoGen agents or scipy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli._helpers import invoke
+from tests.fake_openai import FakeOpenAIServer
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# Runs `judge ARGS...` for each argv in one fresh interpreter; after each, which of the named
+# modules are loaded (a list per command, as JSON on stderr's last line).
+_PROBE = """
+import json, sys
+from clinjudge.cli import main
+watched, commands = json.loads(sys.argv[1])
+loaded = []
+for argv in commands:
+    sys.argv = ["judge", *argv]
+    try:
+        main()
+    except SystemExit as exc:
+        assert not exc.code, (argv, exc.code)
+    loaded.append([m for m in watched if m in sys.modules])
+print(json.dumps(loaded), file=sys.stderr)
+"""
+
+NEVER = [
+    "clinjudge._api",  # the whole API: orchestration, workflows, reports
+    "clinjudge.judges",  # the workflows and the model clients
+    "openai",
+    "litellm",
+    "autogen_agentchat",
+    "autogen_ext",
+    "torch",
+]
+
+
+def _probe(watched: list[str], *commands: list[str]) -> list[list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps([watched, list(commands)])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    loaded: list[list[str]] = json.loads(done.stderr.strip().splitlines()[-1])
+    return loaded
+
+
+def _last_line(result: object) -> str:
+    stdout = str(getattr(result, "stdout", ""))
+    return stdout.strip().splitlines()[-1]
+
+
+def test_read_only_commands_on_a_small_store_load_no_api_or_model_client(
+    db_path: Path, tmp_path: Path
+) -> None:
+    db = ["--db", str(db_path)]
+    ran = invoke(
+        "run", "--model", "mock/judge", "--data", str(EXAMPLES / "pdsqi9_demo.jsonl"),
+        *db, "--no-progress",
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.stderr
+    run_id = _last_line(ran)
+    vendors = [a for v in "abc" for a in ("--data", str(EXAMPLES / "audit" / f"vendor_{v}.jsonl"))]
+    audited = invoke("audit", *vendors, "--mode", "single", "--json", *db, "--no-progress")
+    assert audited.exit_code == 0, audited.stderr
+    audit_id = json.loads(audited.stdout)["run_id"]
+    ratings = str(EXAMPLES / "pdsqi9_demo_ratings.jsonl")
+    out = tmp_path / "out"
+
+    loaded = _probe(
+        [*NEVER, "scipy"],
+        ["runs", "show", run_id, *db],  # a simulated run: its notice needs no mock client
+        ["export", run_id, "--out", str(tmp_path / "j.jsonl"), *db],
+        ["ratings", "import", ratings, *db],
+        ["audit", "plan", "--run", audit_id, *db],
+        ["agree", run_id, *db],
+        ["compare", run_id, *db],
+        ["report", run_id, "--out", str(out), *db],
+    )
+    # Nothing above needs scipy until the agreement statistics are computed (Wilcoxon's test).
+    assert loaded[:4] == [[], [], [], []]
+    assert [[m for m in after if m != "scipy"] for after in loaded[4:]] == [[], [], []]
+    assert (out / "report.md").exists()
+
+
+def test_run_of_an_openai_compatible_endpoint_loads_what_it_uses(
+    items_file: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a local endpoint needs no key
+    watched = ["openai", "litellm", "autogen_agentchat", "autogen_ext", "scipy", "torch"]
+    with FakeOpenAIServer() as server:
+        loaded = _probe(
+            watched,
+            [
+                "run", "--data", str(items_file), "--model", "openai/gpt-4o-mini",
+                "--base-url", server.base_url, "--db", str(db_path), "--no-progress",
+            ],
+        )  # fmt: skip
+        assert server.request_count > 0
+    # The direct client speaks HTTP itself (aiohttp): no SDK, no litellm, no agent framework
+    # (the magentic mode loads it with its first sample), no statistics.
+    assert loaded == [[]]
