@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,10 +46,9 @@ from starlette.routing import Mount, Route
 from clinjudge.inputs import RatingRefused, check_item_scores
 from clinjudge.reports._rating_render import RATE_CSP_HEADER, render
 from clinjudge.reports._viewer_app import (
-    ListenError,
     RequestGuard,
+    ThreadedServer,
     _SecurityHeaders,
-    listen,
     static_dir,
 )
 from clinjudge.rubrics import Rubric
@@ -612,8 +611,9 @@ def server_note_path(db: str | Path) -> Path:
     return path.with_name(path.name + ".rating-server")
 
 
-class RatingServer:
-    """Uvicorn serving the rating pages in a background thread.
+class RatingServer(ThreadedServer):
+    """Uvicorn serving the rating pages in a background thread; while it runs, a note beside
+    the database names it, so another command refused the file can say who holds it.
 
     Args:
         desk: The store and run being rated.
@@ -625,55 +625,23 @@ class RatingServer:
     """
 
     def __init__(self, desk: RatingDesk, host: str = "127.0.0.1", port: int = 0):
-        import uvicorn
-
         self.desk = desk
-        self._socket = listen(host, port)
-        config = uvicorn.Config(
-            create_rating_app(desk, host=host), log_level="warning", access_log=False
-        )
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        """Base URL."""
-        host, port = self._socket.getsockname()[:2]
-        name = f"[{host}]" if ":" in host else host
-        return f"http://{name}:{port}"
+        super().__init__(create_rating_app(desk, host=host), host, port)
 
     def link(self, secret: str) -> str:
         """A rater's link: the server's address with the secret."""
         return f"{self.url}/rate?token={secret}"
 
-    def __enter__(self) -> RatingServer:
-        self._thread.start()
-        while not self.server.started:
-            if not self._thread.is_alive():
-                self._socket.close()
-                raise ListenError("the server did not start")
-            threading.Event().wait(0.02)
+    def __enter__(self) -> Self:
+        super().__enter__()
         note = server_note_path(self.desk.store.path)
         fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as handle:
             json.dump({"pid": os.getpid(), "url": self.url, "run_id": self.desk.run_id}, handle)
         return self
 
-    def wait(self) -> None:
-        """Block until the server stops (Ctrl-C stops it)."""
-        try:
-            while self._thread.is_alive():
-                self._thread.join(timeout=0.5)
-        except KeyboardInterrupt:
-            self.server.should_exit = True
-            raise
-
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self._thread.join(timeout=10)
-        self._socket.close()
+        super().__exit__(*exc)
         server_note_path(self.desk.store.path).unlink(missing_ok=True)
 
 

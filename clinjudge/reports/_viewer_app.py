@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -338,26 +338,24 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-class ViewerServer:
-    """Uvicorn serving the viewer in a background thread (for tests and `judge view --open`).
+class ThreadedServer:
+    """Uvicorn serving an ASGI app in a background thread, on a socket bound up front (so a
+    busy port fails here, in one line).
 
     Args:
-        db: The DuckDB run store.
+        app: The ASGI app.
         host: Bind address.
         port: Port (0 picks a free one).
-        app: Settings of :func:`create_app` (``n_boot``, ``items_per_page``).
 
     Raises:
         ListenError: The address or port cannot be listened on.
     """
 
-    def __init__(self, db: str | Path, host: str = "127.0.0.1", port: int = 0, **app: Any):
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0):
         import uvicorn
 
         self._socket = listen(host, port)
-        config = uvicorn.Config(
-            create_app(db, host=host, **app), log_level="warning", access_log=False
-        )
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True
@@ -369,7 +367,7 @@ class ViewerServer:
         host, port = self._socket.getsockname()[:2]
         return f"http://{_host_name(host)}:{port}"
 
-    def __enter__(self) -> ViewerServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         while not self.server.started:
             if not self._thread.is_alive():
@@ -391,3 +389,20 @@ class ViewerServer:
         self.server.should_exit = True
         self._thread.join(timeout=10)
         self._socket.close()
+
+
+class ViewerServer(ThreadedServer):
+    """The viewer in a background thread (for tests and `judge view --open`).
+
+    Args:
+        db: The DuckDB run store.
+        host: Bind address.
+        port: Port (0 picks a free one).
+        app: Settings of :func:`create_app` (``n_boot``, ``items_per_page``).
+
+    Raises:
+        ListenError: The address or port cannot be listened on.
+    """
+
+    def __init__(self, db: str | Path, host: str = "127.0.0.1", port: int = 0, **app: Any):
+        super().__init__(create_app(db, host=host, **app), host, port)
