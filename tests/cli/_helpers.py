@@ -40,3 +40,19 @@ def query(db: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
 def scalar(db: Path, sql: str, params: list[Any] | None = None) -> Any:
     """First column of the first row."""
     return query(db, sql, params)[0][0]
+
+
+def batch_run(data: Path, db: Path, base_url: str, *extra: str) -> Any:
+    """`judge run --batch` of ``data`` against a fake server's Files and Batches endpoints,
+    polling at once and without a progress bar.
+
+    Args:
+        data: The items file.
+        db: The store.
+        base_url: The fake server's base URL.
+        extra: More command-line arguments.
+    """
+    return invoke(
+        "run", "--data", str(data), "--model", "openai/gpt-4o-mini", "--base-url", base_url,
+        "--db", str(db), "--batch", "--poll-interval", "0", "--no-progress", *extra,
+    )  # fmt: skip

@@ -10,32 +10,18 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 
-from tests.cli._helpers import JUDGE, invoke, query, scalar
+from tests.cli._helpers import JUDGE, batch_run, invoke, query, scalar
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
 
-def _batch_run(data: Path, db: Path, server: FakeOpenAIServer, *extra: str):
-    return invoke(
-        "run",
-        "--data",
-        str(data),
-        "--model",
-        "openai/gpt-4o-mini",
-        "--base-url",
-        server.base_url,
-        "--db",
-        str(db),
-        "--batch",
-        "--poll-interval",
-        "0",
-        "--no-progress",
-        *extra,
-    )
+def _batch_run(data: Path, db: Path, server: FakeOpenAIServer, *extra: str) -> Any:
+    return batch_run(data, db, server.base_url, *extra)
 
 
 def test_batch_run_through_the_cli(

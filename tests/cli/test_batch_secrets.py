@@ -10,7 +10,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from tests.cli._helpers import invoke
+from tests.cli._helpers import batch_run, invoke
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
@@ -18,22 +18,8 @@ from tests.fake_openai import FakeOpenAIServer
 CANARY = "canary-7f3a9c21e5b04d68aa01"
 
 
-def _batch_run(data: Path, db: Path, server: FakeOpenAIServer) -> Any:
-    return invoke(
-        "run",
-        "--data",
-        str(data),
-        "--model",
-        "openai/gpt-4o-mini",
-        "--base-url",
-        server.base_url,
-        "--db",
-        str(db),
-        "--batch",
-        "--poll-interval",
-        "0",
-        "--no-progress",
-    )
+def _batch_run(data: Path, db: Path, server: FakeOpenAIServer, *extra: str) -> Any:
+    return batch_run(data, db, server.base_url, *extra)
 
 
 def _quoting_the_key(number: int, record: dict[str, Any]) -> str | None:

@@ -217,3 +217,41 @@ def test_runs_flag_works_the_flags_out_again(junk_run: tuple) -> None:
     assert again.exit_code == 0, again.stderr
     assert "at_token_cap" in again.stdout
     assert sorted(query(db, "SELECT * FROM quality_flags")) == before
+
+
+HOSTILE_KEY = "<script>alert(1)</script>[bold]x[/bold]"
+
+
+def test_a_hostile_key_in_a_reply_is_shown_as_text_wherever_its_flag_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clinjudge.reports import create_app
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def extra_key(body: dict[str, Any]) -> dict[str, Any]:
+        del body
+        reply: dict[str, Any] = {k: 3 for k in PDSQI9_KEYS}
+        reply.update(abstraction=1, voice_summ=0, voice_note=0, **{HOSTILE_KEY: "hi"})
+        return reply
+
+    data = write_jsonl(tmp_path / "items.jsonl", make_items(2))
+    db = tmp_path / "runs.duckdb"
+    with FakeOpenAIServer(responder=extra_key) as server:
+        result = _run(data, db, server)
+    assert result.exit_code == 0, result.stderr
+    run_id = result.stdout.split()[0]
+    flags = query(db, "SELECT flag, detail FROM quality_flags")
+    assert {f for f, _ in flags} == {"reply_ambiguous"}
+    assert all(HOSTILE_KEY in d for _, d in flags)
+    shown = invoke("runs", "show", run_id, "--db", str(db))
+    assert "reply_ambiguous" in shown.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+        client = TestClient(create_app(db, n_boot=20))
+    page = client.get(f"/runs/{run_id}/items/item-0000")
+    assert page.status_code == 200
+    assert "<script>alert(1)" not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;[bold]x[/bold]" in page.text

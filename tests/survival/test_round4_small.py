@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli._helpers import invoke, scalar
+from tests.cli._helpers import batch_run, invoke, scalar
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 
@@ -20,10 +20,7 @@ def test_a_batch_base_url_keeps_its_query_string_at_the_end(
     db = tmp_path / "runs.duckdb"
     with FakeOpenAIServer() as server:
         url = f"{server.base_url}?api-key=query-secret-0123456789&tenant=a"
-        result = invoke(
-            "run", "--data", str(data), "--model", "openai/gpt-4o-mini", "--base-url", url,
-            "--db", str(db), "--batch", "--poll-interval", "0", "--no-progress",
-        )  # fmt: skip
+        result = batch_run(data, db, url)
         assert result.exit_code == 0, result.stderr
         paths = server.batch_api.paths
     # Every Files and Batches request went to its own path, the query at the end.
