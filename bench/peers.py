@@ -71,7 +71,8 @@ from bench.throughput import (  # noqa: E402
     timed_process,
 )
 from clinjudge.rubrics import load_rubric, render_messages  # noqa: E402
-from clinjudge.runs import RunStore, sample_counts  # noqa: E402
+from clinjudge.runs import RunStore  # noqa: E402
+from clinjudge.runs.analysis_reads import sample_counts  # noqa: E402
 
 MODEL = "local-judge"
 

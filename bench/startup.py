@@ -22,7 +22,10 @@ Issue 39 (everyday use) adds the read-only commands on a small store made as a u
 (`judge run --model mock/judge --data examples/pdsqi9_demo.jsonl`, the demo's 330 ratings, and
 a simulated three-vendor audit of examples/audit/): `runs show` and `export` of the simulated
 run, `ratings import` of the 330 ratings, `agree`, `compare`, `report` and `audit plan`; each
-should cost at most 0.5 s above `python -c pass` (wall and CPU: import cost, not work). And
+should cost at most 0.5 s above `python -c pass` (wall and CPU: import cost, not work). They
+got there without pandas (pyarrow looked for it on its first conversion: `without_pandas` in
+`_util/pandas_import.py`), without the web viewer (`clinjudge.reports` loads its names on first
+use) and, for `ratings import`, without pyarrow (a few hundred rows are bound as parameters). And
 `judge run` of an OpenAI-compatible endpoint (`--base-url`, the fake server) should spend at
 most 1.0 s of CPU from exec to its first request: the server holds each request, and the CPU
 the child has spent (user + system, /proc/PID/stat, so Linux only) is read the moment the first

@@ -133,7 +133,7 @@ def _warm_up(settings: ModelSettings, prepared: PreparedRun) -> None:
     async def once() -> None:
         model = JudgeModel(settings, prepared.rubric)
         try:
-            await model.complete(render_messages(prepared.items[0], prepared.rubric))
+            await model.generate(render_messages(prepared.items[0], prepared.rubric))
         finally:
             await model.close()
 

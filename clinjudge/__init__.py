@@ -8,6 +8,9 @@ The public API (``judge run`` and ``judge audit`` call these functions)::
     result = clinjudge.evaluate("items.jsonl", rubric="pdsqi9", model="openai/gpt-4o-mini")
     run = clinjudge.load_run(result.run_id)
     run.judgments(final=True).to_pandas()
+
+    # Process reward models (`judge prm score|best-of-n|eval` call these):
+    clinjudge.score_prm("chains.jsonl", model="path/to/prm", device="cpu").to_pandas()
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ if TYPE_CHECKING:
         Estimate,
         FailureSummary,
         ImportSummary,
+        ProbeOptions,
         ProbeResult,
         Run,
         RunFlag,
+        RunOptions,
         RunResult,
         RunStart,
         audit,
@@ -49,6 +54,20 @@ if TYPE_CHECKING:
         resume,
         resume_async,
     )
+    from clinjudge._prm_api import (
+        PRMBestOfNResult,
+        PRMCandidate,
+        PRMEvalResult,
+        PRMModelError,
+        PRMNotice,
+        PRMOptions,
+        PRMPick,
+        PRMRunStopped,
+        PRMScoreResult,
+        best_of_n_prm,
+        evaluate_prm,
+        score_prm,
+    )
 
 __all__ = [
     "AgreementResult",
@@ -57,12 +76,14 @@ __all__ = [
     "Comparison",
     "Estimate",
     "FailureSummary",
+    "ProbeOptions",
     "ProbeResult",
     "UserError",
     "audit",
     "audit_async",
     "Run",
     "RunFlag",
+    "RunOptions",
     "RunResult",
     "RunStart",
     "__version__",
@@ -79,6 +100,19 @@ __all__ = [
     "probe_async",
     "resume",
     "resume_async",
+    # Process reward models (#40): loaded without the judge workflows that `_api` imports.
+    "PRMBestOfNResult",
+    "PRMCandidate",
+    "PRMEvalResult",
+    "PRMModelError",
+    "PRMNotice",
+    "PRMOptions",
+    "PRMPick",
+    "PRMRunStopped",
+    "PRMScoreResult",
+    "best_of_n_prm",
+    "evaluate_prm",
+    "score_prm",
 ]
 
 
@@ -88,6 +122,10 @@ def __getattr__(name: str) -> Any:
         from clinjudge._ratings_api import import_ratings
 
         return import_ratings
+    if name in __all__ and (name.startswith("PRM") or name.endswith("_prm")):
+        from clinjudge import _prm_api
+
+        return getattr(_prm_api, name)
     if name in __all__ and name != "__version__":
         from clinjudge import _api
 

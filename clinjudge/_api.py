@@ -19,13 +19,24 @@ import math
 import os
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from clinjudge._args import _db, _optional_path, _optional_text, _path, _text, _wrong
+from clinjudge._args import (
+    _db,
+    _flag,
+    _optional_path,
+    _optional_text,
+    _path,
+    _text,
+    _whole,
+    _wrong,
+)
 from clinjudge._ratings_api import import_ratings
+from clinjudge._run_options import ProbeOptions, RunOptions, without_perturber
+from clinjudge._util.pandas_import import explain_missing_pandas
 from clinjudge.analysis import (
     AUDIT_BOOT,
     AgreementResult,
@@ -43,7 +54,7 @@ from clinjudge.analysis import (
 from clinjudge.errors import UserError
 from clinjudge.inputs import parse_probes
 from clinjudge.judges import COUNT_ENCODING, counts_exactly
-from clinjudge.judges.clients import check_credentials
+from clinjudge.judges.clients import check_credentials, provider_for
 from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration import (
     ConfigError,
@@ -56,6 +67,7 @@ from clinjudge.orchestration import (
     create_probe_run,
     create_run,
     estimate_batch_run,
+    estimate_local_wall_time,
     estimate_run,
     execute_run_async,
     load_stored_run,
@@ -112,6 +124,8 @@ __all__ = [
     "probe_async",
     "resume",
     "resume_async",
+    "ProbeOptions",
+    "RunOptions",
 ]
 
 DEFAULT_POLL_SECONDS = 10.0
@@ -144,20 +158,6 @@ def _texts(name: str, value: object, *, optional: bool = False) -> list[str] | N
     if not isinstance(value, Sequence) or not (value or optional):
         raise _wrong(name, "a string or a non-empty list of strings", value)
     return [_text(name, one) for one in value]
-
-
-def _whole(name: str, value: object, minimum: int) -> int:
-    """An int (not a bool, not a float) of at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _wrong(name, f"a whole number >= {minimum}", value)
-    return value
-
-
-def _flag(name: str, value: object, *, optional: bool = False) -> bool | None:
-    """True or False (or None when ``optional``); a string such as "yes" is refused."""
-    if (value is None and optional) or isinstance(value, bool):
-        return value
-    raise _wrong(name, "True, False or None" if optional else "True or False", value)
 
 
 def _amount(name: str, value: object) -> float | None:
@@ -342,6 +342,11 @@ class Estimate(BaseModel):
             None: not estimated for this provider or for batches).
         cache_write_tokens: Prompt tokens written to the cache (Anthropic), estimated likewise.
         cost_with_cache_usd: The cost's upper bound with those tokens at their cache prices.
+        local_seconds: A model run in this process (``hf/``): the run's wall time, scaled from
+            a short measured warm-up (None for other models, or when it could not be measured).
+        local_note: What that estimate was measured on, or why it was not.
+        local_warning: Said before a long local run, or when reading a batch's prompts
+            outlasts ``timeout``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -363,6 +368,9 @@ class Estimate(BaseModel):
     cached_input_tokens: int | None = None
     cache_write_tokens: int = 0
     cost_with_cache_usd: float | None = None
+    local_seconds: float | None = None
+    local_note: str | None = None
+    local_warning: str | None = None
 
 
 class AuditResult(AuditStatistics):
@@ -416,6 +424,8 @@ class Run:
         self.run_id = run_id
         self.db = db
         self.info = info
+        # Its tables are plain pyarrow tables: a missing pandas is explained at import time.
+        explain_missing_pandas()
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r}, status={self.info.get('status')!r}, db={self.db!r})"
@@ -689,7 +699,7 @@ def _check_keys(config: RunConfig) -> None:
 
 def _new_run(
     data: object,
-    options: dict[str, Any],
+    options: RunOptions,
     *,
     limit: object,
     shuffle: object,
@@ -720,7 +730,7 @@ async def _evaluate(
     limit: object,
     shuffle: object,
     source: str | None,
-    options: dict[str, Any],
+    options: RunOptions,
 ) -> RunResult:
     batch = judging.batch_poll is not None
     prepared = await asyncio.to_thread(
@@ -751,7 +761,7 @@ async def evaluate_async(
     poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
     """Judge a dataset and store everything; the async form of :func:`evaluate` (same
     arguments)."""
@@ -778,7 +788,7 @@ def evaluate(
     poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
     """Judge a dataset with a rubric and store every score, call and transcript.
 
@@ -806,9 +816,9 @@ def evaluate(
         on_start: Called with a :class:`RunStart` once the run is stored, before any model
             call.
         source: What the settings came from, named in error messages (the CLI says "flags").
-        **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
-            ``base_url``, ``samples``, ``shots``, ``shot_pool``, ``personas``, ``role_model``,
-            ``max_cost``, ``cache``, ``db``, ``config`` for a YAML file...). Without a model it
+        **options: The settings of ``judge run`` by name, each declared in
+            :class:`RunOptions` (``rubric``, ``mode``, ``model``, ``samples``, ``db``,
+            ``config`` for a YAML file...). Without a model it
             uses ``$CLINJUDGE_MODEL``, else the simulated ``mock/judge`` (its run is marked
             simulated).
     """
@@ -838,9 +848,10 @@ def _estimate(
     judge = config.judge
     assert judge is not None
     counted: DryRunEstimate = estimate_batch_run(prepared) if batch else estimate_run(prepared)
+    local = None if batch else estimate_local_wall_time(prepared, counted)
     exact = counts_exactly(judge)
     tokens_note = None
-    if not exact and not judge.is_mock:
+    if not exact and not provider_for(judge).simulated:
         tokens_note = (
             f"token counts are approximate: the tokenizer of {judge.model} is unknown here, so "
             f"prompts were counted with tiktoken's {COUNT_ENCODING} (OpenAI's); the model's own "
@@ -864,6 +875,9 @@ def _estimate(
         cached_input_tokens=counted.cached_input_tokens,
         cache_write_tokens=counted.cache_write_tokens,
         cost_with_cache_usd=counted.cost_with_cache_usd,
+        local_seconds=local.seconds if local else None,
+        local_note=local.note if local else None,
+        local_warning=local.warning if local else None,
     )
 
 
@@ -874,7 +888,7 @@ def estimate(
     shuffle: bool = False,
     batch: bool = False,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[RunOptions],
 ) -> Estimate:
     """A dry run: render every prompt of the run :func:`evaluate` would make with the same
     arguments, count tokens and price them. Calls nothing, writes nothing, needs no API key.
@@ -1067,7 +1081,7 @@ def _audit_result(
 
 
 def _audit_settings(
-    vendors: object, options: dict[str, Any], source: str | None
+    vendors: object, options: RunOptions, source: str | None
 ) -> tuple[RunConfig, list[str]]:
     """An audit's settings and vendor files: ``vendors``, else ``data`` in the config file."""
     paths = None if vendors is None else _paths("vendors", vendors)
@@ -1085,7 +1099,7 @@ def _prepare_audit(
     rules: list[str] | None,
     ratings: str | None,
     source: str | None,
-    options: dict[str, Any],
+    options: RunOptions,
     credentials: bool = True,
     batch: bool = False,
     strict: bool = False,
@@ -1116,7 +1130,7 @@ async def _audit(
     n_boot: object,
     ratings: object,
     source: str | None,
-    options: dict[str, Any],
+    options: RunOptions,
     strict: object = False,
 ) -> AuditResult:
     checked_rules = _texts("rules", rules, optional=True)
@@ -1169,7 +1183,7 @@ async def audit_async(
     poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[RunOptions],
 ) -> AuditResult:
     """Judge several vendors' outputs on the same encounters; the async form of :func:`audit`
     (same arguments)."""
@@ -1207,7 +1221,7 @@ def audit(
     poll_interval: float = DEFAULT_POLL_SECONDS,
     on_start: OnStart | None = None,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[RunOptions],
 ) -> AuditResult:
     """Audit vendors: one judge configuration over every vendor's outputs, then statistics.
 
@@ -1266,7 +1280,7 @@ def estimate_audit(
     strict: bool = False,
     batch: bool = False,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[RunOptions],
 ) -> Estimate:
     """A dry run of :func:`audit` with the same arguments: counts tokens and cost, checks the
     flag rules and the ratings file; calls nothing, writes nothing.
@@ -1301,7 +1315,7 @@ def _probe_result(db: str, run_id: str, run: RunResult | None = None) -> ProbeRe
 def _prepare_probe_run(
     data: object,
     probes: object,
-    options: dict[str, Any],
+    options: RunOptions,
     *,
     limit: object,
     credentials: bool,
@@ -1338,15 +1352,14 @@ async def _probe(
     probes: object,
     limit: object,
     source: str | None,
-    options: dict[str, Any],
+    options: ProbeOptions,
 ) -> ProbeResult:
-    options = dict(options)
-    perturber = _optional_text("perturber", options.pop("perturber", None))
+    perturber = _optional_text("perturber", options.get("perturber"))
     prepared = await asyncio.to_thread(
         _prepare_probe_run,
         data,
         probes,
-        options,
+        without_perturber(options),
         limit=limit,
         credentials=True,
         source=source,
@@ -1377,7 +1390,7 @@ async def probe_async(
     progress_every: float | None = None,
     on_start: OnStart | None = None,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[ProbeOptions],
 ) -> ProbeResult:
     """Probe a judge configuration; the async form of :func:`probe` (same arguments)."""
     judging = _judging(
@@ -1399,7 +1412,7 @@ def probe(
     progress_every: float | None = None,
     on_start: OnStart | None = None,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[ProbeOptions],
 ) -> ProbeResult:
     """Test a judge with controlled edits of each item: does its score move when the text
     gets worse, and hold still when it should?
@@ -1426,8 +1439,8 @@ def probe(
         on_start: Called with a :class:`RunStart` once the run is stored, before any model
             call.
         source: What the settings came from, named in error messages.
-        **options: The settings of ``judge run`` by name (``rubric``, ``mode``, ``model``,
-            ``base_url``, ``samples``, ``seed``, ``db``...), and ``perturber``: a model
+        **options: The settings of ``judge run`` by name (:class:`RunOptions`), and
+            ``perturber`` (:class:`ProbeOptions`): a model
             (``provider/model``, reached with the judge's endpoint and key) that rewrites
             each variant more naturally, kept only where the edit survives (docs/trust.md).
     """
@@ -1456,7 +1469,7 @@ def estimate_probe(
     probes: Sequence[str] | str | None = None,
     limit: int | None = None,
     source: str | None = None,
-    **options: Any,
+    **options: Unpack[ProbeOptions],
 ) -> Estimate:
     """A dry run of :func:`probe` with the same arguments: builds the variants, renders every
     prompt of originals and variants, counts tokens and prices them; calls nothing, writes
@@ -1470,8 +1483,7 @@ def estimate_probe(
         **options: The settings of ``judge run`` by name.
     """
     # A perturber's calls are not estimated (the CLI says so); its name is no run setting.
-    options = {k: v for k, v in options.items() if k != "perturber"}
     prepared = _prepare_probe_run(
-        data, probes, options, limit=limit, credentials=False, source=source
+        data, probes, without_perturber(options), limit=limit, credentials=False, source=source
     )
     return _estimate(prepared.run, False)

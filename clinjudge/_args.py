@@ -38,6 +38,20 @@ def _optional_path(name: str, value: object) -> str | None:
     return None if value is None else _path(name, value)
 
 
+def _whole(name: str, value: object, minimum: int) -> int:
+    """An int (not a bool, not a float) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _wrong(name, f"a whole number >= {minimum}", value)
+    return value
+
+
+def _flag(name: str, value: object, *, optional: bool = False) -> bool | None:
+    """True or False (or None when ``optional``); a string such as "yes" is refused."""
+    if (value is None and optional) or isinstance(value, bool):
+        return value
+    raise _wrong(name, "True, False or None" if optional else "True or False", value)
+
+
 def _db(db: str | Path | None) -> str:
     """The database: ``db``, else ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb.
 

@@ -461,6 +461,8 @@ class FakeOpenAIServer:
         self.host = host
         self.port = port
         self.requests: list[Body] = []
+        self.request_headers: list[dict[str, str]] = []
+        """Each chat request's headers, in the order of :attr:`requests`."""
         self._lock = threading.Lock()
         self._script: deque[str | dict[str, Any] | Fault] = deque()
         self._next_index = 0
@@ -653,6 +655,7 @@ class FakeOpenAIServer:
         streaming = bool(body.get("stream"))
         with self._lock:
             self.requests.append(body)
+            self.request_headers.append(dict(handler.headers.items()))
             retry_after = self._over_rpm()
         if retry_after is not None:
             headers = {

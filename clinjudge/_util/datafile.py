@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 
 def read_data_text(path: str | Path, error: type[Exception]) -> str:
     """The text of a data file, or ``error`` naming the file when it cannot be read.
@@ -33,10 +31,20 @@ def parse_data_mapping(
         error: Exception class to raise.
         shape: What the mapping should be, for the message (e.g. "a rubric file").
     """
-    try:
-        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise error(f"{source}: cannot parse: {exc}") from exc
+    if source.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(f"{source}: cannot parse: {exc}") from exc
+    else:
+        # Only a YAML file pays for the parser (#39: the read-only commands read the rubric
+        # stored with the run, as JSON).
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise error(f"{source}: cannot parse: {exc}") from exc
     if not isinstance(data, dict):
         raise error(f"{source}: {shape} must hold a mapping at the top level")
     return data

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
         AgreementAnalysis,
         AgreementResult,
         AttributeAgreement,
+        ComputedStatistic,
         Interval,
         JudgeVsPhysicians,
         PhysiciansAgreement,
+        StatisticRow,
     )
     from clinjudge.analysis._agreement_run import (
         JUDGE_RATER,
@@ -94,6 +96,22 @@ if TYPE_CHECKING:
         probe_statistics,
         wilson_interval,
     )
+    from clinjudge.analysis._statistics import (
+        Column,
+        Estimate,
+        PairedScores,
+        Statistic,
+        block_rows,
+        column_row,
+        compare_values,
+        computed_statistics,
+        get_statistic,
+        register_statistic,
+        sort_columns,
+        statistic_names,
+        table_columns,
+        unregister_statistic,
+    )
     from clinjudge.analysis._stats import (
         added_rater_bootstrap,
         cohen_kappa,
@@ -120,7 +138,12 @@ if TYPE_CHECKING:
     )
 
     # Plain reads, kept under their old names here: the queries are runs' (#24).
-    from clinjudge.runs import final_score_counts, flagged_items, has_prm_steps, list_runs
+    from clinjudge.runs.analysis_reads import (
+        final_score_counts,
+        flagged_items,
+        has_prm_steps,
+        list_runs,
+    )
 
 _LAZY: dict[str, str] = {
     "RunSummary": "_summary_result",
@@ -148,6 +171,22 @@ _LAZY: dict[str, str] = {
     "Comparison": "_compare",
     "ComparisonRow": "_compare",
     "Interval": "_agreement_result",
+    "ComputedStatistic": "_agreement_result",
+    "StatisticRow": "_agreement_result",
+    "Column": "_statistics",
+    "Estimate": "_statistics",
+    "PairedScores": "_statistics",
+    "Statistic": "_statistics",
+    "block_rows": "_statistics",
+    "column_row": "_statistics",
+    "compare_values": "_statistics",
+    "computed_statistics": "_statistics",
+    "get_statistic": "_statistics",
+    "register_statistic": "_statistics",
+    "sort_columns": "_statistics",
+    "statistic_names": "_statistics",
+    "table_columns": "_statistics",
+    "unregister_statistic": "_statistics",
     "JUDGE_RATER": "_agreement_run",
     "JudgeVsPhysicians": "_agreement_result",
     "METRICS": "_doclens_scores",
@@ -230,6 +269,22 @@ __all__ = [
     "Comparison",
     "ComparisonRow",
     "Interval",
+    "ComputedStatistic",
+    "StatisticRow",
+    "Column",
+    "Estimate",
+    "PairedScores",
+    "Statistic",
+    "block_rows",
+    "column_row",
+    "compare_values",
+    "computed_statistics",
+    "get_statistic",
+    "register_statistic",
+    "sort_columns",
+    "statistic_names",
+    "table_columns",
+    "unregister_statistic",
     "JUDGE_RATER",
     "JudgeVsPhysicians",
     "METRICS",
@@ -295,7 +350,7 @@ _load = lazy_exports(__name__, _LAZY, globals())
 
 def __getattr__(name: str) -> Any:
     if name in _RUNS:
-        return getattr(importlib.import_module("clinjudge.runs"), name)
+        return getattr(importlib.import_module("clinjudge.runs.analysis_reads"), name)
     return _load(name)
 
 

@@ -21,6 +21,13 @@ from pydantic import BaseModel
 
 from clinjudge.analysis import _stats
 from clinjudge.analysis._agreement_result import PRIMARY_FORM, AgreementAnalysis
+from clinjudge.analysis._statistics import (
+    JUDGE,
+    RATERS,
+    PairedScores,
+    as_estimate,
+    computed_statistics,
+)
 from clinjudge.errors import UserError
 from clinjudge.inputs import HumanRating
 from clinjudge.rubrics import DEFAULT_REDUCER, get_reducer
@@ -203,6 +210,47 @@ def _rater_stats(
     return out
 
 
+def _human_medians(h: np.ndarray) -> np.ndarray:
+    """Each unit's median over the physicians who scored it (NaN where none did)."""
+    with np.errstate(all="ignore"):
+        counts = (~np.isnan(h)).sum(axis=1)
+        human_median = np.full(h.shape[0], np.nan)
+        has_human = counts > 0
+        human_median[has_human] = _row_medians(h[has_human], counts[has_human])
+    return human_median
+
+
+def _computed_statistics(
+    block: _Block, *, binary: bool, cats: list[float]
+) -> dict[str, dict[str, Any]] | None:
+    """The registered statistics with a ``compute`` (``register_statistic``) of one block;
+    None when none applies (the block then has no ``statistics`` key)."""
+    scale = "binary" if binary else "ordinal"
+    chosen = [
+        s
+        for s in computed_statistics()
+        if scale in s.scales and (s.comparison == RATERS or block.judge is not None)
+    ]
+    if not chosen:
+        return None
+    scores = PairedScores(block.humans, _human_medians(block.humans), block.judge, binary, cats)
+    units = {
+        RATERS: int((~np.isnan(block.humans)).any(axis=1).sum()),
+        JUDGE: int(scores.paired.sum()),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for statistic in chosen:
+        estimate = as_estimate(statistic.compute(scores) if statistic.compute else None)
+        out[statistic.name] = {
+            "value": estimate.value,
+            "ci95": list(estimate.ci95) if estimate.ci95 is not None else None,
+            "n_units": units[statistic.comparison]
+            if estimate.n_units is None
+            else estimate.n_units,
+        }
+    return out
+
+
 def _judge_stats(
     block: _Block,
     label: str,
@@ -215,12 +263,8 @@ def _judge_stats(
 ) -> dict[str, Any]:
     assert block.judge is not None and block.judge_samples is not None
     h, j = block.humans, block.judge
-    with np.errstate(all="ignore"):
-        counts = (~np.isnan(h)).sum(axis=1)
-        human_median = np.full(h.shape[0], np.nan)
-        has_human = counts > 0
-        human_median[has_human] = _row_medians(h[has_human], counts[has_human])
-    paired = has_human & ~np.isnan(j)
+    human_median = _human_medians(h)
+    paired = ~np.isnan(human_median) & ~np.isnan(j)
     samples = block.judge_samples[~np.isnan(j)]
     out: dict[str, Any] = {
         "judge": {
@@ -489,7 +533,11 @@ def _analyse_block(
     if judge is not None:
         judged = _judge_stats(block, label, judge, binary=binary, cats=cats, boot=boot, notes=notes)
     boot.run(n_boot, seed)  # fills the bootstrap results into out and judged
-    return {**out, **(judged or {})}
+    result = {**out, **(judged or {})}
+    computed = _computed_statistics(block, binary=binary, cats=cats)
+    if computed is not None:
+        result["statistics"] = computed
+    return result
 
 
 def analyse_ratings(

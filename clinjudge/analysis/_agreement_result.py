@@ -3,6 +3,8 @@ physicians-among-themselves statistics under their own names, so the two cannot 
 
 ``to_dict()`` gives the flat layout that ``judge agree --json`` has always printed (and the
 store's agreement cache keeps): one object per attribute holding both parts side by side.
+The long rows (``to_arrow()``) are each registered statistic's (:mod:`._statistics`), in the
+registry's order.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from pydantic import Field
 
 from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
+from clinjudge.analysis._statistics import COMPARISONS, JUDGE, statistics_of
+from clinjudge.rubrics import DEFAULT_REDUCER
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -162,6 +166,14 @@ _JUDGE_KEYS = tuple(f.alias or name for name, f in JudgeVsPhysicians.model_field
 _PHYSICIAN_KEYS = tuple(f.alias or name for name, f in PhysiciansAgreement.model_fields.items())
 
 
+class ComputedStatistic(Result):
+    """A registered statistic's value in one block (``statistics`` of ``--json``)."""
+
+    value: float | None = None
+    ci95: list[float | None] | None = None
+    n_units: int | None = None
+
+
 class AttributeAgreement(Result):
     """One attribute's agreement (or the pooled block's).
 
@@ -171,6 +183,8 @@ class AttributeAgreement(Result):
         physicians_among_themselves: The physicians' agreement with each other.
         judge_vs_physicians: The judge against the physicians' median (None without a judge).
         attributes: Pooled block only: the attributes pooled.
+        statistics: Name to value of each registered statistic with a ``compute`` (none
+            are built in: the key is absent unless one is registered).
     """
 
     scale: str
@@ -178,6 +192,7 @@ class AttributeAgreement(Result):
     physicians_among_themselves: PhysiciansAgreement
     judge_vs_physicians: JudgeVsPhysicians | None = None
     attributes: list[str] | None = None
+    statistics: dict[str, ComputedStatistic] | None = None
 
     @property
     def binary(self) -> bool:
@@ -207,59 +222,21 @@ class AttributeAgreement(Result):
             out.update(self.judge_vs_physicians.to_dict())
         for key, value in (self.model_extra or {}).items():
             out[key] = value
+        if self.statistics is not None:
+            out["statistics"] = {k: v.to_dict() for k, v in self.statistics.items()}
         if "attributes" in self.model_fields_set:
             out["attributes"] = self.attributes
         return out
 
     def statistic_rows(self, attribute: str) -> Iterator[StatisticRow]:
-        """Tidy rows (see :meth:`AgreementAnalysis.to_arrow`) of this block."""
-        phys = self.physicians_among_themselves
-        row = _row_maker(attribute, "physicians_among_themselves")
-        for form, stat in (phys.icc_forms or {}).items():
-            yield row(form, stat.value, stat.ci95, phys.n_units_complete)
-        for level, stat in (phys.krippendorff_alpha or {}).items():
-            yield row(f"krippendorff_alpha_{level}", stat.value, stat.ci95, phys.n_units)
-        for weights, ac2 in (phys.gwet_ac2 or {}).items():
-            yield row(f"gwet_ac2_{weights}", ac2.value, ac2.ci95, phys.n_units)
-        if phys.percent_agreement is not None or self.binary:
-            yield row("percent_agreement", phys.percent_agreement, None, phys.n_units)
-        if phys.kappa is not None:
-            yield row(f"{phys.kappa.method or 'none'}_kappa", phys.kappa.value, None, phys.n_units)
-        judge = self.judge_vs_physicians
-        if judge is None:
-            return
-        row = _row_maker(attribute, "judge_vs_physicians")
-        n = judge.n_units
-        icc = judge.icc
-        if icc is not None:
-            yield row(judge.primary.form or PRIMARY_FORM, icc.value, icc.ci95, n)
-        for level, stat in judge.krippendorff_alpha.items():
-            yield row(f"krippendorff_alpha_{level}", stat.value, stat.ci95, n)
-        for weights, ac2 in judge.gwet_ac2.items():
-            yield row(f"gwet_ac2_{weights}", ac2.value, ac2.ci95, n)
-        if self.binary:
-            yield row("percent_agreement", judge.percent_agreement, None, n)
-            kappa = judge.kappa
-            yield row("cohen_kappa", kappa.value if kappa else None, None, n)
-        yield row("median_difference", judge.median_difference, None, n)
-        yield row("iqr", judge.iqr, None, n)
-        for name, test in (
-            ("wilcoxon_p", judge.wilcoxon),
-            ("wilcoxon_pratt_p", judge.wilcoxon_pratt),
-        ):
-            if test is not None:
-                yield row(name, test.p, None, test.n_pairs)
-        for change in judge.substitution:
-            yield row(
-                "substitution_delta",
-                change.delta_icc,
-                change.ci95,
-                judge.n_units_bootstrap,
-                rater=change.rater,
-            )
-        if judge.added_rater is not None:
-            added = judge.added_rater
-            yield row("added_rater_delta", added.delta_icc, added.ci95, judge.n_units_bootstrap)
+        """Tidy rows (see :meth:`AgreementAnalysis.to_arrow`) of this block: each registered
+        statistic's (``analysis.register_statistic``), the physicians' first."""
+        for comparison in COMPARISONS:
+            if comparison == JUDGE and self.judge_vs_physicians is None:
+                return
+            row = _row_maker(attribute, comparison)
+            for statistic in statistics_of(comparison):
+                yield from statistic.block_rows(self, row)
 
 
 class StatisticRow(TypedDict):
@@ -354,8 +331,9 @@ class AgreementAnalysis(Result):
         ``krippendorff_alpha_<level>``, ``gwet_ac2_<weights>``, ``percent_agreement``,
         ``cohen_kappa``/``fleiss_kappa``, and for the judge ``median_difference``, ``iqr``,
         ``wilcoxon_p``, ``wilcoxon_pratt_p``, ``substitution_delta`` (one row per replaced
-        ``rater``) and ``added_rater_delta``); ``value``; ``ci_low`` and ``ci_high`` (95%, null
-        where the statistic has none); ``n_units``; ``rater`` (substitution rows only).
+        ``rater``) and ``added_rater_delta``, then each statistic registered with
+        ``analysis.register_statistic``); ``value``; ``ci_low`` and ``ci_high`` (95%, null where
+        the statistic has none); ``n_units``; ``rater`` (substitution rows only).
         """
         rows = [r for name, block in self.blocks() for r in block.statistic_rows(name)]
         return arrow_table(rows, _schema())
@@ -397,6 +375,8 @@ class AgreementResult(AgreementAnalysis):
     simulated: bool = False
     judge_rater: str | None = None
     judge_value: str | None = None
+    reducer: str = DEFAULT_REDUCER
+    """How the judge's samples became its final scores (set only when not the median)."""
     raters: list[str] = []
     n_items_run: int = 0
     n_items_rated: int = 0

@@ -29,19 +29,18 @@ from clinjudge.analysis._agreement_result import (
     AgreementResult,
     MeanAbsDifference,
 )
+from clinjudge.analysis._statistics import computed_statistics
 from clinjudge.analysis._summary import identical_samples_note, suspect_samples_note
 from clinjudge.errors import UserError
 from clinjudge.inputs import load_ratings
-from clinjudge.rubrics import Rubric, ScaleKind
-from clinjudge.runs import (
-    RunStore,
-    StoreError,
+from clinjudge.rubrics import DEFAULT_REDUCER, Rubric, ScaleKind
+from clinjudge.runs import RunStore, StoreError, save_agreement
+from clinjudge.runs.analysis_reads import (
     final_scores_of_rated,
     human_ratings_of_run,
     load_agreement,
     rated_item_count,
     run_item_count,
-    save_agreement,
 )
 
 JUDGE_RATER = "judge"
@@ -52,6 +51,18 @@ AGREEMENT_CACHE_VERSION = "1"
 
 class AgreementError(UserError):
     """A run cannot be compared with the physicians' ratings (for example, none overlap)."""
+
+
+def run_reducer(run: dict[str, Any]) -> dict[str, str]:
+    """``{"reducer": name}`` for a run whose final scores are not the median of its samples
+    (``--reduce``), else ``{}``: results set the field only then, so a default run's ``--json``
+    reads as it did before runs could choose.
+
+    Args:
+        run: The run's stored row.
+    """
+    name = (run.get("config") or {}).get("reduce")
+    return {"reducer": name} if name and name != DEFAULT_REDUCER else {}
 
 
 def run_rubric(run: dict[str, Any]) -> Rubric:
@@ -159,9 +170,11 @@ def input_fingerprint(table: pa.Table, *extra: Any) -> str:
 
 
 def _cache_settings(n_boot: int, seed: int) -> str:
-    return json.dumps(
-        {"n_boot": n_boot, "seed": seed, "version": AGREEMENT_CACHE_VERSION}, sort_keys=True
-    )
+    settings: dict[str, Any] = {"n_boot": n_boot, "seed": seed, "version": AGREEMENT_CACHE_VERSION}
+    computed = sorted(s.name for s in computed_statistics())
+    if computed:  # an analysis kept before a statistic was registered lacks it
+        settings["statistics"] = computed
+    return json.dumps(settings, sort_keys=True)
 
 
 def _abs_diff_mean(differences: dict[str, int] | None) -> tuple[float | None, int]:
@@ -246,7 +259,10 @@ def agreement_for_run(
         if cache:
             save_agreement(store, run["run_id"], settings, fingerprint, analysis.to_dict())
     humans = table.filter(pc.not_equal(table.column("rater_id"), JUDGE_RATER))
+    chosen = run_reducer(run)
+    reducer = chosen.get("reducer", DEFAULT_REDUCER)
     result = {
+        **chosen,
         "run_id": run["run_id"],
         "name": run["name"],
         "rubric": f"{run['rubric']} {run['rubric_version']}",
@@ -254,7 +270,7 @@ def agreement_for_run(
         "model": (run["models"] or {}).get("judge"),
         "simulated": bool(run["simulated"]),
         "judge_rater": JUDGE_RATER,
-        "judge_value": "final (median of the run's valid samples) per item and attribute",
+        "judge_value": f"final ({reducer} of the run's valid samples) per item and attribute",
         "raters": sorted(pc.unique(humans.column("rater_id")).to_pylist()),
         "n_items_run": run["n_items_run"],
         "n_items_rated": len(pc.unique(humans.column("unit_id"))),

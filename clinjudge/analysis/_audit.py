@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from clinjudge.analysis._agreement_run import run_rubric
+from clinjudge.analysis._agreement_run import run_reducer, run_rubric
 from clinjudge.analysis._audit_ppi import (
     interval_warnings,
     physician_labels,
@@ -42,10 +42,9 @@ from clinjudge.inputs import (
     unmatched_encounters,
 )
 from clinjudge.rubrics import Rubric, ScaleKind
-from clinjudge.runs import (
+from clinjudge.runs import HumanRating, RunStore
+from clinjudge.runs.analysis_reads import (
     AuditScoreRow,
-    HumanRating,
-    RunStore,
     audit_score_rows,
     audit_settings,
     flagged_items,
@@ -357,6 +356,7 @@ def audit_for_run(
             "mode": run["mode"],
             "models": run["models"],
             "samples_per_item": run["n_samples"],
+            **run_reducer(run),
             "vendors": vendors,
             "n_encounters": len(presence),
             "n_items": len({r["item_id"] for r in rows}),

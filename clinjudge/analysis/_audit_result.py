@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
+from clinjudge.rubrics import DEFAULT_REDUCER
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -150,6 +151,8 @@ class AuditStatistics(Result):
     mode: str | None = None
     models: dict[str, str] | None = None
     samples_per_item: int | None = None
+    reducer: str = DEFAULT_REDUCER
+    """How each item's samples became its final score (set only when not the median)."""
     vendors: list[str]
     n_encounters: int = 0
     n_items: int = 0

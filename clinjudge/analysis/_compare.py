@@ -17,19 +17,12 @@ import pyarrow as pa
 
 from clinjudge.analysis._agreement_result import AgreementResult, AttributeAgreement, Interval
 from clinjudge.analysis._agreement_run import AgreementError, agreement_for_run
-from clinjudge.analysis._columns import SORT_COLUMNS
 from clinjudge.analysis._probe import ProbeComparisonRow, probe_comparison, probe_statistics
 from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
+from clinjudge.analysis._statistics import compare_values, sort_columns
 from clinjudge.errors import UserError
-from clinjudge.runs import (
-    RunStore,
-    StoreError,
-    is_probe_run,
-    item_call_means,
-    prompt_cache_totals,
-    quality_summary,
-    sample_counts,
-)
+from clinjudge.runs import RunStore, StoreError, prompt_cache_totals, quality_summary
+from clinjudge.runs.analysis_reads import is_probe_run, item_call_means, sample_counts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,7 +87,9 @@ def block_summary(block: AttributeAgreement | None) -> BlockSummary:
 class ComparisonRow(Result):
     """One run of ``judge compare``: configuration, pooled agreement, failures, cost, latency.
 
-    Agreement columns are None when no physicians' ratings overlap the run.
+    Agreement columns are None when no physicians' ratings overlap the run. A statistic
+    registered with ``analysis.register_statistic`` for the compare tables adds its pooled value
+    under its name (an extra field, after the others in ``to_dict()``).
     """
 
     run_id: str
@@ -222,14 +217,18 @@ def _prompt_cache(store: RunStore, run_id: str) -> dict[str, Any]:
     }
 
 
+def _sort_direction(column: str) -> bool:
+    """Whether ``column`` sorts largest first (a UserError for a column it cannot sort by)."""
+    sortable = sort_columns()
+    if column not in sortable:
+        raise UserError(f"cannot sort by {column!r}; choose one of {', '.join(sorted(sortable))}")
+    return sortable[column]
+
+
 def _sort(rows: list[ComparisonRow], column: str) -> list[ComparisonRow]:
-    if column not in SORT_COLUMNS:
-        raise UserError(
-            f"cannot sort by {column!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}"
-        )
-    descending = SORT_COLUMNS[column]
-    present = [r for r in rows if getattr(r, column) is not None]
-    missing = [r for r in rows if getattr(r, column) is None]
+    descending = _sort_direction(column)
+    present = [r for r in rows if getattr(r, column, None) is not None]
+    missing = [r for r in rows if getattr(r, column, None) is None]
     present.sort(key=lambda r: getattr(r, column), reverse=descending)
     return present + missing
 
@@ -251,15 +250,16 @@ def compare_runs(
     Args:
         store: The run store.
         run_ids: Run ids or unique parts of them.
-        sort: A column of :data:`SORT_COLUMNS`; agreement columns sort best first, cost,
+        sort: A column of :data:`SORT_COLUMNS` or a registered statistic's compare key with a
+            better direction (``sort_columns``); agreement columns sort best first, cost,
             latency, failures and differences lowest first; runs without a value go last.
         n_boot: Bootstrap resamples for each run's analysis.
         seed: Bootstrap seed.
         cache: Reuse each run's analysis from the store's ``agreement_cache`` while its input
             and settings are unchanged, and keep new ones there when the store is writable.
     """
-    if sort is not None and sort not in SORT_COLUMNS:
-        raise UserError(f"cannot sort by {sort!r}; choose one of {', '.join(sorted(SORT_COLUMNS))}")
+    if sort is not None:
+        _sort_direction(sort)  # an unknown column fails before any work
     rows: list[ComparisonRow] = []
     agreements: dict[str, AgreementResult | None] = {}
     notes: list[str] = []
@@ -293,14 +293,12 @@ def compare_runs(
             errors[rid] = str(exc)
             notes.append(f"{rid}: agreement not computed: {exc}")
         agreements[rid] = agreement
-        pooled = block_summary(agreement.pooled if agreement else None)
         mean_abs = agreement.mean_abs_difference if agreement else None
+        # The registry's compare columns (icc3k, alpha_ordinal, ac2_ordinal and any registered
+        # statistic's, the latter after the fixed columns of --json).
+        row.update(compare_values(agreement.pooled if agreement else None))
         row.update(
             {
-                "icc3k": pooled.icc3k,
-                "icc3k_ci95": pooled.icc3k_ci95,
-                "alpha_ordinal": pooled.alpha_ordinal,
-                "ac2_ordinal": pooled.ac2_ordinal,
                 "mean_abs_diff": mean_abs.pooled if mean_abs else None,
                 "items_rated": agreement.n_items_rated if agreement else 0,
                 "raters": len(agreement.raters) if agreement else 0,

@@ -21,7 +21,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from clinjudge.runs import RunStore, claim_rows
+from clinjudge.runs import RunStore
+from clinjudge.runs.analysis_reads import claim_rows
 
 COMPATS = ("clinjudge", "official")
 

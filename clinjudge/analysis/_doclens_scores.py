@@ -17,15 +17,12 @@ from typing import Any
 from clinjudge._util.modes import deciding_agent as mode_deciding_agent
 from clinjudge.analysis._doclens_official import COMPATS, official_pooled, run_compat
 from clinjudge.analysis._doclens_result import DocLensMetrics, DocLensReport, DocLensSection
-from clinjudge.runs import (
-    RunStore,
-    StoreError,
+from clinjudge.runs import RunStore, StoreError, is_claims_run, write_rows
+from clinjudge.runs.analysis_reads import (
     claim_extraction_agents,
     final_means,
-    is_claims_run,
     item_claim_counts,
     pooled_claim_counts,
-    write_rows,
 )
 
 METRICS = ("claim_recall", "claim_precision", "citation_recall", "citation_precision")

@@ -23,10 +23,8 @@ from clinjudge.analysis._agreement_run import run_rubric
 from clinjudge.analysis._result_base import Result, arrow_table, to_pandas
 from clinjudge.inputs import INVARIANCE_PROBES, PROBES, Expectation, probe_expectations
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import (
-    ProbeVariantRow,
-    RunStore,
-    StoreError,
+from clinjudge.runs import ProbeVariantRow, RunStore, StoreError
+from clinjudge.runs.analysis_reads import (
     is_probe_run,
     probe_skip_rows,
     probe_variant_rows,

@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from clinjudge._util.pandas_import import PANDAS_NEEDED
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-PANDAS_MISSING = (
-    "to_pandas() needs pandas: pip install pandas (or pip install 'clinjudge[pandas]'); "
-    "to_arrow() gives the same table without it"
-)
+PANDAS_MISSING = f"{PANDAS_NEEDED}; to_arrow() gives the same table without it"
 
 
 class Result(BaseModel):

@@ -16,8 +16,8 @@ from clinjudge.analysis._summary_result import (
 )
 from clinjudge.inputs import PRM_ATTRIBUTE, FlagRule
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import (
-    RunStore,
+from clinjudge.runs import RunStore, quality_summary
+from clinjudge.runs.analysis_reads import (
     ScoreCount,
     call_totals,
     calls_by_agent,
@@ -28,7 +28,6 @@ from clinjudge.runs import (
     flagged_items,
     item_call_quantiles,
     item_page,
-    quality_summary,
     reply_copies,
     sample_counts,
     top_sample_errors,

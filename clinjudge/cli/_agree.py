@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clinjudge._util.pandas_import import without_pandas
 from clinjudge.analysis import SORT_COLUMNS
 from clinjudge.cli._options import DocLensCompatOption
 
@@ -55,11 +56,6 @@ def _dump(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
-# Headline statistics per scale: which cells are expected (a "-" elsewhere means not applicable).
-_ORDINAL_STATS = {"icc3k": "ICC(3,k)", "alpha_ordinal": "alpha", "ac2_ordinal": "AC2"}
-_BINARY_STATS = {"percent_agreement": "% agree", "kappa": "kappa"}
-
-
 def _keeps_cache(db: str) -> bool:
     """Open an existing, writable store for writing, so agreement analyses are kept in its
     cache for the next compare or report; a missing --db is still an error, never created."""
@@ -73,50 +69,37 @@ def _undefined_reason(n_units: int | None) -> str:
     return "the scores do not vary (zero variance), so the statistic is 0/0"
 
 
-def _cell(value: float | None, key: str, text: str, expected: dict[str, str]) -> str:
-    return "undefined" if key in expected and value is None else text
-
-
 def _agreement_table(result: AgreementAnalysis, title: str) -> tuple[Table, list[str]]:
-    """The agreement table and one note per statistic that is undefined, with the reason."""
+    """The agreement table (the registry's ``agree`` columns) and one note per statistic that
+    is undefined where its scale expects it, with the reason."""
     from rich.markup import escape
     from rich.table import Table
 
-    from clinjudge.analysis import block_summary
-    from clinjudge.reports import fmt_ci, fmt_num, fmt_p
+    from clinjudge.analysis import block_rows, column_row, table_columns
+    from clinjudge.reports import column_cells, column_headers, fmt_num
 
+    columns = table_columns("agree")
     table = Table(title=escape(title))
     table.add_column("attribute", no_wrap=True)
     table.add_column("units")
-    for column in (
-        "ICC(3,k)",
-        "95% CI",
-        "alpha ord.",
-        "AC2 ord.",
-        "median diff",
-        "Wilcoxon p",
-        "% agree",
-        "kappa",
-    ):
-        table.add_column(column, justify="right")
+    for header in column_headers(columns):
+        table.add_column(header, justify="right")
     undefined: dict[tuple[str, str], list[str]] = {}
     for name, block in result.blocks():
-        s = block_summary(block)
-        expected = _BINARY_STATS if s.binary else _ORDINAL_STATS
-        for key, label in expected.items():
-            if getattr(s, key) is None:
-                undefined.setdefault((label, _undefined_reason(s.n_units)), []).append(name)
+        judged = block.judge_vs_physicians
+        n_units = judged.n_units if judged else None
+        rows = block_rows(block, name)
+        cells: list[str] = []
+        for column in columns:
+            row = column_row(column, rows)
+            texts = column_cells(column, row)
+            if block.scale in column.required and (row is None or row["value"] is None):
+                texts[0] = "undefined"  # expected on this scale: say so, and why below
+                key = (column.word or column.label, _undefined_reason(n_units))
+                undefined.setdefault(key, []).append(name)
+            cells += texts
         table.add_row(
-            f"[bold]{name}[/]" if name == "pooled" else escape(name),
-            fmt_num(s.n_units),
-            _cell(s.icc3k, "icc3k", fmt_num(s.icc3k), expected),
-            fmt_ci(s.icc3k_ci95),
-            _cell(s.alpha_ordinal, "alpha_ordinal", fmt_num(s.alpha_ordinal), expected),
-            _cell(s.ac2_ordinal, "ac2_ordinal", fmt_num(s.ac2_ordinal), expected),
-            fmt_num(s.median_difference, 2),
-            fmt_p(s.wilcoxon_p),
-            _cell(s.percent_agreement, "percent_agreement", fmt_num(s.percent_agreement), expected),
-            _cell(s.kappa, "kappa", fmt_num(s.kappa), expected),
+            f"[bold]{name}[/]" if name == "pooled" else escape(name), fmt_num(n_units), *cells
         )
     notes = [
         f"{label} undefined for {', '.join(names)}: {reason}"
@@ -135,6 +118,7 @@ def _quiet_numerics() -> Iterator[None]:
         log.debug("%s: %s", warning.category.__name__, warning.message)
 
 
+@without_pandas()  # Arrow from DuckDB rows and lists only: pandas is not paid for (#39)
 def agree_command(
     runs: Annotated[
         list[str] | None,
@@ -253,35 +237,30 @@ def _print_raters_table(result: AgreementAnalysis, title: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from clinjudge.analysis import table_columns
     from clinjudge.cli._common import stdout
     from clinjudge.cli._fit import print_fitted
-    from clinjudge.reports import fmt_ci, fmt_num
+    from clinjudge.reports import column_headers, statistic_cells
 
+    columns = table_columns("raters")
     table = Table(title=escape(title))
     table.add_column("attribute", no_wrap=True)
     for column in ("units", "complete"):
         table.add_column(column, justify="right")
-    for column in ("ICC(3,k)", "95% CI", "alpha ord.", "AC2 ord.", "% agree", "kappa"):
-        table.add_column(column, justify="right")
+    for header in column_headers(columns):
+        table.add_column(header, justify="right")
     for name, block in result.blocks():
         phys = block.physicians_among_themselves
-        icc = phys.icc  # ICC(3,k), the primary form
-        alpha = (phys.krippendorff_alpha or {}).get("ordinal")
-        ac2 = (phys.gwet_ac2 or {}).get("ordinal")
         table.add_row(
             f"[bold]{name}[/]" if name == "pooled" else escape(name),
             str(phys.n_units),
             str(phys.n_units_complete),
-            fmt_num(icc.value if icc else None),
-            fmt_ci(icc.ci95 if icc else None),
-            fmt_num(alpha.value if alpha else None),
-            fmt_num(ac2.value if ac2 else None),
-            fmt_num(phys.percent_agreement),
-            fmt_num(phys.kappa.value if phys.kappa else None),
+            *statistic_cells(block, name, columns),
         )
     print_fitted(stdout, table)
 
 
+@without_pandas()  # Arrow from DuckDB rows and lists only: pandas is not paid for (#39)
 def compare_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids or unique parts of them.")],
     db: StoreDbOption = None,
@@ -298,13 +277,14 @@ def compare_command(
     from rich.table import Table
 
     from clinjudge._util.modes import SIMULATED_NOTICE
-    from clinjudge.analysis import compare_runs
+    from clinjudge.analysis import compare_runs, sort_columns, table_columns
     from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
     from clinjudge.cli._fit import print_fitted, short_model
-    from clinjudge.reports import comparison_cells
+    from clinjudge.reports import column_headers, comparison_cells
 
-    if sort is not None and sort not in SORT_COLUMNS:
-        fail(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}", EXIT_USAGE)
+    sortable = sort_columns()  # SORT_COLUMNS and the registered statistics' compare columns
+    if sort is not None and sort not in sortable:
+        fail(f"cannot sort by {sort!r}; choose one of {', '.join(sortable)}", EXIT_USAGE)
     path = _db(db)
     with open_store(path, read_only=not _keeps_cache(path)) as store, _quiet_numerics():
         comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
@@ -316,10 +296,7 @@ def compare_command(
     for column in ("name", "rubric", "mode", "model", "shots", "samples"):
         table.add_column(column)
     for column in (
-        "ICC(3,k)",
-        "95% CI",
-        "alpha ord.",
-        "AC2 ord.",
+        *column_headers(table_columns("compare")),
         "mean |diff|",
         "failed",
         "cost/item",
@@ -350,6 +327,7 @@ def compare_command(
         console.print(f"[bold yellow]{SIMULATED_NOTICE}[/]")
 
 
+@without_pandas()  # Arrow from DuckDB rows and lists only: pandas is not paid for (#39)
 def report_command(
     runs: Annotated[list[str], typer.Argument(help="Run id (several with --compare).")],
     out: Annotated[Path, typer.Option(help="Directory for report.html and report.md.")],

@@ -21,7 +21,13 @@ from clinjudge.cli._common import EXIT_INTERRUPTED, console, fail
 from clinjudge.cli._outcome import exit_on_failures, print_next_steps, print_outcome
 from clinjudge.cli._quiet import third_party_quiet
 from clinjudge.judges import SIMULATED_NOTICE, TIMED_OUT, ModelConfigError
-from clinjudge.orchestration import CircuitBreakerOpen, RunConfig, RunWriteError, timeout_advice
+from clinjudge.orchestration import (
+    CircuitBreakerOpen,
+    RunConfig,
+    RunWriteError,
+    duration_text,
+    timeout_advice,
+)
 
 
 def print_estimate(estimate: Estimate) -> None:
@@ -60,6 +66,8 @@ def print_estimate(estimate: Estimate) -> None:
         if estimate.cost_with_cache_usd is not None:
             with_cache = f"${estimate.cost_with_cache_usd:,.4f}"
             table.add_row("estimated cost with prompt caching", with_cache)
+    if estimate.local_seconds is not None:  # a model in this process costs time (#39)
+        table.add_row("local wall time (estimate)", f"~{duration_text(estimate.local_seconds)}")
     console.print(table)
     if estimate.cached_input_tokens:
         console.print(
@@ -73,6 +81,10 @@ def print_estimate(estimate: Estimate) -> None:
         console.print(f"[yellow]note:[/] {escape(estimate.tokens_note)}", soft_wrap=True)
     if estimate.note:
         console.print(f"[yellow]note:[/] {escape(estimate.note)}")
+    if estimate.local_note:
+        console.print(f"[yellow]note:[/] {escape(estimate.local_note)}", soft_wrap=True)
+    if estimate.local_warning:
+        console.print(f"[yellow]warning:[/] {escape(estimate.local_warning)}", soft_wrap=True)
 
 
 def _timeout_hint(config: RunConfig) -> str:

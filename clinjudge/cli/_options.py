@@ -121,7 +121,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     S("base_url", str | None, MODEL, "OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp) or "
       "Azure endpoint.", "the provider's"),
     S("config", Path | None, DATA, "YAML file with any `judge run` settings.", "none"),
-    S("samples", int | None, SAMPLING, "Samples per item (combined by the reducer: median).",
+    S("samples", int | None, SAMPLING,
+      "Samples per item (combined by the chosen reducer; the median by default).",
       "1"),
     S("reduce", str | None, SAMPLING, "How an item's valid samples become its final score: "
       "median, mean, trimmed_mean (without the lowest and highest n // 5), majority (the most "
@@ -138,7 +139,13 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     S("max_tokens", int | None, MODEL, "Cap on generated tokens.", "400"),
     S("reasoning_effort", Literal["minimal", "low", "medium", "high"] | None, MODEL,
       "Reasoning effort for reasoning models.", "the provider's"),
-    S("timeout", float | None, MODEL, "Seconds per model call.", "120.0"),
+    S(
+        "timeout",
+        float | None,
+        MODEL,
+        "Seconds per model call (hf/: without progress of its model).",
+        "120.0",
+    ),
     S("structured_output", Literal["auto", "json_schema", "json_object", "off"] | None, MODEL,
       "Replies shaped by the rubric's JSON Schema (json_schema), JSON mode only (json_object) or "
       "neither (off); auto sends the schema and falls back to JSON mode where refused.", "auto"),
@@ -240,6 +247,7 @@ AUDIT_LAYOUT: Layout = (
             "base_url",
             "config",
             "samples",
+            "reduce",
             "concurrency",
             "personas",
             "max_cost",

@@ -1,4 +1,9 @@
-"""`judge prm score|best-of-n|eval`: step scores from a process reward model."""
+"""`judge prm score|best-of-n|eval`: step scores from a process reward model.
+
+A thin shell over the public API (``clinjudge.score_prm``, ``best_of_n_prm``,
+``evaluate_prm``), as `judge run` is over ``evaluate``: it parses the options, calls the API and
+prints. Kept light: `judge prm --help` loads typer and rich only.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +11,30 @@ import dataclasses
 import functools
 import inspect
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeGuard
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from clinjudge._util.ray_cluster import CONNECT_TIMEOUT_ENV
-from clinjudge.cli._common import EXIT_FAILURE, EXIT_USAGE, console, fail, open_store, stdout
-from clinjudge.runs import DEFAULT_DB, now
+from clinjudge.cli._common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    console,
+    fail,
+    stdout,
+)
+from clinjudge.runs import DEFAULT_DB
 
-PRM_API_KEY_ENV = "CLINJUDGE_PRM_API_KEY"
-"""Bearer token sent to a --prm-url server, when set."""
+if TYPE_CHECKING:
+    from clinjudge import PRMNotice
+
+T = TypeVar("T")
 
 prm_app = typer.Typer(
     help="Score steps with a process reward model (PRM): score, best-of-n, eval.",
@@ -181,142 +194,74 @@ def _prm_command(name: str) -> Callable[[Callable[..., None]], Callable[..., Non
     return register
 
 
-def _format(opts: _Options):
-    from clinjudge.prm_bridge import (
-        load_format_file,
-        make_format,
-        parse_overrides,
-    )
-
-    fields = load_format_file(opts.format_file) if opts.format_file else {}
-    fields.update(parse_overrides(opts.overrides or []))
-    return make_format(opts.preset, fields)
+# The API names its parameters; these messages name the flags, as `judge prm` always has.
+_COMBINATIONS = {
+    "resume,ray_replicas": "--resume and --ray-replicas need --ray",
+    "ray,prm_url": "--ray loads the model on the Ray workers; it does not combine with --prm-url",
+    "resume,store": "--resume needs the run's store (drop --no-store)",
+}
+_PREFIXED = ("segment", "resume")  # messages that start with the setting's name
 
 
-def _chains(opts: _Options, fmt: Any, *, need_labels: bool = False):
-    from clinjudge.prm_bridge import SEGMENTERS, Segmenter, load_chains
-
-    def known(name: str) -> TypeGuard[Segmenter]:
-        return name in SEGMENTERS
-
-    segment = opts.segment or fmt.segmenter
-    if not known(segment):
-        fail(f"--segment {segment!r}: choose {', '.join(SEGMENTERS)}", EXIT_USAGE)
-    return load_chains(opts.input, segment, need_labels=need_labels, section=fmt.section)
+def _notice(notice: PRMNotice) -> None:
+    """Print a PRM pass's notice on stderr."""
+    if notice.level == "warning":
+        console.print(f"[yellow]warning:[/] {escape(notice.text)}")
+    elif notice.level == "error":
+        console.print(f"[bold red]error:[/] {escape(notice.text)}")
+    else:
+        console.print(escape(notice.text))
 
 
-def _scorer(opts: _Options, fmt: Any):
-    from clinjudge.prm_bridge import PRMDependencyError, PRMModelError
-
-    try:
-        if opts.prm_url:
-            from clinjudge.prm_bridge import VLLMPRM
-
-            return VLLMPRM(
-                opts.prm_url,
-                fmt,
-                tokenizer=opts.model,
-                served_model=opts.served_model,
-                api_key=os.environ.get(PRM_API_KEY_ENV),
-                batch_tokens=opts.batch_tokens,
-                max_length=opts.max_length,
-            )
-        from clinjudge.prm_bridge import TransformersPRM
-
-        return TransformersPRM(
-            opts.model,
-            fmt,
-            device=opts.device,
-            dtype=opts.dtype,
-            attn=opts.attn,
-            batch_tokens=opts.batch_tokens,
-            max_length=opts.max_length,
-        )
-    except (PRMDependencyError, PRMModelError) as exc:
-        # A model that cannot be loaded is configuration, as for `judge run --prm`: exit 2.
-        fail(str(exc), EXIT_USAGE)
-
-
-def _score(opts: _Options, *, need_labels: bool = False, command: str = "score"):
-    """(format, scorer, chains, results, started) with every warning printed to stderr; with
-    --ray the scorer's place holds the Ray run (stored as it goes, finished by `_store`)."""
-    from clinjudge.prm_bridge import PRMModelError
-
-    fmt = _format(opts)
-    chains = _chains(opts, fmt, need_labels=need_labels)
-    if opts.ray is None and (opts.resume or opts.ray_replicas):
-        fail("--resume and --ray-replicas need --ray", EXIT_USAGE)
-    if opts.ray is not None:
-        from clinjudge.cli._prm_ray import score_with_ray
-
-        results, ray_run, started = score_with_ray(opts, fmt, chains, _config(opts, fmt), command)
-        _report(results)
-        return fmt, ray_run, chains, results, started
-    scorer = _scorer(opts, fmt)
-    started = now()
-    try:
-        results = scorer.score(chains, opts.threshold)
-    except PRMModelError as exc:
-        fail(str(exc), EXIT_FAILURE)
-    _report(results)
-    return fmt, scorer, chains, results, started
-
-
-def _report(results: list[Any]) -> None:
-    for result in results:
-        for warning in result.warnings:
-            console.print(f"[yellow]warning:[/] {escape(result.id)}/{escape(result.candidate)}: "
-                          f"{escape(warning)}")  # fmt: skip
-        if result.error:
-            console.print(f"[bold red]error:[/] {escape(result.error)}")
-
-
-def _config(opts: _Options, fmt: Any) -> dict[str, Any]:
+def _arguments(opts: _Options) -> dict[str, Any]:
+    """The API's arguments for ``opts``, every value passed on as given."""
     return {
-        "format": fmt.model_dump(mode="json"),
+        "model": opts.model,
+        "threshold": opts.threshold,
+        "preset": opts.preset,
+        "format_fields": opts.overrides or [],
+        "format_file": opts.format_file,
+        "segment": opts.segment,
         "device": opts.device,
         "dtype": opts.dtype,
+        "attn": opts.attn,
         "batch_tokens": opts.batch_tokens,
+        "max_length": opts.max_length,
         "prm_url": opts.prm_url,
+        "served_model": opts.served_model,
+        "db": opts.db,
+        "store": opts.store,
+        "name": opts.name,
+        "ray": opts.ray,
+        "ray_replicas": opts.ray_replicas,
+        "ray_batch": opts.ray_batch,
+        "ray_connect_timeout": opts.ray_connect_timeout,
+        "resume": opts.resume,
+        "on_notice": _notice,
     }
 
 
-def _store(
-    opts: _Options,
-    fmt: Any,
-    results: list[Any],
-    started: Any,
-    extra: dict[str, Any],
-    ray_run: Any = None,
-) -> str | None:
-    if not opts.store:
-        return None
-    from clinjudge.orchestration import new_run_id
-    from clinjudge.runs import end_prm_run, write_prm_run
+def _call(api: Callable[..., T], opts: _Options, **extra: Any) -> T:
+    """Run ``api`` (``clinjudge.score_prm``...) on ``opts``; its errors become exit codes."""
+    from clinjudge import PRMModelError, PRMRunStopped, UserError
 
-    config = {"command": extra.pop("command"), **_config(opts, fmt), **extra}
-    if opts.ray is not None:  # the steps are stored already: close the run
-        config["ray"] = {**ray_run.config["ray"], "last_pass": ray_run.summary,
-                         "reused": ray_run.reused}  # fmt: skip
-        with open_store(opts.db) as store:
-            end_prm_run(store, ray_run.run_id, failed=any(r.error for r in results),
-                        config=config)  # fmt: skip
-        console.print(f"stored run {ray_run.run_id} in {opts.db}")
-        return str(ray_run.run_id)
-    run_id = new_run_id()
-    with open_store(opts.db) as store:
-        write_prm_run(
-            store,
-            run_id,
-            results,
-            model=opts.served_model or opts.model,
-            config=config,
-            data_source=str(opts.input),
-            name=opts.name,
-            started=started,
-        )
-    console.print(f"stored run {run_id} in {opts.db}")
-    return run_id
+    try:
+        return api(opts.input, **_arguments(opts), **extra)
+    except UserError as exc:
+        if exc.setting in _COMBINATIONS:
+            fail(_COMBINATIONS[exc.setting], EXIT_USAGE)
+        if exc.setting in _PREFIXED and str(exc).startswith(f"{exc.setting} "):
+            fail(f"--{exc}", EXIT_USAGE)
+        raise  # the app prints it, with the flag that fixes it
+    except PRMModelError as exc:  # the model failed while scoring
+        fail(str(exc), EXIT_FAILURE)
+    except PRMRunStopped as exc:
+        if exc.interrupted:
+            resume = f"; continue with --resume {exc.run_id}" if exc.run_id else ""
+            console.print(f"[yellow]Interrupted.[/] The batches stored so far stay{resume}")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        resume = f"; the batches stored so far stay: --resume {exc.run_id}" if exc.run_id else ""
+        fail(f"{exc.reason}{resume}", EXIT_FAILURE)
 
 
 def _finish(results: list[Any]) -> None:
@@ -338,20 +283,20 @@ def _short(text: str, width: int = 80) -> str:
 @_prm_command("score")
 def score_command(opts: _Options) -> None:
     """Score every step of every candidate; flag steps below --threshold."""
+    import clinjudge
+
     threshold = opts.threshold
-    fmt, ray_run, _, results, started = _score(opts)
-    run_id = _store(
-        opts, fmt, results, started, {"command": "score", "threshold": threshold}, ray_run
-    )
+    result = _call(clinjudge.score_prm, opts)
+    results = result.results
     if opts.as_json:
         payload = [
             {**r.model_dump(mode="json"), "flagged": [s.index for s in r.flagged_steps]}
             for r in results
         ]
-        typer.echo(json.dumps({"run_id": run_id, "results": payload}, indent=2))
+        typer.echo(json.dumps({"run_id": result.run_id, "results": payload}, indent=2))
     else:
-        for result in results:
-            _print_candidate(result, threshold)
+        for one in results:
+            _print_candidate(one, threshold)
     _finish(results)
 
 
@@ -386,79 +331,46 @@ def best_of_n_command(
     ] = None,
 ) -> None:
     """Pick the best candidate per input id (ties go to the earliest in the file)."""
+    import clinjudge
     from clinjudge.prm_bridge import AGGREGATES
 
     if aggregate is not None and aggregate not in AGGREGATES:
         fail(f"--aggregate {aggregate!r}: choose from {', '.join(AGGREGATES)}", EXIT_USAGE)
-    fmt, ray_run, _, results, started = _score(opts, command="best-of-n")
-    how = aggregate or fmt.aggregate
-    picks = _best_of_n(results, how)
-    extra = {"command": "best-of-n", "aggregate": how, "threshold": opts.threshold}
-    run_id = _store(opts, fmt, results, started, extra, ray_run)
+    result = _call(clinjudge.best_of_n_prm, opts, aggregate=aggregate)
+    how = result.aggregate
     if opts.as_json:
-        typer.echo(json.dumps({"run_id": run_id, "aggregate": how, "items": picks}, indent=2))
+        items = [
+            {"id": p.id, "best": p.best, "score": p.score,
+             "ranking": [{"candidate": c.candidate, "score": c.score} for c in p.ranking]}
+            for p in result.items
+        ]  # fmt: skip
+        typer.echo(json.dumps({"run_id": result.run_id, "aggregate": how, "items": items},
+                              indent=2))  # fmt: skip
     else:
         table = Table(title=f"best of n by {how}", title_justify="left")
         for column in ("id", "best", how, "candidates (score)"):
             table.add_column(column)
-        for pick in picks:
-            ranked = ", ".join(f"{c['candidate']} ({_fmt(c['score'])})" for c in pick["ranking"])
-            table.add_row(escape(pick["id"]), escape(str(pick["best"])), _fmt(pick["score"]),
+        for pick in result.items:
+            ranked = ", ".join(f"{c.candidate} ({_fmt(c.score)})" for c in pick.ranking)
+            table.add_row(escape(pick.id), escape(str(pick.best)), _fmt(pick.score),
                           escape(ranked))  # fmt: skip
         stdout.print(table)
-    _finish(results)
-
-
-def _best_of_n(results: list[Any], how: str) -> list[dict[str, Any]]:
-    from clinjudge.prm_bridge import best_candidate
-
-    groups: dict[str, list[Any]] = {}
-    for result in results:
-        groups.setdefault(result.id, []).append(result)
-    picks = []
-    for item_id, members in groups.items():
-        values = [(m.candidate, m.aggregates.get(how)) for m in members]
-        best = best_candidate(values)
-        order = sorted(
-            range(len(values)),
-            key=lambda i: (values[i][1] is None, -(values[i][1] or 0.0), i),
-        )
-        picks.append(
-            {
-                "id": item_id,
-                "best": None if best is None else values[best][0],
-                "score": None if best is None else values[best][1],
-                "ranking": [{"candidate": values[i][0], "score": values[i][1]} for i in order],
-            }
-        )
-    return picks
+    _finish(result.results)
 
 
 @_prm_command("eval")
 def eval_command(opts: _Options) -> None:
     """Evaluate against step labels: PRMScore, F1s, accuracies, first-error accuracy."""
-    from clinjudge.prm_bridge import evaluate
+    import clinjudge
 
-    threshold = opts.threshold
-    fmt, ray_run, _, results, started = _score(opts, need_labels=True, command="eval")
-    labelled = [
-        [
-            (s.label, s.score, s.error_type, s.kind)
-            for s in r.steps
-            if s.label is not None and s.score is not None
-        ]
-        for r in results
-        if not r.error
-    ]
-    report = evaluate(labelled, threshold)
-    run_id = _store(opts, fmt, results, started,
-                    {"command": "eval", "threshold": threshold,
-                     "report": report.model_dump(mode="json")}, ray_run)  # fmt: skip
+    result = _call(clinjudge.evaluate_prm, opts)
+    report = result.report
     if opts.as_json:
-        typer.echo(json.dumps({"run_id": run_id, **report.model_dump(mode="json")}, indent=2))
+        typer.echo(json.dumps({"run_id": result.run_id, **report.model_dump(mode="json")},
+                              indent=2))  # fmt: skip
     else:
         _print_report(report)
-    _finish(results)
+    _finish(result.results)
 
 
 def _print_report(report: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from clinjudge._util.pandas_import import without_pandas
 from clinjudge.cli._common import EXIT_USAGE, StoreDbOption, console, fail, open_store, stdout
 from clinjudge.inputs import InputError
 from clinjudge.runs import DEFAULT_DB, ratings_overview
@@ -16,6 +17,7 @@ ratings_app = typer.Typer(help="Import and list physicians' ratings.", no_args_i
 
 
 @ratings_app.command("import")
+@without_pandas()  # the ratings go to DuckDB through Arrow, without pandas (#39)
 def import_command(
     file: Annotated[
         Path,

@@ -8,10 +8,25 @@ from clinjudge.orchestration._audit_prep import prepare_audit
 from clinjudge.orchestration._batch_run import BatchRun, check_batch_config, estimate_batch_run
 from clinjudge.orchestration._config import ConfigError, Mode, RetryPolicy, RunConfig
 from clinjudge.orchestration._context import RecordingClient, SampleContext
+from clinjudge.orchestration._execute import execute_run, execute_run_async
+from clinjudge.orchestration._local_estimate import duration_text, estimate_local_wall_time
 from clinjudge.orchestration._preflight import check_ray_config
+from clinjudge.orchestration._prm_run import (
+    PRMScoring,
+    best_of_n,
+    labelled_steps,
+    score_prm_chains,
+    store_prm_run,
+)
+from clinjudge.orchestration._prm_settings import (
+    PRMCommand,
+    PRMNotice,
+    PRMRunStopped,
+    PRMSettings,
+)
 from clinjudge.orchestration._probe_perturb import perturb_variants, perturber_settings
 from clinjudge.orchestration._probe_prep import create_probe_run, prepare_probe
-from clinjudge.orchestration._progress import PROGRESS_SECONDS_ENV, progress_interval
+from clinjudge.orchestration._progress import progress_interval
 from clinjudge.orchestration._retry import timed_out_calls, timeout_advice
 from clinjudge.orchestration._run_settings import run_config_from
 from clinjudge.orchestration._sample_runner import (
@@ -25,21 +40,26 @@ from clinjudge.orchestration._session import (
     PreparedRun,
     create_run,
     estimate_run,
-    execute_run,
-    execute_run_async,
     load_stored_run,
-    new_run_id,
     pending_work,
     prepare_run,
 )
 
 __all__ = [
     "BatchRun",
+    "PRMCommand",
+    "PRMNotice",
+    "PRMRunStopped",
+    "PRMScoring",
+    "PRMSettings",
+    "best_of_n",
+    "labelled_steps",
+    "score_prm_chains",
+    "store_prm_run",
     "CircuitBreakerOpen",
     "ConfigError",
     "DryRunEstimate",
     "Mode",
-    "PROGRESS_SECONDS_ENV",
     "PreparedRun",
     "RecordingClient",
     "RetryPolicy",
@@ -54,11 +74,12 @@ __all__ = [
     "create_run",
     "estimate_batch_run",
     "estimate_run",
+    "estimate_local_wall_time",
+    "duration_text",
     "execute_run",
     "execute_run_async",
     "load_stored_run",
     "pending_work",
-    "new_run_id",
     "prepare_audit",
     "prepare_probe",
     "perturb_variants",

@@ -36,7 +36,7 @@ from clinjudge.judges.clients import (
     BatchLine,
     BatchResults,
     BatchState,
-    ReplySchema,
+    CallConfig,
     batch_call_cost,
     batch_output_mode,
     batch_price_per_token,
@@ -48,7 +48,12 @@ from clinjudge.judges.clients import (
     pack_batch_file,
     request_line,
 )
-from clinjudge.judges.workflows import JUDGE_AGENT, first_turns, reply_problem
+from clinjudge.judges.workflows import (
+    JUDGE_AGENT,
+    first_turns,
+    judge_call_config,
+    reply_problem,
+)
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, ConfigError, RunConfig
 from clinjudge.orchestration._run_items import run_items
 from clinjudge.orchestration._sample_runner import RunTally
@@ -67,27 +72,28 @@ from clinjudge.rubrics import (
     Rubric,
     parse_judgment,
     render_repair,
-    rubric_json_schema,
 )
 from clinjudge.runs import (
     RunStore,
     SampleKey,
     call_row,
-    calls_of_agent,
     ensure_batch_tables,
+    queue_requests,
+    record_ingested_batch,
+    record_submitted_batch,
+    return_refused_batch,
+    update_batch,
+    verdict_rows,
+)
+from clinjudge.runs.orchestration_reads import (
+    calls_of_agent,
     failed_batch_errors,
     iter_batch_requests,
     last_batch_attempt,
     last_request_seqs,
     open_batch,
     open_request_samples,
-    queue_requests,
     queued_request_count,
-    record_ingested_batch,
-    record_submitted_batch,
-    return_refused_batch,
-    update_batch,
-    verdict_rows,
 )
 
 
@@ -166,12 +172,9 @@ def estimate_batch_run(prepared: PreparedRun) -> DryRunEstimate:
     return estimate
 
 
-def _reply_schema(prepared: PreparedRun) -> ReplySchema:
-    """The reply schema every request line carries: a single judge's (rubric_json_schema)."""
-    rubric, explanations = prepared.rubric, prepared.config.explanations
-    return ReplySchema(
-        name=rubric.name, schema=rubric_json_schema(rubric, explanations=explanations)
-    )
+def _judge_call(prepared: PreparedRun) -> CallConfig:
+    """The call every request line carries: a single judge's first call (its reply schema)."""
+    return judge_call_config(prepared.rubric, explanations=prepared.config.explanations)
 
 
 def _first_request_turns(prepared: PreparedRun, item: Item, sample: int) -> list[ChatTurn]:
@@ -185,14 +188,14 @@ def _first_round_files(prepared: PreparedRun) -> int:
     """How many batch input files a run's first requests fill, each line as it would be sent."""
     settings = prepared.config.judge
     assert settings is not None
-    schema = _reply_schema(prepared)
+    call = _judge_call(prepared)
 
     def lines() -> Iterator[dict[str, Any]]:
         items = run_items(prepared.items)
         for sample in range(1, prepared.config.samples + 1):
             for item in items:  # read again for each sample, a chunk at a time
                 turns = _first_request_turns(prepared, item, sample)
-                yield request_line(settings, custom_id(item.id, sample, 0), turns, schema=schema)
+                yield request_line(settings, custom_id(item.id, sample, 0), turns, call)
 
     return count_batch_files(lines())
 
@@ -309,7 +312,7 @@ class BatchRun:
         """Replies received in this call, and their tokens (a reply's expected length)."""
         self._token_cap: int | None = None
         """Prompt tokens a batch may hold, once the provider refused one for its limit."""
-        self._output_mode = batch_output_mode(settings, _reply_schema(prepared))
+        self._output_mode = batch_output_mode(settings, _judge_call(prepared).schema)
         """How every request line constrains its reply (each carries the rubric's schema)."""
 
     # -- the queue ---------------------------------------------------------------------------
@@ -355,14 +358,14 @@ class BatchRun:
         ``max_cost``) and record the file, then create the batch and record its id; returns
         the stored batch row, or None when the budget leaves room for no request."""
         attempt = last_batch_attempt(self.store, self.run_id) + 1
-        schema = _reply_schema(self.prepared)
+        call = _judge_call(self.prepared)
         queued = (
             _Request.from_row(row)
             for page in iter_batch_requests(self.store, self.run_id, "queued")
             for row in page
         )
         with pack_batch_file(
-            request_line(self.settings, r.custom_id, r.turns, schema=schema)
+            request_line(self.settings, r.custom_id, r.turns, call)
             for r in self._within_limits(queued)
         ) as batch_file:
             if not batch_file.custom_ids:

@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from clinjudge.judges import ModelSettings, count_message_tokens
-from clinjudge.judges.clients import HF_PROVIDERS
+from clinjudge.judges.clients import PrefixCache, provider_for
 from clinjudge.rubrics import ChatTurn
 
 MIN_CACHED_PREFIX = 1024
@@ -27,20 +27,15 @@ OPENAI_CACHE_STEP = 128
 """OpenAI's cache hits grow in steps of this many tokens beyond the first 1,024."""
 
 
-def cache_style(settings: ModelSettings) -> str | None:
-    """``openai`` (automatic prefix caching), ``anthropic`` (marked prefix) or None (no
-    cache clinjudge knows how to estimate: other providers, local and simulated models).
+def cache_style(settings: ModelSettings) -> PrefixCache | None:
+    """``automatic`` (every long prefix cached, as OpenAI and Azure do), ``marked`` (the
+    marked prefix, as Anthropic does) or None (no cache clinjudge knows how to estimate: other
+    providers, local and simulated models).
 
     Args:
         settings: The judge model's settings.
     """
-    if settings.is_mock or settings.provider in HF_PROVIDERS:
-        return None
-    if settings.provider in {"openai", "azure", "azure_openai"}:
-        return "openai"
-    if settings.provider == "anthropic":
-        return "anthropic"
-    return None
+    return provider_for(settings).prefix_cache
 
 
 def openai_cached(tokens: int) -> int:
@@ -58,7 +53,7 @@ class PromptCacheTally:
         style: What :func:`cache_style` said for the model.
     """
 
-    style: str | None
+    style: PrefixCache | None
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
     _prefixes: set[bytes] = field(default_factory=set)
@@ -75,12 +70,12 @@ class PromptCacheTally:
         """
         # Digests, not texts: a run's prompts can hold gigabytes of notes.
         prefix_key, prompt_key = _digest(prefix), _digest(prompt)
-        if self.style == "openai":
+        if self.style == "automatic":
             if prompt_key in self._prompts:  # another sample of the same prompt
                 self.cached_input_tokens += openai_cached(prompt_tokens)
             elif prefix_key in self._prefixes:  # another item under the same system prompt
                 self.cached_input_tokens += openai_cached(prefix_tokens)
-        elif self.style == "anthropic" and prefix_tokens >= MIN_CACHED_PREFIX:
+        elif self.style == "marked" and prefix_tokens >= MIN_CACHED_PREFIX:
             if prefix_key in self._prefixes:
                 self.cached_input_tokens += prefix_tokens
             else:

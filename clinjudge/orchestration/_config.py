@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from clinjudge.errors import UserError, validation_problems
 from clinjudge.judges import DocLensSettings, ModelSettings, draw_shots, registered_modes
-from clinjudge.judges.clients import HF_PROVIDERS
+from clinjudge.judges.clients import provider_for
 from clinjudge.prm_bridge import PRMRunSettings
 from clinjudge.rubrics import DEFAULT_REDUCER, Shot, get_reducer
 from clinjudge.runs import default_db
@@ -172,13 +172,17 @@ class RunConfig(BaseModel):
         for where, settings in named:
             if settings is None:
                 continue
-            if settings.ray is not None and settings.provider not in HF_PROVIDERS:
+            if settings.ray is not None and not provider_for(settings).in_process:
                 raise ValueError(
                     f"{where}.ray: only hf/ models run on Ray, not {settings.model} (an API "
                     "judge scales with --shard)"
                 )
             if settings.ray_replicas is not None and settings.ray is None:
                 raise ValueError(f"{where}.ray_replicas needs {where}.ray (--ray)")
+            if settings.engine is not None and not provider_for(settings).in_process:
+                raise ValueError(
+                    f"{where}.engine: only hf/ models have a decoding engine, not {settings.model}"
+                )
         return self
 
     @property
@@ -187,7 +191,7 @@ class RunConfig(BaseModel):
         provider: the one definition the store's ``runs.simulated``, the CLI's notice and the
         API's results use."""
         configured = [self.judge, *self.roles.values()]
-        return any(s is not None and s.is_mock for s in configured)
+        return any(s is not None and provider_for(s).simulated for s in configured)
 
     def shots_for(self, pool: Sequence[Shot], item_id: str, sample: int) -> list[Shot]:
         """The examples one sample of an item is shown: ``shots`` of them, drawn with ``seed``.

@@ -30,6 +30,7 @@ from clinjudge.judges import (
     SimpleChatCompletionClient,
     count_message_tokens,
 )
+from clinjudge.judges.clients import PLAIN_CALL, CallConfig
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import AttemptRecorder, retry_after, retry_send
@@ -271,6 +272,9 @@ def _message_text(message: LLMMessage) -> str:
 class RecordingClient(SimpleChatCompletionClient):
     """An AutoGen client for one agent: retries with the run's policy and records each attempt.
 
+    The adapter between AutoGen's ``ChatCompletionClient.create()`` and
+    :meth:`JudgeModel.generate_messages`, used by the magentic workflow's agents only.
+
     Args:
         context: The sample's context.
         agent: Agent name the calls are recorded under.
@@ -292,16 +296,19 @@ class RecordingClient(SimpleChatCompletionClient):
         extra: Mapping[str, Any],
         tools: Sequence[Any] = (),
     ) -> CreateResult:
+        # The AutoGen interface ends here: its arguments become the call's CallConfig (a
+        # reply schema under the json_schema key included).
+        config = CallConfig.from_create_args(
+            tools=tools,
+            json_output=json_output,
+            extra_create_args=extra,
+            variation=self._context.variation_for(self._agent, self._role),
+        )
         outcome = await self._context.send(
             self._agent,
             self._role,
             self._model,
-            lambda: self._model.create(
-                messages,
-                tools=tools,
-                json_output=json_output,
-                variation=self._context.variation_for(self._agent, self._role),
-            ),
+            lambda: self._model.generate_messages(messages, config),
             prompt=lambda: [_message_text(m) for m in messages],
         )
         assert outcome.result is not None
@@ -513,14 +520,13 @@ class SampleContext:
         role: str,
         calls: _AgentCalls,
         turns: list[ChatTurn],
-        *,
-        max_tokens: int | None = None,
+        config: CallConfig = PLAIN_CALL,
     ) -> CallOutcome:
         """One logical call over rendered turns without a rate limit: what :meth:`send` does,
         with the first attempt made here (one coroutine between the workflow and the model
         instead of four); a retry, rare, goes on with :func:`retry_after`'s schedule."""
         model = calls.model
-        variation = self.variation + calls.stance
+        config = config.varied(self.variation + calls.stance)
         models = self.models
         slots = None if self._calls_bounded else models.call_slots()
         # UTC: the same instant as local time, without a local-time conversion per call.
@@ -530,7 +536,7 @@ class SampleContext:
         number = models.call_started()
         failed: ProviderFault | None = None
         try:
-            outcome = await model.complete(turns, variation=variation, max_tokens=max_tokens)
+            outcome = await model.generate(turns, config)
         except ProviderFault as fault:
             failed = fault
         finally:
@@ -541,7 +547,7 @@ class SampleContext:
             self._record_attempt(agent, role, model.settings.model, started, outcome, None)
             return outcome
         self._record_attempt(agent, role, model.settings.model, started, None, failed)
-        again = functools.partial(model.complete, turns, variation=variation, max_tokens=max_tokens)
+        again = functools.partial(model.generate, turns, config)
         return await retry_after(
             failed,
             functools.partial(self._bounded, again, slots),
@@ -556,14 +562,13 @@ class SampleContext:
             return functools.partial(self._call, agent, role, calls)
         model = calls.model
 
-        async def call(turns: list[ChatTurn], *, max_tokens: int | None = None) -> CallOutcome:
+        async def call(turns: list[ChatTurn], config: CallConfig = PLAIN_CALL) -> CallOutcome:
+            varied = config.varied(self.variation_for(agent, role))
             return await self.send(
                 agent,
                 role,
                 model,
-                lambda: model.complete(
-                    turns, variation=self.variation_for(agent, role), max_tokens=max_tokens
-                ),
+                lambda: model.generate(turns, varied),
                 prompt=lambda: [t.content for t in turns],
             )
 

@@ -9,25 +9,17 @@ models it does not know (local servers) are not checked.
 from __future__ import annotations
 
 from clinjudge.judges import ModelSettings, count_message_tokens
-from clinjudge.judges.clients import bundled_model_map, model_map_names
+from clinjudge.judges.clients import provider_for
 from clinjudge.rubrics import Item, Rubric, render_messages
 
 
 def context_window(settings: ModelSettings) -> int | None:
-    """Input tokens the model accepts, when the bundled model map knows it.
+    """Input tokens the model accepts, when its provider knows (the bundled model map).
 
     Args:
         settings: The model's settings (``price_as`` names the model behind a deployment).
     """
-    if settings.is_mock:
-        return None
-    models = bundled_model_map()
-    for name in model_map_names(settings):
-        entry = models.get(name) or {}
-        limit = entry.get("max_input_tokens") or entry.get("max_tokens")
-        if isinstance(limit, int) and limit > 0:
-            return limit
-    return None
+    return provider_for(settings).context_window(settings)
 
 
 def oversized_item(

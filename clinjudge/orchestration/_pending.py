@@ -8,9 +8,10 @@ import asyncio
 from collections.abc import Iterator
 
 from clinjudge.orchestration._run_items import ITEM_CHUNK
-from clinjudge.orchestration._sample_runner import WorkUnit
+from clinjudge.orchestration._work_unit import WorkUnit
 from clinjudge.rubrics import Item
-from clinjudge.runs import RunStore, StoredItemReader, run_item_keys, stored_samples
+from clinjudge.runs import RunStore
+from clinjudge.runs.orchestration_reads import StoredItemReader, run_item_keys, stored_samples
 
 
 class PendingWork:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clinjudge.judges import JudgeModel, ModelSettings, ProviderFault
+from clinjudge.judges.clients import provider_for
 from clinjudge.orchestration._config import ConfigError
 from clinjudge.orchestration._probe_prep import PreparedProbe
 from clinjudge.orchestration._run_items import ListItems
@@ -76,7 +77,7 @@ def perturber_settings(judge: ModelSettings, model: str) -> ModelSettings:
     settings = judge.model_copy(
         update={"model": model, "temperature": 0.7, "json_mode": False, "max_tokens": 2048}
     )
-    if settings.is_mock:
+    if provider_for(settings).simulated:
         raise ConfigError(
             f"--perturber {model}: the simulated provider cannot rewrite text; name a real "
             "model (the judge may still be mock/...)",
@@ -129,7 +130,7 @@ async def _rewrite(
     last = "no reply"
     for _ in range(_ATTEMPTS):
         try:
-            outcome = await model.complete(_prompt(variant, edit))
+            outcome = await model.generate(_prompt(variant, edit))
         except ProviderFault as exc:
             last = f"perturber call failed: {exc}"
             if not exc.retryable:

@@ -11,10 +11,11 @@ from tenacity.wait import wait_exponential_jitter
 
 from clinjudge._util.timestamps import now
 from clinjudge.judges import TIMED_OUT, CallOutcome, JudgeModel, ModelSettings, ProviderFault
-from clinjudge.judges.clients import HF_PROVIDERS
+from clinjudge.judges.clients import CallConfig, provider_for
 from clinjudge.orchestration._config import RetryPolicy
 from clinjudge.rubrics import ChatTurn
-from clinjudge.runs import RunStore, calls_with_error
+from clinjudge.runs import RunStore
+from clinjudge.runs.orchestration_reads import calls_with_error
 
 AttemptRecorder = Callable[[datetime, CallOutcome | None, ProviderFault | None], None]
 
@@ -56,16 +57,9 @@ def timeout_advice(settings: ModelSettings, concurrency: int) -> str:
         settings: The judge model's settings.
         concurrency: The run's calls in flight at once.
     """
-    if settings.provider in HF_PROVIDERS:
-        # In-process: the calls in flight are one batch; fewer of them make more, smaller
-        # batches, each paying for its own prompts' prefill, and no sooner answer (#39,
-        # docs/models.md).
-        return (
-            f"calls take longer than --timeout {settings.timeout:g} s; an {settings.provider}/ "
-            "model runs in this process and a call's time includes the whole batch it shares "
-            f"(--concurrency {concurrency} items): raise --timeout (judge.timeout), e.g. to "
-            "twice the slowest call's time, and keep --concurrency at the batch size"
-        )
+    advice = provider_for(settings).timeout_advice(settings, concurrency)
+    if advice is not None:
+        return advice
     return (
         f"calls take longer than --timeout {settings.timeout:g} s; raise --timeout (judge."
         f"timeout) or lower --concurrency (now {concurrency}: a local server shares itself "
@@ -184,4 +178,5 @@ async def call_with_retries(
         record: Called once per attempt with its start time and outcome or fault.
         variation: Passed to the model (distinguishes samples for the simulated provider).
     """
-    return await retry_send(lambda: model.complete(turns, variation=variation), policy, record)
+    config = CallConfig(variation=variation)
+    return await retry_send(lambda: model.generate(turns, config), policy, record)

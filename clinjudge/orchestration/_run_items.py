@@ -16,7 +16,8 @@ from typing import overload
 
 from clinjudge.inputs import InputError, in_file_order, iter_audit_items, iter_items
 from clinjudge.rubrics import Item, Rubric
-from clinjudge.runs import RunStore, StagedItemRows, StoredItemReader, run_item_keys
+from clinjudge.runs import RunStore, StagedItemRows
+from clinjudge.runs.orchestration_reads import StoredItemReader, run_item_keys
 
 ITEM_CHUNK = 256
 """Items read (and written) at a time."""

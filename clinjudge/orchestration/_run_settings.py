@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel
 
 from clinjudge.judges import ModelSettings
+from clinjudge.judges.clients import provider_named
 from clinjudge.judges.workflows import registered_modes
 from clinjudge.orchestration._config import ConfigError, RunConfig, build_config, load_config_file
 
@@ -35,8 +36,6 @@ _PRM_OPTIONS = {
 }
 # Options that put a model on Ray: the PRM (``--prm``) and every hf/ judge model.
 _RAY_OPTIONS = ("ray", "ray_replicas")
-RAY_PROVIDERS = {"hf", "hf-hub"}
-"""Providers whose models run as Ray replicas with ``--ray`` (the in-process ``hf/`` judge)."""
 # Settings only one mode reads, by mode: {key in the mode's nested section: RunConfig field}.
 # Flat names (``panel_aggregate``, ``rounds``...) and nested sections (``panel: {aggregate:
 # mean}``, ``magentic: {rounds: 2}``) set the same fields; either given in another mode is an
@@ -128,7 +127,8 @@ def prm_settings(settings: Any, options: Mapping[str, Any]) -> dict[str, Any] | 
 
 
 def _on_ray(settings: Mapping[str, Any]) -> bool:
-    return str(settings.get("model", "")).split("/", 1)[0].lower() in RAY_PROVIDERS
+    # Only in-process models (the hf/ judge) run as Ray replicas with --ray.
+    return provider_named(str(settings.get("model", "")).split("/", 1)[0]).in_process
 
 
 def place_ray(

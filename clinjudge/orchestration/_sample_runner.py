@@ -43,7 +43,8 @@ from clinjudge.orchestration._collector import relaxed_collection
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, RunConfig
 from clinjudge.orchestration._context import ModelPool, SampleContext
 from clinjudge.orchestration._progress import RunProgress
-from clinjudge.rubrics import Item, Rubric, Shot, render_messages
+from clinjudge.orchestration._work_unit import WorkUnit
+from clinjudge.rubrics import Rubric, Shot, render_messages
 from clinjudge.runs import RunStore, workflow_rows
 
 if TYPE_CHECKING:
@@ -66,14 +67,6 @@ class RunWriteError(ClinJudgeError, RuntimeError):
 class CircuitBreakerOpen(ClinJudgeError, RuntimeError):
     """Model calls kept failing the same way (``max_consecutive_failures`` samples in a row);
     the run stopped, resumable, without storing those samples."""
-
-
-@dataclass(frozen=True)
-class WorkUnit:
-    """One sample of one item."""
-
-    item: Item
-    sample: int
 
 
 @dataclass

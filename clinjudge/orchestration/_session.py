@@ -29,19 +29,17 @@ from clinjudge.inputs import (
     validate_records,
 )
 from clinjudge.judges import (
-    JudgeModel,
     ModelSettings,
     count_message_tokens,
     count_tokens,
     price_per_token,
     token_prices,
 )
-from clinjudge.judges.clients import hash_model_files
 from clinjudge.judges.doclens import doclens_estimate_prompts
-from clinjudge.judges.workflows import prescore_evidence, workflow_for
+from clinjudge.judges.workflows import workflow_for
 from clinjudge.orchestration._cache_estimate import PromptCacheTally, cache_style
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, ConfigError, RunConfig
-from clinjudge.orchestration._context import ModelPool, resolve_run_personas
+from clinjudge.orchestration._context import resolve_run_personas
 from clinjudge.orchestration._fit import context_window, oversized_item
 from clinjudge.orchestration._pending import PendingWork
 from clinjudge.orchestration._preflight import check_doclens_config, check_prm_config
@@ -56,7 +54,6 @@ from clinjudge.orchestration._run_items import (
 from clinjudge.orchestration._sample_runner import (
     CircuitBreakerOpen,
     RunTally,
-    SampleRunner,
     WorkUnit,
 )
 from clinjudge.personas import PersonaSet
@@ -80,9 +77,7 @@ from clinjudge.runs import (
     flag_samples,
     insert_staged_items,
     item_row,
-    load_response_cache,
     now,
-    save_response_cache,
     write_in_one_transaction,
 )
 
@@ -670,7 +665,13 @@ async def _drive(
             run_id,
         )
         return tally
-    finish_run(store, run_id, prepared, agent)
+    try:
+        finish_run(store, run_id, prepared, agent)
+    except Exception as exc:
+        # Every sample is stored, but the run is not `completed` without its final scores and
+        # flags (a full disk, a store that refuses writes): say so, and a resume finishes it.
+        mark_failed(store, run_id, f"finishing the run: {exc}")
+        raise
     return tally
 
 
@@ -715,119 +716,6 @@ def run_in_new_loop(
     except (KeyboardInterrupt, asyncio.CancelledError):
         store.set_run_status(run_id, "interrupted")
         raise KeyboardInterrupt from None
-
-
-async def execute_run_async(
-    store: RunStore,
-    run_id: str,
-    prepared: PreparedRun,
-    *,
-    show_progress: bool = False,
-    progress_every: float | None = None,
-    batch_poll_interval: float | None = None,
-    model: JudgeModel | None = None,
-    handle_sigterm: bool = False,
-) -> RunTally:
-    """Produce every missing sample of a run, then write the final per-item scores (async).
-
-    Works inside an event loop that is already running (a notebook). Cancelling the task stops
-    the run cleanly: finished samples are stored, the run is marked ``interrupted`` and
-    ``CancelledError`` propagates.
-
-    Args:
-        store: The run store.
-        run_id: The run.
-        prepared: The run's config, rubric, items and shots.
-        show_progress: Draw a progress bar.
-        progress_every: Seconds between progress lines off a terminal (default
-            ``$CLINJUDGE_PROGRESS_SECONDS``, else 30).
-        batch_poll_interval: Send the work through the provider's batch API
-            (``check_batch_config`` passed), first polling after this many seconds; None
-            calls the models directly.
-        model: A prepared judge model (tests inject one); built from the config otherwise.
-        handle_sigterm: Treat SIGTERM as a cancellation (only for a loop this process owns).
-    """
-    config = prepared.config
-    assert config.judge is not None
-    agent = workflow_for(config.mode, prepared.rubric)[0]
-    if batch_poll_interval is not None:
-        # Imported here: the batch run builds on this module.
-        from clinjudge.orchestration._batch_run import BatchRun
-
-        batch = BatchRun(
-            store,
-            run_id,
-            prepared,
-            poll_interval=batch_poll_interval,
-            show_progress=show_progress,
-        )
-        return await drive_run(
-            store, run_id, prepared, batch.run, agent=agent, handle_sigterm=handle_sigterm
-        )
-    judge = ModelPool(config, prepared.rubric, model, personas=prepared.personas)
-    if config.cache:
-        judge.response_cache = load_response_cache(store, run_id)
-        # An hf/ model's cache key holds a hash of its weights (seconds for large ones): made
-        # here, off the event loop, not in the first call.
-        await asyncio.to_thread(hash_model_files, [config.judge, *config.roles.values()])
-    runner = SampleRunner(
-        store,
-        run_id,
-        prepared.rubric,
-        config,
-        judge,
-        prepared.shots,
-        show_progress=show_progress,
-        progress_every=progress_every,
-    )
-    units = pending_work(store, run_id, prepared)
-
-    async def work() -> RunTally:
-        try:
-            if config.prm is not None and config.prm.ray is not None:
-                # --prm with --ray: the items' PRM evidence is scored on Ray before judging
-                # starts (the one path that holds every pending item at once).
-                prescore_evidence(judge.shared_state, config.prm, [u.item for u in units])
-            return await runner.run(units)
-        finally:
-            units.close()
-            await judge.close()
-            # Stored samples wrote their replies with them; what is left belongs to samples
-            # the run did not store (Ctrl-C, a 401): kept so that --resume reuses them, unless
-            # the store refuses writes (its error is the one to report).
-            if runner.write_failure is None:
-                save_response_cache(store, judge.response_cache)
-
-    return await drive_run(
-        store, run_id, prepared, work, agent=agent, handle_sigterm=handle_sigterm
-    )
-
-
-def execute_run(
-    store: RunStore,
-    run_id: str,
-    prepared: PreparedRun,
-    *,
-    show_progress: bool = True,
-    progress_every: float | None = None,
-    model: JudgeModel | None = None,
-) -> RunTally:
-    """Produce every missing sample of a run, then write the final per-item scores.
-
-    The synchronous form of :func:`execute_run_async` (same arguments), for a thread without a
-    running event loop. Ctrl-C or SIGTERM stops the run cleanly: finished samples are stored,
-    the run is marked ``interrupted`` and ``KeyboardInterrupt`` propagates.
-    """
-    coroutine = execute_run_async(
-        store,
-        run_id,
-        prepared,
-        show_progress=show_progress,
-        progress_every=progress_every,
-        model=model,
-        handle_sigterm=True,
-    )
-    return run_in_new_loop(store, run_id, coroutine)
 
 
 @dataclass

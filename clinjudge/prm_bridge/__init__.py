@@ -13,7 +13,7 @@ from clinjudge._util.lazy_module import lazy_exports
 from clinjudge.prm_bridge._aggregate import AGGREGATES, aggregate, best_candidate
 from clinjudge.prm_bridge._backend import ChainScore, PRMModelError, PRMScorer, token_batches
 from clinjudge.prm_bridge._inputs import SEGMENTERS, Segmenter, load_chains
-from clinjudge.prm_bridge._metrics import evaluate
+from clinjudge.prm_bridge._metrics import EvalReport, evaluate
 from clinjudge.prm_bridge._presets import (
     PRMFormatError,
     load_format_file,
@@ -80,6 +80,7 @@ __all__ = [
     "AGGREGATES",
     "Chain",
     "ChainScore",
+    "EvalReport",
     "PRMDependencyError",
     "PRMEvidence",
     "PRMRunSettings",

@@ -24,9 +24,10 @@ from clinjudge.analysis import (
     Comparison,
     ComparisonRow,
     RunSummary,
-    block_summary,
     compare_runs,
+    computed_statistics,
     run_summary,
+    table_columns,
 )
 from clinjudge.reports._charts import (
     _diff_label,
@@ -51,18 +52,17 @@ from clinjudge.reports._document import (
 )
 from clinjudge.reports._probe_section import PROBE_NOTE, probe_comparison_table
 from clinjudge.reports._scores_section import DEFAULT_MAX_ITEMS, _scores_section
+from clinjudge.reports._statistic_cells import column_headers, compare_cells, statistic_cells
 from clinjudge.runs import RunStore, now
 
 
 def comparison_cells(row: ComparisonRow) -> list[str]:
-    """The formatted shots-to-latency cells of one `judge compare` row (terminal and report)."""
+    """The formatted shots-to-latency cells of one `judge compare` row (terminal and report):
+    the registry's ``compare`` columns between samples and mean |diff|."""
     return [
         str(row.shots),
         str(row.samples),
-        fmt_num(row.icc3k),
-        fmt_ci(row.icc3k_ci95),
-        fmt_num(row.alpha_ordinal),
-        fmt_num(row.ac2_ordinal),
+        *compare_cells(row, table_columns("compare")),
         fmt_num(row.mean_abs_diff),
         f"{row.failed_samples}/{row.samples_total}"
         + (f", {row.suspect_samples} suspect" if row.suspect_samples else ""),
@@ -95,10 +95,7 @@ def comparison_table(comparison: Comparison) -> _Table:
         "model",
         "shots",
         "samples",
-        "ICC(3,k)",
-        "95% CI",
-        "alpha ord.",
-        "AC2 ord.",
+        *column_headers(table_columns("compare")),
         "mean |diff|",
         "failed samples",
         "cost/item",
@@ -108,44 +105,36 @@ def comparison_table(comparison: Comparison) -> _Table:
 
 
 def attribute_table(agreement: AgreementAnalysis) -> _Table:
-    """Per-attribute agreement of one run, plus the pooled row."""
+    """Per-attribute agreement of one run, plus the pooled row: the registry's ``report``
+    columns (``analysis.register_statistic``)."""
+    columns = table_columns("report")
     rows, classes = [], []
     for name, block in agreement.blocks():
-        s = block_summary(block)
+        judged = block.judge_vs_physicians
         rows.append(
             [
                 name,
-                "binary" if s.binary else "ordinal",
-                fmt_num(s.n_units),
-                fmt_num(s.icc3k),
-                fmt_ci(s.icc3k_ci95),
-                fmt_num(s.alpha_ordinal),
-                fmt_num(s.ac2_ordinal),
-                fmt_num(s.median_difference, 2),
-                fmt_num(s.iqr, 2),
-                fmt_p(s.wilcoxon_p),
-                fmt_num(s.percent_agreement),
-                fmt_num(s.kappa),
-                fmt_num(s.raters_icc3k),
+                "binary" if block.binary else "ordinal",
+                fmt_num(judged.n_units if judged else None),
+                *statistic_cells(block, name, columns),
             ]
         )
         classes.append("pooled" if name == "pooled" else "")
-    header = [
-        "attribute",
-        "scale",
-        "units",
-        "ICC(3,k)",
-        "95% CI",
-        "alpha ord.",
-        "AC2 ord.",
-        "median diff",
-        "IQR",
-        "Wilcoxon p",
-        "% agree",
-        "kappa",
-        "raters' ICC(3,k)",
-    ]
+    header = ["attribute", "scale", "units", *column_headers(columns)]
     return _Table(header, rows, left=2, classes=classes)
+
+
+def _registered_notes(agreement: AgreementAnalysis) -> list[str]:
+    """Help lines of the registered statistics computed beyond the built-in ones that show in
+    the table (the built-in ones are described by the note under it)."""
+    shown = {(c.comparison, s) for c in table_columns("report") for s in c.statistic}
+    notes = []
+    for statistic in computed_statistics():
+        if (statistic.comparison, statistic.name) in shown and any(
+            statistic.name in (b.statistics or {}) for _, b in agreement.blocks()
+        ):
+            notes.append(f"{statistic.label or statistic.name}: {statistic.help}")
+    return notes
 
 
 def substitution_table(agreement: AgreementAnalysis) -> _Table:
@@ -251,7 +240,7 @@ def _run_section(
     doc.para(
         f"{agreement.n_items_rated} of {agreement.n_items_run} items rated by "
         f"{len(agreement.raters)} physician(s) ({', '.join(agreement.raters)}); the "
-        "judge's value is its final score (median of its valid samples).",
+        f"judge's value is its final score ({agreement.reducer} of its valid samples).",
         "meta",
     )
     doc.table(attribute_table(agreement))
@@ -261,6 +250,8 @@ def _run_section(
         "(zero differences dropped). Raters' ICC(3,k) is the physicians among themselves.",
         "note",
     )
+    for note in _registered_notes(agreement):
+        doc.para(note, "note")
     doc.html.append('<div class="charts">')
     doc.html.append(icc_chart(agreement))
     doc.html.append("</div>")

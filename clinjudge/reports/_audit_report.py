@@ -122,8 +122,8 @@ def render_audit_report(audit: AuditStatistics) -> tuple[str, str]:
     doc.table(_Table(header, rows))
     settings = audit.settings
     doc.para(
-        f"Final score per item is the median of its valid samples. CIs are percentile bootstraps "
-        f"of the mean ({settings.n_boot} resamples, seed {settings.seed}).",
+        f"Final score per item is the {audit.reducer} of its valid samples. CIs are percentile "
+        f"bootstraps of the mean ({settings.n_boot} resamples, seed {settings.seed}).",
         "note",
     )
     chart = _means_chart(audit, attributes)

@@ -58,6 +58,10 @@ from clinjudge.runs import (
     add_session,
     add_token,
     ensure_rating_tables,
+    record_save,
+    revoke_tokens,
+)
+from clinjudge.runs.report_reads import (
     item_claims,
     last_comment,
     plan_ratings,
@@ -66,9 +70,7 @@ from clinjudge.runs import (
     rater_scores,
     rating_item,
     rating_progress,
-    record_save,
     revealed_scores,
-    revoke_tokens,
     run_final_scores,
     session_holder,
     stored_plan,

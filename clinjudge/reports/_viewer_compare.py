@@ -1,10 +1,10 @@
 """Data of the compare page: runs side by side per item.
 
 Disagreement between runs is computed in DuckDB over the final scores
-(:func:`clinjudge.runs.disagreeing_items`): per item, the sum over attributes of the spread (max
-minus min) of the runs' final values; the page shows the items with the largest disagreement
-first. The agreement, cost and latency table is :func:`clinjudge.analysis.compare_runs`, the same
-as ``judge compare``.
+(:func:`clinjudge.runs.report_reads.disagreeing_items`): per item, the sum over attributes of the
+spread (max minus min) of the runs' final values; the page shows the items with the largest
+disagreement first. The agreement, cost and latency table is
+:func:`clinjudge.analysis.compare_runs`, the same as ``judge compare``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from clinjudge.reports._viewer_paging import page_window
 from clinjudge.reports._viewer_query import BadRequest
-from clinjudge.runs import (
+from clinjudge.runs import RunStore
+from clinjudge.runs.report_reads import (
     COMPARE_SORT_KINDS,
-    RunStore,
     disagreeing_items,
     final_scores_of_runs,
     item_counts,

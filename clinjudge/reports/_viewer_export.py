@@ -54,10 +54,9 @@ from clinjudge.reports._viewer_paging import clamp_page
 from clinjudge.reports._viewer_probe import probe_views
 from clinjudge.reports._viewer_render import render
 from clinjudge.reports._viewer_run import run_and_rubric
-from clinjudge.runs import (
-    FLAG_MEANINGS,
+from clinjudge.runs import FLAG_MEANINGS, RunStore
+from clinjudge.runs.report_reads import (
     ItemTable,
-    RunStore,
     is_audit_run,
     item_flag_rows_by_item,
     item_order,

@@ -3,7 +3,7 @@
 Every read selects one item of one run, so the page costs the same in a run of ten items or
 of a hundred thousand. Each read's rows are turned into the page's data by a function of the
 rows alone (``*_from_rows``), so the static export can read the same rows for many items at
-once (:func:`clinjudge.runs.item_table_rows_by_item`) and build identical pages.
+once (:func:`clinjudge.runs.report_reads.item_table_rows_by_item`) and build identical pages.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Any
 from clinjudge._util.modes import deciding_agent
 from clinjudge.prm_bridge import aggregate
 from clinjudge.rubrics import Rubric, SourceNote
-from clinjudge.runs import (
-    FINAL_AGENT,
-    RunStore,
+from clinjudge.runs import FINAL_AGENT, RunStore
+from clinjudge.runs.report_reads import (
     item_neighbours,
     item_ratings,
     item_table_rows,

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import statistics
 from typing import Any
 
 from clinjudge.reports._viewer_item import SampleView, Turn
-from clinjudge.rubrics import Rubric
+from clinjudge.rubrics import DEFAULT_REDUCER, Rubric, get_reducer
 
 PRM_STEP_LABELS = {
     "problem_completeness": "problem completeness: is the problem above complete?",
@@ -52,7 +51,8 @@ def score_rows(data: dict[str, Any], rubric: Rubric | None) -> list[dict[str, An
                 "final_status": final.get("status"),
                 "samples": per_sample,
                 "humans": ratings,
-                "human_median": statistics.median(present) if present else None,
+                # The registry's median, as agreement takes the physicians' (rubrics reducers)
+                "human_median": get_reducer(DEFAULT_REDUCER)(present) if present else None,
             }
         )
     return rows

@@ -29,10 +29,16 @@ from clinjudge.analysis import (
     doclens_report,
     run_rubric,
     score_distributions,
+    table_columns,
 )
 from clinjudge.errors import ClinJudgeError
 from clinjudge.reports._ppi_section import ppi_forest
 from clinjudge.reports._probe_section import PROBE_NOTE, probe_runs, probe_share_text
+from clinjudge.reports._statistic_cells import (
+    agreement_cells,
+    column_headers,
+    viewer_compare_cells,
+)
 from clinjudge.reports._viewer_compare import (
     compare_items,
     compare_sort_label,
@@ -50,7 +56,7 @@ from clinjudge.reports._viewer_query import (
     sort_choices,
     sort_label,
 )
-from clinjudge.reports._viewer_render import render
+from clinjudge.reports._viewer_render import fmt_num, render
 from clinjudge.reports._viewer_run import (
     distribution_charts,
     item_rows,
@@ -67,23 +73,19 @@ from clinjudge.reports._viewer_store import (
     read_store,
 )
 from clinjudge.reports._viewer_svg import forest, histogram
-from clinjudge.runs import (
-    FLAG_MEANINGS,
+from clinjudge.runs import FLAG_MEANINGS, RunStore, StoreError, quality_summary, status_label
+from clinjudge.runs.report_reads import (
     RUN_SORTS,
-    RunStore,
-    StoreError,
     audit_ratings,
     is_audit_run,
     is_prm_scoring_run,
     item_flag_counts,
     item_flag_rows,
     listed_neighbours,
-    quality_summary,
     run_failure_reasons,
     run_has_ratings,
     run_has_vendors,
     scored_listed_neighbours,
-    status_label,
 )
 
 log = logging.getLogger(__name__)
@@ -314,9 +316,14 @@ class Viewer:
                     bins = [(float(k), seen.get(float(k), 0)) for k in steps]
                 title = f"{name}: judge minus physicians' median"
                 differences.append((name, histogram([(f"{k:g}", n) for k, n in bins], title)))
+        columns = table_columns("viewer")
         return {
             "agreement": agreement,
-            "agreement_rows": rows,
+            "agreement_headers": column_headers(columns),
+            "agreement_table": [
+                (name, agreement_cells(agreement, name, columns, fmt_num), b.n_units)
+                for name, b in rows
+            ],
             "agreement_chart": chart,
             "difference_charts": differences,
         }
@@ -493,6 +500,7 @@ class Viewer:
             rated = any(run_has_ratings(store, r) for r in ids)
         default = sort == "disagreement" and desc
         state = {} if default else {"sort": sort, "desc": "1" if desc else "0"}
+        columns = table_columns("viewer_compare")
 
         def page_link(n: int) -> str | None:
             return links.compare(ids, page=n, **state)
@@ -506,6 +514,8 @@ class Viewer:
             **self._common(links, "Compare runs", any(r["simulated"] for r in runs)),
             runs=runs,
             table=table,
+            compare_headers=[c.label for c in columns],
+            compare_cells={r.run_id: viewer_compare_cells(r, columns, fmt_num) for r in table},
             notes=notes,
             listing=listing,
             keys=keys,

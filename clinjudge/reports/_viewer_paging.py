@@ -50,7 +50,7 @@ def clamp_page(page: int, total: int, per_page: int) -> Paging:
 
 def page_window(page: int, per_page: int) -> Callable[[int], Paging]:
     """Page ``page`` of a list once its length is known: the ``window`` the store's listings
-    (:func:`clinjudge.runs.run_items` and the like) ask for."""
+    (:func:`clinjudge.runs.report_reads.run_items` and the like) ask for."""
 
     def window(total: int) -> Paging:
         return clamp_page(page, total, per_page)

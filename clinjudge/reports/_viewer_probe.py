@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clinjudge.runs import RunStore, final_scores, probe_links, stored_items_by_id
+from clinjudge.runs import RunStore
+from clinjudge.runs.report_reads import final_scores, probe_links, stored_items_by_id
 
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 

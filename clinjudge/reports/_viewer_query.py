@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from clinjudge.errors import ClinJudgeError
-from clinjudge.runs import (
+from clinjudge.runs.report_reads import (
     ATTRIBUTE_SORTS,
     ITEM_SORT_KINDS,
     SCORED_SORT_KINDS,

@@ -16,9 +16,8 @@ from clinjudge.personas import PersonaSet
 from clinjudge.reports._viewer_paging import page_window
 from clinjudge.reports._viewer_query import ItemQuery
 from clinjudge.rubrics import Rubric
-from clinjudge.runs import (
-    RunStore,
-    StoreError,
+from clinjudge.runs import RunStore, StoreError, prompt_cache_totals
+from clinjudge.runs.report_reads import (
     calls_by_agent,
     final_score_counts,
     final_scores,
@@ -27,7 +26,6 @@ from clinjudge.runs import (
     item_list_extras,
     item_suspect_flags,
     probe_links,
-    prompt_cache_totals,
     run_has_ratings,
     run_has_steps,
     run_items,

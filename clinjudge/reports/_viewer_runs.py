@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from clinjudge.reports._viewer_paging import page_window
-from clinjudge.runs import RunStore, run_list, run_list_stats, run_statuses, status_label
+from clinjudge.runs import RunStore, status_label
+from clinjudge.runs.report_reads import run_list, run_list_stats, run_statuses
 
 
 def runs_page(
@@ -24,7 +25,7 @@ def runs_page(
 
     Args:
         store: The run store.
-        sort: One of :data:`clinjudge.runs.RUN_SORTS`.
+        sort: One of :data:`clinjudge.runs.report_reads.RUN_SORTS`.
         desc: Sort descending.
         query: Text matched (case-insensitive) against id, name, rubric, mode and models.
         status: Only runs with this status.

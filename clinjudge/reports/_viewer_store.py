@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from clinjudge._util.offline import connect_duckdb
 from clinjudge.errors import ClinJudgeError
-from clinjudge.runs import RunStore, StoreError, checkpoint_copy
+from clinjudge.runs import RunStore, StoreError
+from clinjudge.runs.report_reads import checkpoint_copy
 
 if TYPE_CHECKING:
     import duckdb

@@ -136,19 +136,6 @@ def schema_name(text: str) -> str:
     return (_NAME_CHARS.sub("_", text).strip("_") or "reply")[:64]
 
 
-def json_schema_args(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """``extra_create_args`` that ask our clients for structured output against a schema.
-
-    Every client of ours translates the ``json_schema`` key into what its endpoint understands
-    (or drops it) and never sends the key itself.
-
-    Args:
-        name: The schema's name (sanitised with :func:`schema_name`).
-        schema: The JSON Schema of the reply.
-    """
-    return {STRUCTURED_OUTPUT_KEY: {"name": schema_name(name), "schema": schema}}
-
-
 def allowed_values(schema: dict[str, Any]) -> list[int | None] | None:
     """The enum of a value schema, or None when it is not an enum (a proportion).
 

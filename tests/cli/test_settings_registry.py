@@ -13,7 +13,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from clinjudge import orchestration
 from clinjudge._api import DEFAULT_POLL_SECONDS
 from clinjudge.cli._app import COMMANDS
 from clinjudge.cli._common import FLAGS
@@ -30,6 +29,7 @@ from clinjudge.cli._options import (
 from clinjudge.judges import ModelSettings
 from clinjudge.judges.clients._settings import ReasoningEffort
 from clinjudge.orchestration import RetryPolicy, RunConfig, run_config_from
+from clinjudge.orchestration import _progress as progress
 from tests.cli._helpers import invoke
 from tests.factories import make_items, write_jsonl
 
@@ -81,7 +81,7 @@ def test_every_run_setting_is_a_field_or_a_known_composite() -> None:
 def test_choices_and_constants_match_the_library() -> None:
     allowed = typing.get_args(typing.get_args(SETTINGS["reasoning_effort"].type)[0])
     assert allowed == typing.get_args(ReasoningEffort)
-    assert PROGRESS_SECONDS_ENV == orchestration.PROGRESS_SECONDS_ENV
+    assert PROGRESS_SECONDS_ENV == progress.PROGRESS_SECONDS_ENV
     assert SETTINGS["poll_interval"].default == BATCH_POLL_SECONDS == DEFAULT_POLL_SECONDS
 
 

@@ -24,7 +24,7 @@ import jsonschema
 import pytest
 
 from clinjudge.judges import JudgeModel, ModelSettings, ProviderFault
-from clinjudge.judges.clients import ReplySchema, request_line, structured_reply
+from clinjudge.judges.clients import CallConfig, reply_schema_for, request_line
 from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges.doclens._prompts import (
     citation_schema,
@@ -274,15 +274,20 @@ def test_prompt_contract_is_written_from_the_schema(pdsqi9, tiny):
 # -- clients: what each provider path sends ----------------------------------------------------
 
 
-def _complete(settings: ModelSettings, rubric: Rubric, turns: list[ChatTurn], **kw: Any):
+def _complete(settings: ModelSettings, rubric: Rubric, turns: list[ChatTurn], config: CallConfig):
     async def go():
         model = JudgeModel(settings, rubric)
         try:
-            return await model.complete(turns, **kw)
+            return await model.generate(turns, config)
         finally:
             await model.close()
 
     return asyncio.run(go())
+
+
+def _asking(rubric: Rubric) -> CallConfig:
+    """A call asking for replies following the rubric's schema."""
+    return CallConfig(schema=reply_schema_for(rubric.name, rubric_json_schema(rubric)))
 
 
 def _expected_format(rubric: Rubric) -> dict[str, Any]:
@@ -302,11 +307,12 @@ def test_openai_clients_send_the_schema_strict(pdsqi9, turns, client):
         settings = ModelSettings(
             model="openai/local-judge", base_url=srv.base_url, timeout=5.0, client=client
         )
+        # The AutoGen adapter's form (our key in the extra arguments), then a CallConfig.
         arg = {"json_schema": {"name": "pdsqi9", "schema": rubric_json_schema(pdsqi9)}}
-        outcome = _complete(settings, pdsqi9, turns, extra_create_args=arg)
+        adapted = CallConfig.from_create_args(extra_create_args=arg)
+        outcome = _complete(settings, pdsqi9, turns, adapted)
         assert outcome.output_mode == "json_schema"
-        with structured_reply("pdsqi9", rubric_json_schema(pdsqi9)):
-            _complete(settings, pdsqi9, turns)
+        _complete(settings, pdsqi9, turns, _asking(pdsqi9))
     for body in srv.requests:
         assert body["response_format"] == _expected_format(pdsqi9)
         assert "json_schema" not in body  # our key is translated, never sent
@@ -319,8 +325,7 @@ def test_litellm_sends_the_schema_strict(pdsqi9, turns, monkeypatch):
         settings = ModelSettings(
             model="litellm/openai/local-judge", base_url=srv.base_url, timeout=10.0
         )
-        with structured_reply("pdsqi9", rubric_json_schema(pdsqi9)):
-            outcome = _complete(settings, pdsqi9, turns)
+        outcome = _complete(settings, pdsqi9, turns, _asking(pdsqi9))
     assert outcome.output_mode == "json_schema"
     (body,) = srv.requests
     assert body["response_format"] == _expected_format(pdsqi9)
@@ -372,8 +377,7 @@ def ollama() -> Iterator[str]:
 @pytest.mark.parametrize("route", ["ollama_chat", "ollama"])
 def test_ollama_native_gets_the_schema_as_format(pdsqi9, turns, ollama, route):
     settings = ModelSettings(model=f"{route}/llama3", base_url=ollama, timeout=10.0)
-    with structured_reply("pdsqi9", rubric_json_schema(pdsqi9)):
-        outcome = _complete(settings, pdsqi9, turns)
+    outcome = _complete(settings, pdsqi9, turns, _asking(pdsqi9))
     assert isinstance(JudgeModel(settings, pdsqi9).client, LiteLLMChatCompletionClient)
     assert parse_judgment(outcome.text, pdsqi9).values["accurate"] == 5
     (body,) = _OllamaHandler.bodies
@@ -383,7 +387,6 @@ def test_ollama_native_gets_the_schema_as_format(pdsqi9, turns, ollama, route):
 
 
 def test_modes_json_object_and_off(pdsqi9, turns):
-    schema = rubric_json_schema(pdsqi9)
     with FakeOpenAIServer() as srv:
         for mode in ("json_object", "off"):
             settings = ModelSettings(
@@ -393,8 +396,7 @@ def test_modes_json_object_and_off(pdsqi9, turns):
                 structured_output=mode,
                 json_mode=True,  # off wins over the older JSON-mode switch
             )
-            with structured_reply("pdsqi9", schema):
-                assert _complete(settings, pdsqi9, turns).output_mode == mode
+            assert _complete(settings, pdsqi9, turns, _asking(pdsqi9)).output_mode == mode
     assert srv.requests[0]["response_format"] == {"type": "json_object"}
     assert "response_format" not in srv.requests[1]
 
@@ -407,12 +409,8 @@ def test_forced_json_schema_does_not_fall_back(pdsqi9, turns):
             timeout=5.0,
             structured_output="json_schema",
         )
-        schema = rubric_json_schema(pdsqi9)
-        with (
-            structured_reply("pdsqi9", schema),
-            pytest.raises(ProviderFault, match="HTTP 400") as raised,
-        ):
-            _complete(settings, pdsqi9, turns)
+        with pytest.raises(ProviderFault, match="HTTP 400") as raised:
+            _complete(settings, pdsqi9, turns, _asking(pdsqi9))
     assert raised.value.output_mode == "json_schema" and not raised.value.retryable
     assert srv.schema_rejections == 1 and srv.request_count == 1
 
@@ -428,8 +426,8 @@ def test_auto_falls_back_once_per_model_under_concurrency(pdsqi9, turns, caplog,
         async def go():
             model = JudgeModel(settings, pdsqi9)
             try:
-                with structured_reply("pdsqi9", rubric_json_schema(pdsqi9)):
-                    return await asyncio.gather(*(model.complete(turns) for _ in range(6)))
+                config = _asking(pdsqi9)
+                return await asyncio.gather(*(model.generate(turns, config) for _ in range(6)))
             finally:
                 await model.close()
 
@@ -443,11 +441,11 @@ def test_auto_falls_back_once_per_model_under_concurrency(pdsqi9, turns, caplog,
 
 
 def test_batch_request_lines_carry_the_schema(pdsqi9, turns):
-    schema = ReplySchema(name="pdsqi9", schema=rubric_json_schema(pdsqi9))
+    config = _asking(pdsqi9)
 
     def line(**kw: Any) -> dict[str, Any]:
         settings = ModelSettings(model="openai/gpt-4o-mini", **kw)
-        return request_line(settings, "id-1", turns, schema=schema)["body"]
+        return request_line(settings, "id-1", turns, config)["body"]
 
     assert line()["response_format"] == _expected_format(pdsqi9)
     assert line(structured_output="json_object")["response_format"] == {"type": "json_object"}

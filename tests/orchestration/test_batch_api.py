@@ -21,8 +21,8 @@ from clinjudge.judges import (
     price_per_token,
 )
 from clinjudge.judges.clients import batch_price_per_token
-from clinjudge.judges.clients._accounting import call_cost
 from clinjudge.judges.clients._batch_lines import parse_result_line
+from clinjudge.judges.clients._pricing import call_cost
 from clinjudge.judges.clients._settings import Price
 from clinjudge.orchestration import (
     ConfigError,

@@ -34,13 +34,8 @@ from clinjudge.orchestration._batch_run import (
     execute_batch_run,
 )
 from clinjudge.rubrics import render_messages
-from clinjudge.runs import (
-    RunStore,
-    StoreError,
-    _provider_batches,
-    ensure_batch_tables,
-    iter_batch_requests,
-)
+from clinjudge.runs import RunStore, StoreError, _provider_batches, ensure_batch_tables
+from clinjudge.runs.orchestration_reads import iter_batch_requests
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from clinjudge.judges import CallOutcome, JudgeModel, ModelSettings, ProviderFault
+from clinjudge.judges.clients import PLAIN_CALL, CallConfig
 from clinjudge.judges.workflows import one_call_at_a_time, workflow_for
 from clinjudge.orchestration import (
     RetryPolicy,
@@ -59,7 +60,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 
 
 class _Scripted:
-    """Stands in for ``JudgeModel.complete``: raises the scripted faults in turn, then replies;
+    """Stands in for ``JudgeModel.generate``: raises the scripted faults in turn, then replies;
     notes what every attempt was sent."""
 
     def __init__(self, faults: tuple[str, ...], text: str):
@@ -67,10 +68,8 @@ class _Scripted:
         self.text = text
         self.sent: list[tuple[int, str, int | None]] = []
 
-    async def __call__(
-        self, turns: list[ChatTurn], *, variation: str = "", max_tokens: int | None = None
-    ) -> CallOutcome:
-        self.sent.append((len(turns), variation, max_tokens))
+    async def __call__(self, turns: list[ChatTurn], config: CallConfig = PLAIN_CALL) -> CallOutcome:
+        self.sent.append((len(turns), config.variation, config.max_tokens))
         await asyncio.sleep(0)
         if self.faults:
             raise _fault(self.faults.pop(0))
@@ -103,14 +102,14 @@ def _comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def _through(ctx: SampleContext, model: JudgeModel, fast: bool, turns: list[ChatTurn]):
     try:
         if fast:
-            return await ctx.call_fn("judge", "judge")(turns, max_tokens=123)
+            return await ctx.call_fn("judge", "judge")(turns, CallConfig(max_tokens=123))
         # The general path, as every call went before the call function made its own first
         # attempt: send() with an attempt function, retried by retry_send.
         return await ctx.send(
             "judge",
             "judge",
             model,
-            lambda: model.complete(turns, variation=ctx.variation, max_tokens=123),
+            lambda: model.generate(turns, CallConfig(max_tokens=123, variation=ctx.variation)),
         )
     except ProviderFault as fault:
         return fault
@@ -126,7 +125,7 @@ def test_call_fn_records_and_retries_as_send_does(
     for fast in (True, False):
         ctx, model = _context(pdsqi9, tmp_path)
         scripted = _Scripted(faults, "reply")
-        model.complete = scripted  # type: ignore[method-assign]
+        model.generate = scripted  # type: ignore[method-assign]
         result = asyncio.run(_through(ctx, model, fast, turns))
         seen[fast] = (result, ctx.calls, scripted.sent)
     (fast_result, fast_rows, fast_sent), (slow_result, slow_rows, slow_sent) = (
@@ -180,13 +179,13 @@ def test_a_cancelled_call_leaves_nothing_in_flight(
         )
         started = asyncio.Event()
 
-        async def hang(turns: list[ChatTurn], **_: Any) -> CallOutcome:
+        async def hang(turns: list[ChatTurn], *_: Any) -> CallOutcome:
             started.set()
             await asyncio.Event().wait()
             raise AssertionError("never answered")
 
-        model.complete = hang  # type: ignore[method-assign]
-        task = asyncio.ensure_future(ctx.call_fn("judge", "judge")(turns))
+        model.generate = hang  # type: ignore[method-assign]
+        task = asyncio.ensure_future(ctx.call_fn("judge", "judge")(turns, PLAIN_CALL))
         await started.wait()
         assert ctx.models.calls_in_flight()[0] == 1
         # Of the two slots, the call holds one unless its calls are bounded by the caller.
@@ -231,7 +230,8 @@ def test_a_single_judge_run_stays_within_concurrency(tmp_path: Path, pdsqi9: Rub
     in_flight = [0, 0]  # now, most seen
     failed_once: set[tuple[str, str]] = set()
 
-    async def complete(turns: list[ChatTurn], *, variation: str = "", **_: Any) -> CallOutcome:
+    async def generate(turns: list[ChatTurn], config: CallConfig = PLAIN_CALL) -> CallOutcome:
+        variation = config.variation
         in_flight[0] += 1
         in_flight[1] = max(in_flight)
         try:
@@ -245,7 +245,7 @@ def test_a_single_judge_run_stays_within_concurrency(tmp_path: Path, pdsqi9: Rub
         finally:
             in_flight[0] -= 1
 
-    model.complete = complete  # type: ignore[method-assign]
+    model.generate = generate  # type: ignore[method-assign]
     with RunStore(config.db) as store:
         run_id = create_run(store, prepared)
         runner = SampleRunner(store, run_id, prepared.rubric, config, model, show_progress=False)

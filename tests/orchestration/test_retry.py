@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from clinjudge.judges import CallOutcome, JudgeModel, ModelSettings, ProviderFault
+from clinjudge.judges.clients import CallConfig
 from clinjudge.orchestration import RetryPolicy
 from clinjudge.orchestration._retry import call_with_retries
 from clinjudge.rubrics import ChatTurn, Rubric, render_messages
@@ -158,9 +159,9 @@ class _Flaky:
         self.calls = 0
         self.variations: list[str] = []
 
-    async def complete(self, turns: list[Any], *, variation: str = "") -> CallOutcome:
+    async def generate(self, turns: list[Any], config: CallConfig) -> CallOutcome:
         self.calls += 1
-        self.variations.append(variation)
+        self.variations.append(config.variation)
         fault = self.faults.pop(0) if self.faults else None
         if fault is not None:
             raise fault

@@ -332,7 +332,8 @@ def test_search_reads_the_notes_text_not_their_json(tmp_path: Path) -> None:
     import json
 
     from clinjudge.reports._viewer_paging import page_window
-    from clinjudge.runs import ItemFilter, RunStore, run_items
+    from clinjudge.runs import RunStore
+    from clinjudge.runs.report_reads import ItemFilter, run_items
 
     notes = {
         "a": [{"id": "1", "text": 'Pt said "no pain"; café au lait spots'}],

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from clinjudge.rubrics import Item, SourceNote
-from clinjudge.runs import RunStore, StoredItemReader, item_row, write_in_one_transaction
+from clinjudge.runs import RunStore, item_row, write_in_one_transaction
+from clinjudge.runs.orchestration_reads import StoredItemReader
 
 _ODD = (
     "plain ASCII words, BP 138/84, [Note 2] ",

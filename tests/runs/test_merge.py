@@ -10,13 +10,8 @@ import duckdb
 import pytest
 
 from clinjudge.orchestration import ConfigError, RunConfig
-from clinjudge.orchestration._session import (
-    create_run,
-    execute_run,
-    parse_shard,
-    prepare_run,
-    shard_of,
-)
+from clinjudge.orchestration._execute import execute_run
+from clinjudge.orchestration._session import create_run, parse_shard, prepare_run, shard_of
 from clinjudge.runs import RunStore, StoreError, merge_databases
 from tests.factories import make_items, write_jsonl
 

@@ -24,7 +24,7 @@ from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_
 from clinjudge.runs import RunStore, delete_run, export_run, merge_databases
 from clinjudge.runs import _message_texts as message_texts
 from clinjudge.runs._store import SCHEMA_VERSION
-from clinjudge.runs._viewer_reads import item_table_rows, item_table_rows_by_item
+from clinjudge.runs.report_reads._viewer_reads import item_table_rows, item_table_rows_by_item
 from tests.factories import make_items, persona_of, responder, write_jsonl
 from tests.fake_openai import FakeOpenAIServer, pdsqi9_scores
 

@@ -180,7 +180,7 @@ def test_replaced_weights_never_get_the_old_models_cached_replies(
 
     def engine() -> object:
         (found,) = [
-            e for (s, _, _), (_, e) in _hf_client._ENGINES.items() if s.location == str(model)
+            e for (s, *_), (_, e) in _hf_client._ENGINES.items() if s.location == str(model)
         ]
         return found
 

@@ -29,7 +29,7 @@ from clinjudge.judges.clients._cache import (
     cache_key,
     cache_payload,
 )
-from clinjudge.orchestration import _session as session
+from clinjudge.orchestration import _execute as execute
 from clinjudge.runs import RunStore
 from clinjudge.runs._store import SCHEMA_VERSION
 from tests.cli._helpers import JUDGE, invoke, query, scalar
@@ -111,6 +111,7 @@ _IGNORED_VALUES: dict[str, Any] = {
     "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
     "ray": "local",
     "ray_replicas": 2,
+    "engine": "paged",
 }
 
 
@@ -397,14 +398,14 @@ def test_panel_replies_are_written_with_their_samples(
     # A MagenticOne discussion calls models from AutoGen's own tasks: its replies still reach
     # the sample's batch, leaving nothing for the end of the run.
     left: list[int] = []
-    real_save = session.save_response_cache
+    real_save = execute.save_response_cache
 
     def save(store: RunStore, cache: ResponseCache | None) -> int:
         written = real_save(store, cache)
         left.append(written)
         return written
 
-    monkeypatch.setattr(session, "save_response_cache", save)
+    monkeypatch.setattr(execute, "save_response_cache", save)
     data = write_jsonl(tmp_path / "items.jsonl", make_items(3))
     fake = PanelFake(personas="high_scorer,low_scorer")
     with FakeOpenAIServer(responder=fake) as server:

@@ -8,10 +8,7 @@ from clinjudge.judges.clients._accounting import (
     bundled_model_map,
     count_message_tokens,
     count_tokens,
-    counts_exactly,
     model_map_names,
-    price_per_token,
-    token_prices,
 )
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient
 from clinjudge.judges.clients._batch_api import (
@@ -31,20 +28,40 @@ from clinjudge.judges.clients._batch_api import (
 )
 from clinjudge.judges.clients._batch_lines import BatchLine, BatchResults
 from clinjudge.judges.clients._cache import ResponseCache, hash_model_files
+from clinjudge.judges.clients._call_config import PLAIN_CALL, CallConfig
 from clinjudge.judges.clients._faults import TIMED_OUT, ProviderFault
+from clinjudge.judges.clients._hf_warmup import DecodeTiming, measure_decoding
 from clinjudge.judges.clients._mock_client import register_simulated_replies
 from clinjudge.judges.clients._model import (
     CallOutcome,
     JudgeModel,
-    ModelConfigError,
     check_credentials,
 )
-from clinjudge.judges.clients._settings import HF_PROVIDERS, ModelSettings
-from clinjudge.judges.clients._structured import ReplySchema, structured_reply
+from clinjudge.judges.clients._pricing import (
+    context_window,
+    counts_exactly,
+    price_per_token,
+    token_prices,
+)
+from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
+from clinjudge.judges.clients._structured import ReplySchema, reply_schema_for
+from clinjudge.judges.clients.providers import (
+    ENTRY_POINT_GROUP,
+    HF_PROVIDERS,
+    Completion,
+    Generation,
+    PrefixCache,
+    Provider,
+    provider_for,
+    provider_named,
+    provider_names,
+    register_provider,
+)
 
 __all__ = [
     "BatchClient",
     "COUNT_ENCODING",
+    "ENTRY_POINT_GROUP",
     "HF_PROVIDERS",
     "BatchFile",
     "BatchFileError",
@@ -52,10 +69,17 @@ __all__ = [
     "BatchLineTooLarge",
     "BatchResults",
     "BatchState",
+    "CallConfig",
     "CallOutcome",
+    "Completion",
+    "DecodeTiming",
+    "Generation",
     "JudgeModel",
     "ModelConfigError",
     "ModelSettings",
+    "PLAIN_CALL",
+    "PrefixCache",
+    "Provider",
     "ProviderFault",
     "ReplySchema",
     "ResponseCache",
@@ -67,7 +91,13 @@ __all__ = [
     "batch_price_per_token",
     "batch_supported",
     "check_credentials",
+    "context_window",
+    "provider_for",
+    "provider_named",
+    "provider_names",
+    "register_provider",
     "hash_model_files",
+    "measure_decoding",
     "bundled_model_map",
     "check_batch_settings",
     "count_batch_files",
@@ -80,5 +110,5 @@ __all__ = [
     "token_prices",
     "register_simulated_replies",
     "request_line",
-    "structured_reply",
+    "reply_schema_for",
 ]

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from clinjudge.judges.clients._settings import (
-    AZURE_PROVIDERS,
-    HF_PROVIDERS,
-    OPENAI_PROVIDERS,
-    ModelSettings,
-)
+from clinjudge.judges.clients._settings import ModelSettings, Price
 
 _PRICE_FILE = "model_prices_and_context_window_backup.json"
 
@@ -84,59 +80,64 @@ class TokenPrices:
 
 
 FREE = TokenPrices(0.0, 0.0, 0.0, 0.0)
-
-ANTHROPIC_CACHE_READ = 0.1
-ANTHROPIC_CACHE_WRITE = 1.25
-"""Anthropic's published multipliers of the input price for prompt-cache reads and (5-minute)
-writes, used where litellm's map lists a Claude model without its cache prices (Anthropic's
-prompt-caching pricing page, docs.anthropic.com, as of 2025-11)."""
+"""What a simulated or in-process model's calls cost."""
 
 
-def _cache_prices(
-    settings: ModelSettings, entry: dict[str, Any], input_price: float
-) -> tuple[float, float]:
-    """Cache read and write prices per token from a map entry. A provider that publishes no
-    discount for a model gets none here: cached tokens are then priced as ordinary input."""
+BATCH_DISCOUNT = 0.5
+"""Share of the list price a batch request costs where the price map has no batch price."""
+
+CachePrices = Callable[[ModelSettings, dict[str, Any], float], tuple[float, float]]
+"""A provider's cache read and write prices per token from a price-map entry and the input
+price (see ``Provider.cache_prices``)."""
+
+
+def listed_cache_prices(entry: dict[str, Any], input_price: float) -> tuple[float, float]:
+    """Cache read and write prices per token as a map entry lists them; a model listed without
+    a discount gets none here: cached tokens are then priced as ordinary input.
+
+    Args:
+        entry: The model's entry in the price map.
+        input_price: Its input price per token.
+    """
     read = entry.get("cache_read_input_token_cost")
     write = entry.get("cache_creation_input_token_cost")
-    claude_elsewhere = settings.provider in {"bedrock", "vertex_ai"} and "claude" in settings.name
-    if settings.provider == "anthropic" or claude_elsewhere:
-        read = input_price * ANTHROPIC_CACHE_READ if read is None else read
-        write = input_price * ANTHROPIC_CACHE_WRITE if write is None else write
     return (
         input_price if read is None else float(read),
         input_price if write is None else float(write),
     )
 
 
-def token_prices(settings: ModelSettings) -> TokenPrices | None:
-    """The model's prices per token, or None when the model has no known price.
+def override_prices(price: Price) -> TokenPrices:
+    """Prices per token from a ``price`` in the settings; unset cache prices are the input's.
 
-    A ``price`` in the settings wins; its unset cache prices fall back to the input price.
-    Otherwise litellm's bundled map supplies all four (its ``cache_read_input_token_cost`` and
-    ``cache_creation_input_token_cost``, e.g. gpt-4o-mini $0.075/M cached against $0.15/M).
+    Args:
+        price: The settings' price override.
+    """
+    read = price.cached_input_per_mtok
+    write = price.cache_write_input_per_mtok
+    return TokenPrices(
+        input=price.input_per_mtok / 1e6,
+        output=price.output_per_mtok / 1e6,
+        cached_input=(price.input_per_mtok if read is None else read) / 1e6,
+        cache_write=(price.input_per_mtok if write is None else write) / 1e6,
+    )
+
+
+def map_prices(settings: ModelSettings, cache_prices: CachePrices) -> TokenPrices | None:
+    """The model's prices per token from litellm's bundled map (its
+    ``cache_read_input_token_cost`` and ``cache_creation_input_token_cost`` too, e.g.
+    gpt-4o-mini $0.075/M cached against $0.15/M), or None when the map has no price.
 
     Args:
         settings: The model's settings.
+        cache_prices: The provider's reading of an entry's cache prices.
     """
-    price = settings.price
-    if price is not None:
-        read = price.cached_input_per_mtok
-        write = price.cache_write_input_per_mtok
-        return TokenPrices(
-            input=price.input_per_mtok / 1e6,
-            output=price.output_per_mtok / 1e6,
-            cached_input=(price.input_per_mtok if read is None else read) / 1e6,
-            cache_write=(price.input_per_mtok if write is None else write) / 1e6,
-        )
-    if settings.is_mock or settings.provider in HF_PROVIDERS:  # simulated, or run in this process
-        return FREE
     prices = bundled_model_map()
     for name in model_map_names(settings):
         entry = prices.get(name)
         if entry and "input_cost_per_token" in entry:
             input_price = float(entry["input_cost_per_token"])
-            read, write = _cache_prices(settings, entry, input_price)
+            read, write = cache_prices(settings, entry, input_price)
             return TokenPrices(
                 input=input_price,
                 output=float(entry.get("output_cost_per_token", 0.0)),
@@ -146,36 +147,41 @@ def token_prices(settings: ModelSettings) -> TokenPrices | None:
     return None
 
 
-def price_per_token(settings: ModelSettings) -> tuple[float, float] | None:
-    """Dollars per input and per output token, or None when the model has no known price.
-
-    Args:
-        settings: The model's settings (its ``price`` override wins).
-    """
-    prices = token_prices(settings)
-    return None if prices is None else (prices.input, prices.output)
-
-
-def call_cost(
-    settings: ModelSettings,
-    prompt_tokens: int,
-    completion_tokens: int,
-    cached_input_tokens: int = 0,
-    cache_write_tokens: int = 0,
-) -> float | None:
-    """Dollar cost of one call, or None when the price is unknown.
+def map_batch_prices(
+    settings: ModelSettings, listed: TokenPrices | None
+) -> tuple[float, float] | None:
+    """Dollars per input and output token of a batch request: the map's batch prices, or
+    :data:`BATCH_DISCOUNT` of the listed ones; None when neither is known.
 
     Args:
         settings: The model's settings.
-        prompt_tokens: Tokens sent, the cached and cache-written ones included.
-        completion_tokens: Tokens generated.
-        cached_input_tokens: Of the prompt, tokens read from the provider's prompt cache.
-        cache_write_tokens: Of the prompt, tokens written to the prompt cache.
+        listed: The model's ordinary prices.
     """
-    prices = token_prices(settings)
-    if prices is None:
+    prices = bundled_model_map()
+    for name in model_map_names(settings):
+        entry = prices.get(name) or {}
+        if "input_cost_per_token_batches" in entry:
+            return float(entry["input_cost_per_token_batches"]), float(
+                entry.get("output_cost_per_token_batches", 0.0)
+            )
+    if listed is None:
         return None
-    return prices.cost(prompt_tokens, completion_tokens, cached_input_tokens, cache_write_tokens)
+    return listed.input * BATCH_DISCOUNT, listed.output * BATCH_DISCOUNT
+
+
+def map_context_window(settings: ModelSettings) -> int | None:
+    """Input tokens the model accepts, when the bundled model map knows it.
+
+    Args:
+        settings: The model's settings (``price_as`` names the model behind a deployment).
+    """
+    models = bundled_model_map()
+    for name in model_map_names(settings):
+        entry = models.get(name) or {}
+        limit = entry.get("max_input_tokens") or entry.get("max_tokens")
+        if isinstance(limit, int) and limit > 0:
+            return limit
+    return None
 
 
 def cost_at(
@@ -198,19 +204,15 @@ def _encoding() -> Any:
     return tiktoken.get_encoding(COUNT_ENCODING)
 
 
-def counts_exactly(settings: ModelSettings) -> bool:
-    """Whether :func:`count_tokens` counts with the model's own tokenizer: an OpenAI model
-    (``openai/``, ``azure/``; ``price_as`` names a deployment's model) that tiktoken maps to
-    :data:`COUNT_ENCODING`. Other models' tokenizers are unknown here, so their counts are
-    approximate (a local model's own tokenizer may count 10-20% more).
+def tiktoken_counts_exactly(settings: ModelSettings) -> bool:
+    """Whether tiktoken maps the model (``price_as`` names a deployment's model) to
+    :data:`COUNT_ENCODING`, so that :func:`count_tokens` counts with its own tokenizer.
 
     Args:
         settings: The model's settings.
     """
     from tiktoken.model import encoding_name_for_model
 
-    if settings.provider not in OPENAI_PROVIDERS | AZURE_PROVIDERS:
-        return False
     name = (settings.price_as or settings.name).rsplit("/", 1)[-1]
     try:
         return encoding_name_for_model(name) == COUNT_ENCODING

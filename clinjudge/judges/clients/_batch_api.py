@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sys
 import tempfile
-import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
@@ -23,26 +21,20 @@ from typing import IO, Any, TypeVar
 import httpx
 
 from clinjudge.errors import UserError
-from clinjudge.judges.clients._accounting import (
-    bundled_model_map,
-    cost_at,
-    model_map_names,
-    price_per_token,
-)
+from clinjudge.judges.clients._accounting import cost_at
 from clinjudge.judges.clients._batch_lines import BatchResults
+from clinjudge.judges.clients._call_config import PLAIN_CALL, CallConfig
 from clinjudge.judges.clients._faults import classify_fault, redact_secrets
-from clinjudge.judges.clients._model import ModelConfigError, _api_key, _sampling_args
-from clinjudge.judges.clients._settings import AZURE_PROVIDERS, OPENAI_PROVIDERS, ModelSettings
+from clinjudge.judges.clients._pricing import price_per_token
+from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings, sampling_args
 from clinjudge.judges.clients._structured import OutputMode, ReplySchema, openai_response_format
+from clinjudge.judges.clients.providers import provider_for
 from clinjudge.rubrics import ChatTurn
 
 T = TypeVar("T")
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
 """Batch states after which nothing more will be answered."""
-
-BATCH_DISCOUNT = 0.5
-"""Share of the list price a batch request costs when the price map has no batch price."""
 
 COMPLETION_WINDOW = "24h"
 
@@ -180,7 +172,7 @@ def count_batch_files(lines: Iterable[dict[str, Any]]) -> int:
 
 def batch_supported(settings: ModelSettings) -> bool:
     """Whether a model's provider has a batch API we can drive (OpenAI and Azure OpenAI)."""
-    return settings.provider in OPENAI_PROVIDERS | AZURE_PROVIDERS
+    return provider_for(settings).batch_endpoint is not None
 
 
 def batch_price_per_token(settings: ModelSettings) -> tuple[float, float] | None:
@@ -192,19 +184,9 @@ def batch_price_per_token(settings: ModelSettings) -> tuple[float, float] | None
     Args:
         settings: The model's settings.
     """
-    if settings.price is not None or settings.is_mock:
+    if settings.price is not None:
         return price_per_token(settings)
-    prices = bundled_model_map()
-    for name in model_map_names(settings):
-        entry = prices.get(name) or {}
-        if "input_cost_per_token_batches" in entry:
-            return float(entry["input_cost_per_token_batches"]), float(
-                entry.get("output_cost_per_token_batches", 0.0)
-            )
-    listed = price_per_token(settings)
-    if listed is None:
-        return None
-    return listed[0] * BATCH_DISCOUNT, listed[1] * BATCH_DISCOUNT
+    return provider_for(settings).batch_price_per_token(settings)
 
 
 def batch_call_cost(
@@ -241,8 +223,7 @@ def request_line(
     settings: ModelSettings,
     custom_id: str,
     turns: Sequence[ChatTurn],
-    *,
-    schema: ReplySchema | None = None,
+    config: CallConfig = PLAIN_CALL,
 ) -> dict:
     """One line of a batch input file: the chat request a single judge would send.
 
@@ -250,21 +231,27 @@ def request_line(
         settings: Model and sampling settings (the model name, or the Azure deployment).
         custom_id: Identifies the request in the results.
         turns: The conversation.
-        schema: The reply schema (``rubric_json_schema``), sent as strict structured output
-            unless ``structured_output`` says otherwise (a batch cannot fall back per call:
-            OpenAI's and Azure's batch APIs take schemas, so ``auto`` sends it).
+        config: The call, as :meth:`JudgeModel.generate` takes it (``judge_call_config``):
+            its reply schema is sent as strict structured output unless
+            ``structured_output`` says otherwise (a batch cannot fall back per call: OpenAI's
+            and Azure's batch APIs take schemas, so ``auto`` sends it); its cap on generated
+            tokens and request arguments as a direct call sends them.
     """
+    if config.max_tokens is not None and config.max_tokens != settings.max_tokens:
+        settings = settings.model_copy(update={"max_tokens": config.max_tokens})
     body: dict[str, Any] = {
         "model": settings.name,
         "messages": [{"role": t.role, "content": t.content} for t in turns],
-        **_sampling_args(settings),
+        **sampling_args(settings),
+        **config.request_args(),
     }
+    schema = config.schema
     mode = batch_output_mode(settings, schema)
     if mode == "json_schema" and schema is not None:
         body["response_format"] = openai_response_format(schema)
     elif mode == "json_object":
         body["response_format"] = {"type": "json_object"}
-    url = "/chat/completions" if settings.provider in AZURE_PROVIDERS else "/v1/chat/completions"
+    url = provider_for(settings).batch_endpoint
     return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
 
 
@@ -396,8 +383,7 @@ class BatchClient:
     @property
     def endpoint(self) -> str:
         """The endpoint every request of a batch goes to."""
-        azure = self.settings.provider in AZURE_PROVIDERS
-        return "/chat/completions" if azure else "/v1/chat/completions"
+        return provider_for(self.settings).batch_endpoint or ""
 
     async def upload(self, file: BatchFile) -> str:
         """Upload a batch input file (:func:`pack_batch_file`'s); returns the file id."""
@@ -506,51 +492,9 @@ def check_batch_settings(settings: ModelSettings) -> None:
             f"model {settings.model}: a batch run needs an openai/ or azure/ model "
             "(the OpenAI and Azure OpenAI batch APIs)"
         )
-    if settings.provider in AZURE_PROVIDERS:
-        _azure_endpoint(settings)
-        _api_key(settings, required=True)
-    else:
-        _api_key(settings, required=settings.base_url is None)
-
-
-def _azure_endpoint(settings: ModelSettings) -> str:
-    endpoint = settings.base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
-    if not endpoint:
-        raise ModelConfigError(
-            f"model {settings.model}: set base_url or AZURE_OPENAI_ENDPOINT to the Azure endpoint"
-        )
-    return endpoint
+    provider_for(settings).check_batch(settings)
 
 
 def _sdk_client(settings: ModelSettings) -> Any:
-    import openai
-
-    # The SDK's own retries suit these few control-plane calls (upload, create, poll).
-    timeout = max(settings.timeout, 300.0)
-    if settings.provider in AZURE_PROVIDERS:
-        version = settings.api_version or os.environ.get("OPENAI_API_VERSION") or "2024-10-21"
-        endpoint, query = _split_query(_azure_endpoint(settings))
-        return openai.AsyncAzureOpenAI(
-            azure_endpoint=endpoint or "",
-            default_query=query,
-            api_version=version,
-            api_key=_api_key(settings, required=True),
-            timeout=timeout,
-            max_retries=5,
-        )
-    key = _api_key(settings, required=settings.base_url is None) or "not-needed"
-    base_url, query = _split_query(settings.base_url)
-    return openai.AsyncOpenAI(
-        base_url=base_url, api_key=key, timeout=timeout, max_retries=5, default_query=query
-    )
-
-
-def _split_query(url: str | None) -> tuple[str | None, dict[str, str] | None]:
-    """A base URL without its query string, and the query's parameters: the SDK appends each
-    endpoint's path to the base URL, so a query left there would end up mid-path (a direct
-    run keeps it at the end of every request's URL; the SDK does that with default_query)."""
-    if url is None or "?" not in url:
-        return url, None
-    parts = urllib.parse.urlsplit(url)
-    query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-    return urllib.parse.urlunsplit(parts._replace(query="")), query or None
+    """The provider's SDK client for its Files and Batches endpoints."""
+    return provider_for(settings).batch_client(settings)

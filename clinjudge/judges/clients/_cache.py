@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationErr
 
 from clinjudge.judges.clients._base_client import check_token_count, message_text
 from clinjudge.judges.clients._faults import ProviderFault, redact_url
-from clinjudge.judges.clients._settings import HF_PROVIDERS, ModelSettings
+from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
+from clinjudge.judges.clients.providers import provider_for
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +49,27 @@ lack the field, so they can never equal a key made now, and API models' keys, wh
 not change, stay valid (a new version would drop every reply they paid for)."""
 
 NOT_IN_KEY = frozenset(
-    {"api_key_env", "timeout", "max_reply_bytes", "rpm", "tpm", "price", "ray", "ray_replicas"}
+    {
+        "api_key_env",
+        "timeout",
+        "max_reply_bytes",
+        "rpm",
+        "tpm",
+        "price",
+        "ray",
+        "ray_replicas",
+        "engine",
+    }
 )
 """ModelSettings fields left out of the key because they cannot change what a model answers:
 which variable holds the key, how long to wait and how much to read (they decide whether a reply
-arrives, not what it says), pacing, the price, and where an ``hf/`` model runs (Ray). Every
-other field, including any added later, is part of the key."""
+arrives, not what it says), pacing, the price, and where and how an ``hf/`` model runs (Ray, its
+decoding engine: both engines give the same greedy replies, tested). Every other field,
+including any added later, is part of the key."""
 
-# Where each provider's client looks for an endpoint or API version the settings do not give
-# (the OpenAI SDK, autogen's Azure client, litellm): two runs with different values in the
-# environment reach different servers.
-_ENDPOINT_ENV: dict[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"),
-    "azure": ("AZURE_OPENAI_ENDPOINT", "AZURE_API_BASE"),
-    "azure_openai": ("AZURE_OPENAI_ENDPOINT", "AZURE_API_BASE"),
-    "mock": (),
-}
+# Where a client looks for an API version the settings do not give (the OpenAI SDK, autogen's
+# Azure client, litellm); each provider names its endpoint variables: two runs with different
+# values in the environment reach different servers.
 _VERSION_ENV = ("OPENAI_API_VERSION", "AZURE_API_VERSION")
 
 _SCOPE: contextvars.ContextVar[object | None] = contextvars.ContextVar(
@@ -89,14 +95,12 @@ def _endpoint(url: str | None) -> str | None:
 def _from_environment(settings: ModelSettings) -> dict[str, str | None]:
     """Endpoint and API version the client reads from the environment, where the settings
     give none."""
-    provider = settings.provider.upper()
+    provider = provider_for(settings)
     found: dict[str, str | None] = {}
     if settings.base_url is None:
-        names = _ENDPOINT_ENV.get(
-            settings.provider, (f"{provider}_API_BASE", f"{provider}_BASE_URL")
-        )
+        names = provider.endpoint_variables(settings)
         found.update((name, _endpoint(os.environ.get(name))) for name in names)
-    if settings.api_version is None and not settings.is_mock:
+    if settings.api_version is None and provider.reads_api_version:
         found.update((name, os.environ.get(name)) for name in _VERSION_ENV)
     return {name: value for name, value in found.items() if value}
 
@@ -156,7 +160,7 @@ def cache_payload(
     }
     if extra_args:
         payload["extra"] = dict(extra_args)
-    if settings.provider in HF_PROVIDERS:
+    if provider_for(settings).in_process:
         payload["model_files"] = model_files_key(settings)
     return payload
 
@@ -170,7 +174,7 @@ def hash_model_files(models: Iterable[ModelSettings | None]) -> None:
         models: The run's model settings (None entries and API models are skipped).
     """
     for settings in models:
-        if settings is not None and settings.provider in HF_PROVIDERS:
+        if settings is not None and provider_for(settings).in_process:
             with contextlib.suppress(ProviderFault):
                 model_files_key(settings)
 
@@ -186,9 +190,7 @@ def model_files_key(settings: ModelSettings) -> str:
         ProviderFault: The files cannot be read, or the hub commit cannot be found (not
             retryable: the call could not be sent either).
     """
-    # Imported here: the module imports the model client, which imports this one.
     from clinjudge.judges.clients._hf_source import model_fingerprint, source_of
-    from clinjudge.judges.clients._model import ModelConfigError
 
     try:
         return model_fingerprint(source_of(settings.model))

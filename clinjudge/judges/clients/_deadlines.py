@@ -11,12 +11,32 @@ several microseconds of CPU on every model call.
 The cancellation follows ``asyncio.timeout``: an overdue call's task is cancelled; when it
 finishes, the cancellation is taken back (``Task.uncancel``), and a ``CancelledError`` becomes a
 ``TimeoutError`` unless someone else also cancelled the task.
+
+A model run in this process (``hf/``) is not a remote endpoint whose silence means trouble: a
+call's time is its whole batch's, which on a CPU can be minutes while every step brings a new
+token (#39). Its deadlines follow the model's progress: with ``progress`` given, a call is
+overdue only when the model has also made no progress (no new token, no batch begun, no load
+under way) for ``delay`` seconds, so a run fails when decoding stops, not when it is slow.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+ProgressAge = Callable[[], float | None]
+"""Seconds since the model last made progress; None when that is not known (the call's own
+deadline then holds)."""
+
+
+@runtime_checkable
+class ReportsProgress(Protocol):
+    """A client whose model runs in this process and says when it last made progress."""
+
+    def progress_age(self) -> float | None:
+        """Seconds since the model last made progress (see :data:`ProgressAge`)."""
 
 
 class CallDeadline:
@@ -36,12 +56,18 @@ class CallDeadlines:
 
     Args:
         loop: The running loop the calls are made on.
-        delay: Seconds each call may take.
+        delay: Seconds each call may take (with ``progress``: seconds the model may go without
+            progress while a call waits).
+        progress: The model's progress (see :data:`ProgressAge`); None bounds each call by the
+            wall clock alone.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, delay: float, progress: ProgressAge | None = None
+    ):
         self.loop = loop
         self.delay = delay
+        self.progress = progress
         self._in_flight: OrderedDict[CallDeadline, None] = OrderedDict()
         self._timer: asyncio.TimerHandle | None = None
 
@@ -76,16 +102,26 @@ class CallDeadlines:
     def _expire(self) -> None:
         self._timer = None
         now = self.loop.time()
+        # A call is due at its own deadline or ``delay`` after the model's last progress,
+        # whichever is later: still in the order the calls started, as every call shares the
+        # model's progress.
+        stalled_until = self._stalled_until(now)
         in_flight = self._in_flight
         while in_flight:
             entry = next(iter(in_flight))
-            if entry.when > now:
+            due = max(entry.when, stalled_until)
+            if due > now:
                 # Later calls have later deadlines: the next one due sets the timer.
-                self._timer = self.loop.call_at(entry.when, self._expire)
+                self._timer = self.loop.call_at(due, self._expire)
                 return
             del in_flight[entry]
             entry.expired = True
             entry.task.cancel()
+
+    def _stalled_until(self, now: float) -> float:
+        """``delay`` seconds after the model's last progress (minus infinity without one)."""
+        age = self.progress() if self.progress is not None else None
+        return -float("inf") if age is None else now - max(age, 0.0) + self.delay
 
     @property
     def in_flight(self) -> int:

@@ -24,14 +24,16 @@ from autogen_core.models import CreateResult, LLMMessage, ModelInfo, RequestUsag
 
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, to_openai_messages
 from clinjudge.judges.clients._faults import ProviderFault
+from clinjudge.judges.clients._hf_options import ENGINE_ENV as ENGINE_ENV
+from clinjudge.judges.clients._hf_options import ENGINES as ENGINES
+from clinjudge.judges.clients._hf_options import resolve_engine
 from clinjudge.judges.clients._hf_source import (
     HUB_PROVIDER,
     ModelSource,
     files_signature,
     resolve_source,
 )
-from clinjudge.judges.clients._model import ModelConfigError
-from clinjudge.judges.clients._settings import ModelSettings
+from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, Rubric
 
 if TYPE_CHECKING:
@@ -64,13 +66,16 @@ HF_MODEL_INFO = ModelInfo(
     multiple_system_messages=False,
 )
 
-_ENGINES: dict[tuple[ModelSource, str, str], tuple[tuple[object, ...], LocalModel]] = {}
-"""The loaded model of each (source, device, dtype), with its files' stat identity then."""
+_ENGINES: dict[tuple[ModelSource, str, str, str], tuple[tuple[object, ...], LocalModel]] = {}
+"""The loaded model of each (source, device, dtype, engine), with its files' stat identity
+then."""
 _BATCHERS: dict[int, MicroBatcher[GenerationRequest, GenerationResult]] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") -> LocalModel:
+def local_model(
+    source: ModelSource, device: str = "auto", dtype: str = "auto", engine: str = "padded"
+) -> LocalModel:
     """The process-wide model for a source, device and dtype (created unloaded); a new one
     when the files changed since (replaced weights are never answered by the old model, whose
     replies the response cache would then keep under the new files' key).
@@ -79,6 +84,7 @@ def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") 
         source: Where the files are.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto``, ``bfloat16``, ``float16`` or ``float32``.
+        engine: ``padded`` or ``paged``.
 
     Raises:
         ProviderFault: torch, transformers or llguidance is not installed (not retryable).
@@ -87,16 +93,17 @@ def local_model(source: ModelSource, device: str = "auto", dtype: str = "auto") 
     _require_extra()
     from clinjudge.judges.clients._hf_engine import LocalModel
 
-    key = (source, device, dtype)
+    key = (source, device, dtype, engine)
     signature = files_signature(source)
     with _ENGINES_LOCK:
         known = _ENGINES.get(key)
         if known is None or known[0] != signature:
-            known = _ENGINES[key] = (signature, LocalModel(source, device=device, dtype=dtype))
+            loaded = LocalModel(source, device=device, dtype=dtype, engine=engine)
+            known = _ENGINES[key] = (signature, loaded)
         return known[1]
 
 
-def _loaded(key: tuple[ModelSource, str, str]) -> LocalModel | None:
+def _loaded(key: tuple[ModelSource, str, str, str]) -> LocalModel | None:
     """The model of ``key`` when it is loaded (for token counts before a call)."""
     known = _ENGINES.get(key)
     return known[1] if known is not None and known[1].ready else None
@@ -129,7 +136,7 @@ def _batcher(engine: LocalModel) -> MicroBatcher[GenerationRequest, GenerationRe
                 # Requests that arrive while the model loads share the first batch.
                 await asyncio.wrap_future(engine.start_loading())
                 if configured is None:
-                    created.max_batch = 8 if engine.device == "cpu" else 32
+                    created.max_batch = batch_size_for(engine)
 
             window_ms = float(os.environ.get(WINDOW_ENV) or DEFAULT_WINDOW_MS)
             created: MicroBatcher[GenerationRequest, GenerationResult] = MicroBatcher(
@@ -143,6 +150,16 @@ def _batcher(engine: LocalModel) -> MicroBatcher[GenerationRequest, GenerationRe
             )
             batcher = _BATCHERS[id(engine)] = created
         return batcher
+
+
+def batch_size_for(engine: LocalModel) -> int:
+    """Most requests per batch of a loaded model: ``CLINJUDGE_HF_MAX_BATCH``, else 8 on a CPU
+    and 32 on a GPU.
+
+    Args:
+        engine: The model (loaded: its device is known).
+    """
+    return _env_int(MAX_BATCH_ENV) or (8 if engine.device == "cpu" else 32)
 
 
 def _cancel(request: GenerationRequest) -> None:
@@ -199,6 +216,7 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         seed: Seeds each batch's sampling.
         device: ``auto`` (a CUDA GPU when there is one), ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto`` (bfloat16 on GPU, float32 on CPU), ``bfloat16``, ``float16``, ``float32``.
+        engine: ``padded`` or ``paged`` (None: ``CLINJUDGE_HF_ENGINE``, else ``padded``).
         rubric: The run's rubric: its gates (``synthesized`` null exactly when ``abstraction``
             is 0) are written into reply schemas that carry both keys, which strict-mode
             schemas cannot say, so constrained replies never break them.
@@ -219,6 +237,7 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         seed: int | None = None,
         device: str = "auto",
         dtype: str = "auto",
+        engine: str | None = None,
         rubric: Rubric | None = None,
         hub: bool = False,
     ):
@@ -230,6 +249,9 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         self.seed = seed
         self.device = device
         self.dtype = dtype
+        self.hf_engine = resolve_engine(engine)
+        self._engine: LocalModel | None = None
+        """The model of the latest call (whose progress bounds the calls in flight)."""
         self.gates = [
             (a.key, a.gate.attribute, a.gate.null_when)
             for a in (rubric.attributes if rubric is not None else [])
@@ -239,7 +261,7 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
     @property
     def engine(self) -> LocalModel:
         """The shared in-process model (loaded on the first request)."""
-        return local_model(self.source, self.device, self.dtype)
+        return local_model(self.source, self.device, self.dtype, self.hf_engine)
 
     async def _complete(
         self,
@@ -298,24 +320,34 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
     async def _generate(self, request: GenerationRequest) -> GenerationResult:
         """Decode one request with the requests in flight beside it (in this process; the
         Ray client sends the batch to a replica instead)."""
-        return await _batcher(self.engine).submit(request)
+        engine = self._engine = self.engine
+        return await _batcher(engine).submit(request)
+
+    def progress_age(self) -> float | None:
+        """Seconds since this client's model last made progress (None before its first call):
+        the calls of a model in this process time out when it stops, not when it is slow (#39).
+        """
+        engine = self._engine
+        return engine.progress_age() if engine is not None else None
 
     def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
-        engine = _loaded((self.source, self.device, self.dtype))
+        engine = _loaded((self.source, self.device, self.dtype, self.hf_engine))
         if engine is None:
             return super().count_tokens(messages, tools=tools)
         return len(engine.encode_chat(_chat(messages)))
 
     def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
-        engine = _loaded((self.source, self.device, self.dtype))
+        engine = _loaded((self.source, self.device, self.dtype, self.hf_engine))
         context = engine.context_length if engine is not None else 8192
         return max(context - self.count_tokens(messages, tools=tools), 0)
 
 
-def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCompletionClient:
-    """The client for an ``hf/`` or ``hf-hub/`` model's settings (device and dtype: the
-    settings' when they have them, else ``CLINJUDGE_HF_DEVICE`` / ``CLINJUDGE_HF_DTYPE``, else
-    ``auto``); with ``ray`` set, one whose batches run on Ray replicas.
+def client_options(settings: ModelSettings, rubric: Rubric | None = None) -> dict[str, Any]:
+    """The arguments of an in-process client for an ``hf/`` or ``hf-hub/`` model's settings
+    besides its model (device and dtype: the settings' when they have them, else
+    ``CLINJUDGE_HF_DEVICE`` / ``CLINJUDGE_HF_DTYPE``, else ``auto``; the engine likewise, else
+    ``CLINJUDGE_HF_ENGINE``, else ``padded``); the provider (``providers/hf.py``) picks the
+    local client or the Ray one.
 
     Args:
         settings: Model and sampling settings.
@@ -323,6 +355,7 @@ def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCo
     """
     device = getattr(settings, "device", None) or os.environ.get(DEVICE_ENV) or "auto"
     dtype = getattr(settings, "dtype", None) or os.environ.get(DTYPE_ENV) or "auto"
+    engine = resolve_engine(settings.engine)
     options: dict[str, Any] = {
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,
@@ -330,13 +363,8 @@ def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCo
         "seed": settings.seed,
         "device": str(device),
         "dtype": str(dtype),
+        "engine": engine,
         "rubric": rubric,
         "hub": settings.provider == HUB_PROVIDER,
     }
-    if settings.ray is not None:  # the replicas run on Ray; the driver only batches
-        from clinjudge.judges.clients._hf_ray import HFRayChatCompletionClient
-
-        return HFRayChatCompletionClient(
-            settings.name, ray=settings.ray, replicas=settings.ray_replicas, **options
-        )
-    return HFChatCompletionClient(settings.name, **options)
+    return options

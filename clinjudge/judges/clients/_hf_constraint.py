@@ -387,15 +387,21 @@ class ConstrainedBatch:
         for index, (row, token) in enumerate(zip(self.rows, last, strict=True)):
             mask = self._masks[index]
             if not row.done and token is not None:
-                self._take(row, token)
+                self.take(row, token)
             if row.done:
                 mask[:] = -1  # transformers pads finished rows whatever their scores
                 continue
-            masked |= self._fill(row, mask)
+            masked |= self.fill(row, mask)
         return self._apply(scores) if masked else scores
 
-    def _take(self, row: RowState, token: int) -> None:
-        """The token sampled for a row at the previous step."""
+    def take(self, row: RowState, token: int) -> None:
+        """Follow a row with the token sampled for it at the previous step (the paged engine
+        calls this per request, the padded batch per row).
+
+        Args:
+            row: The reply's state.
+            token: The token sampled for it.
+        """
         if token in self._eos_ids:
             row.done = True
             return
@@ -405,8 +411,13 @@ class ConstrainedBatch:
             row.error = row.matcher.get_error() or "the grammar refused a token"
             row.done = True
 
-    def _fill(self, row: RowState, mask: np.ndarray) -> bool:
-        """Write a row's allowed tokens into ``mask``; False when every token is allowed."""
+    def fill(self, row: RowState, mask: np.ndarray) -> bool:
+        """Write a row's allowed tokens into ``mask``; False when every token is allowed.
+
+        Args:
+            row: The reply's state.
+            mask: Its bitmask row (llguidance layout), written in place.
+        """
         matcher = row.matcher
         if len(row.generated) >= row.cap:
             row.finish_reason = "stop" if matcher and matcher.is_accepting() else "length"

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,8 +55,9 @@ from clinjudge.judges.clients._hf_constraint import (
     closing_reserve,
     compile_grammar,
 )
+from clinjudge.judges.clients._hf_options import resolve_engine
 from clinjudge.judges.clients._hf_source import ModelSource, hub_revision
-from clinjudge.judges.clients._model import ModelConfigError
+from clinjudge.judges.clients._settings import ModelConfigError
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +151,18 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 
 
 class _Cancelled(StoppingCriteria):
-    """Stops the rows whose callers stopped waiting."""
+    """Stops the rows whose callers stopped waiting; asked once per step, it also reports
+    each step as the model's progress."""
 
-    def __init__(self, requests: Sequence[GenerationRequest]):
+    def __init__(
+        self, requests: Sequence[GenerationRequest], stepped: Callable[[], None] | None = None
+    ):
         self._requests = list(requests)
+        self._stepped = stepped
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> Any:
+        if self._stepped is not None:
+            self._stepped()
         done = [request.cancelled for request in self._requests]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
@@ -216,16 +223,28 @@ class LocalModel:
         source: Where the files are.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto`` (bfloat16 on GPU, float32 on CPU), ``bfloat16``, ``float16``, ``float32``.
-        prefix_cache: Reuse the key/value cache of shared prompt prefixes.
+        prefix_cache: Reuse the key/value cache of shared prompt prefixes (the ``padded``
+            engine; the ``paged`` one shares complete pages of a prefix itself).
+        engine: How batches are decoded: ``padded`` (one ``generate`` call over padded rows)
+            or ``paged`` (transformers' continuous batching, :mod:`._hf_paged`).
     """
 
     def __init__(
-        self, source: ModelSource, *, device: str = "auto", dtype: str = "auto", prefix_cache=True
+        self,
+        source: ModelSource,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        prefix_cache: bool = True,
+        engine: str = "padded",
     ):
         self.source = source
         self.requested_device = device
         self.requested_dtype = dtype
         self.prefix_cache = prefix_cache
+        self.engine = resolve_engine(engine)
+        self._paged: Any = None
+        """The ``paged`` engine's decoder (created when the model loads)."""
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clinjudge-hf")
         self._load_lock = threading.Lock()
         self._loaded: Future[None] | None = None
@@ -235,6 +254,11 @@ class LocalModel:
         self.decode_threads: int | None = None
         """CPU threads while decoding (None: torch's setting throughout)."""
         self.load_s = 0.0
+        self.progress_at = time.monotonic()
+        """``time.monotonic()`` of the last sign of work (a batch begun, a layer's forward
+        pass, a token decoded): the deadlines of this model's calls follow it (#39)."""
+        self.watched_layers = 0
+        """Decoder layers that report progress (0: only batches and steps do)."""
         self._prefixes: OrderedDict[tuple[int, ...], _Prefix] = OrderedDict()
         self._recent: deque[list[int]] = deque(maxlen=RECENT_PROMPTS)
 
@@ -246,6 +270,29 @@ class LocalModel:
             if self._loaded is None:
                 self._loaded = self.executor.submit(self._load)
             return self._loaded
+
+    def progress_age(self) -> float:
+        """Seconds since the model last made progress; 0 while it loads (a load is one long
+        step, bounded by its own reads)."""
+        if self._loaded is not None and not self._loaded.done():
+            return 0.0
+        return time.monotonic() - self.progress_at
+
+    def _progressed(self) -> None:
+        self.progress_at = time.monotonic()  # a float written whole: read from the loop's thread
+
+    def _stepped(self) -> None:
+        """A decoding step ended (a token for every row still going)."""
+        self._progressed()
+
+    def _watch_layers(self, model: Any) -> None:
+        """Every decoder layer's forward pass reports progress: reading a batch of long prompts
+        on a CPU is one forward pass of minutes, and its calls must not time out meanwhile."""
+        layers = list(getattr(getattr(model, "get_decoder", lambda: None)(), "layers", ()) or ())
+        self.watched_layers = len(layers)
+        for layer in layers:
+            # A microsecond per layer and step, next to milliseconds of its matrix products.
+            layer.register_forward_hook(lambda *_: self._progressed())
 
     @property
     def ready(self) -> bool:
@@ -278,6 +325,7 @@ class LocalModel:
         # transformers wraps `to` with functools.wraps; its stub then wants the model first.
         model.to(self.device)  # type: ignore[arg-type]
         model.eval()
+        self._watch_layers(model)
         if not getattr(tokenizer, "is_fast", False):
             raise LocalModelError(f"hf/{self.source}: a fast (Rust) tokenizer is needed")
         self.tokenizer = tokenizer
@@ -300,6 +348,11 @@ class LocalModel:
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         if self.prefix_cache and not self._full_attention():
             self.prefix_cache = False
+        if self.engine == "paged":
+            from clinjudge.judges.clients._hf_paged import PagedDecoder
+
+            self.prefix_cache = False  # the paged cache shares a prefix's pages instead
+            self._paged = PagedDecoder(model, self.vocab_size, self.closers, self.eos_ids)
         if self.device == "cpu":
             self.decode_threads = decode_threads()
         self.load_s = time.perf_counter() - started
@@ -458,6 +511,7 @@ class LocalModel:
         Args:
             requests: The batch.
         """
+        self._progressed()  # reading the prompts may take a while before the first token
         results: list[GenerationResult | BaseException | None] = [None] * len(requests)
         rows: list[RowState] = []
         prompts: list[list[int]] = []
@@ -505,6 +559,8 @@ class LocalModel:
         self, requests: list[GenerationRequest], prompts: list[list[int]], rows: list[RowState]
     ) -> list[list[int]]:
         """One ``generate`` call; returns each row's new tokens (end token and padding kept)."""
+        if self._paged is not None:
+            return self._generate_paged(requests, prompts, rows)
         started = time.perf_counter()
         prefixes: list[_Prefix | None] = [None] * len(prompts)
         if self.prefix_cache:
@@ -561,7 +617,7 @@ class LocalModel:
                 attention_mask=torch.tensor(mask, device=self.device),
                 generation_config=config,
                 logits_processor=LogitsProcessorList([processor]),
-                stopping_criteria=StoppingCriteriaList([_Cancelled(requests)]),
+                stopping_criteria=StoppingCriteriaList([_Cancelled(requests, self._stepped)]),
                 **kwargs,
             )
         finally:
@@ -582,6 +638,47 @@ class LocalModel:
         )
         sequences = output.sequences if hasattr(output, "sequences") else output
         return [list(map(int, seq)) for seq in sequences[:, len(input_ids[0]) :].tolist()]
+
+    def _generate_paged(
+        self, requests: list[GenerationRequest], prompts: list[list[int]], rows: list[RowState]
+    ) -> list[list[int]]:
+        """The batch through the ``paged`` engine: each row's new tokens (end token kept)."""
+        threads = torch.get_num_threads()
+        decoding_threads = self.decode_threads or threads
+
+        def decoding() -> None:  # in the decoding thread, once a reply token is due
+            if decoding_threads != threads:
+                torch.set_num_threads(decoding_threads)
+
+        try:
+            replies: list[list[int]] = self._paged.decode(
+                requests[0].sampling,
+                prompts,
+                rows,
+                self._polled(requests, rows),
+                decoding,
+            )
+        finally:
+            torch.set_num_threads(threads)
+        log.debug("hf/%s: paged batch of %d, %.1f s", self.source, len(rows), self._paged.steps_s)
+        return replies
+
+    def _polled(
+        self, requests: list[GenerationRequest], rows: list[RowState]
+    ) -> Callable[[int], bool]:
+        """The paged engine's question, asked at every poll, whether request ``i``'s caller
+        left; a poll that finds the replies longer than the last one did reports progress."""
+        seen = -1
+
+        def cancelled(index: int) -> bool:
+            nonlocal seen
+            tokens = sum(len(row.generated) for row in rows)
+            if tokens != seen:
+                seen = tokens
+                self._progressed()
+            return requests[index].cancelled
+
+        return cancelled
 
     def _result(
         self, row: RowState, reply: list[int], prompt_tokens: int, batch: int, seconds: float

@@ -67,10 +67,10 @@ PROGRESS_SECONDS_ENV = "CLINJUDGE_PROGRESS_SECONDS"
 class _JudgeReplica:
     """A Ray actor: one loaded ``hf/`` model decoding the batches it is sent."""
 
-    def __init__(self, source: ModelSource, device: str, dtype: str):
+    def __init__(self, source: ModelSource, device: str, dtype: str, engine: str = "padded"):
         from clinjudge.judges.clients._hf_engine import LocalModel
 
-        self.engine = LocalModel(source, device=device, dtype=dtype)
+        self.engine = LocalModel(source, device=device, dtype=dtype, engine=engine)
         self.engine.start_loading().result()
         self.name = f"{socket.gethostname()}:{os.getpid()} {self.engine.device}"
 
@@ -170,13 +170,14 @@ class PoolKey:
     dtype: str
     address: str | None
     replicas: int | None
+    engine: str = "padded"
 
 
 class ReplicaPool:
     """The replicas of one ``hf/`` model on Ray, and the driver's batcher in front of them.
 
     Args:
-        key: The model, device, dtype, cluster address and number of replicas.
+        key: The model, device, dtype, cluster address, number of replicas and engine.
     """
 
     def __init__(self, key: PoolKey):
@@ -245,7 +246,7 @@ class ReplicaPool:
     def _new_actor(self) -> Any:
         # Ray gives each replica its own GPU, which it sees as cuda:0.
         device = "cuda" if self.key.device.startswith("cuda") else self.key.device
-        return self._remote.remote(self.key.source, device, self.key.dtype)
+        return self._remote.remote(self.key.source, device, self.key.dtype, self.key.engine)
 
     async def idle(self) -> _Replica:
         """Wait for a replica with no batch; of the idle ones, the one that served fewest."""
@@ -408,8 +409,12 @@ class HFRayChatCompletionClient(HFChatCompletionClient):
     @property
     def pool(self) -> ReplicaPool:
         """The replicas this client sends its batches to."""
-        key = PoolKey(self.source, self.device, self.dtype, self.ray, self.replicas)
+        key = PoolKey(self.source, self.device, self.dtype, self.ray, self.replicas, self.hf_engine)
         return replica_pool(key)
+
+    def progress_age(self) -> float | None:
+        """None: the replicas' progress is not seen here, so each call's own deadline holds."""
+        return None
 
     async def _generate(self, request: GenerationRequest) -> GenerationResult:
         pool = self.pool

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from clinjudge.judges.clients._model import ModelConfigError
+from clinjudge.judges.clients._settings import ModelConfigError
 
 LOCAL_PROVIDER = "hf"
 """Files on this machine; never the network."""

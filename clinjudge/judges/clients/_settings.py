@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
@@ -13,18 +13,17 @@ from clinjudge._util.secrets import (
     remember_secret,
     remember_url_secrets,
 )
+from clinjudge.errors import UserError
 
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 StructuredOutput = Literal["auto", "json_schema", "json_object", "off"]
 """How replies with a JSON Schema are constrained (``ModelSettings.structured_output``)."""
 
-OPENAI_PROVIDERS = {"openai"}
-AZURE_PROVIDERS = {"azure", "azure_openai"}
-MOCK_PROVIDERS = {"mock"}
-HF_PROVIDERS = {"hf", "hf-hub"}
-"""Models run in this process: ``hf/<path>`` (local files only), ``hf-hub/<org>/<name>``."""
-
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ModelConfigError(UserError):
+    """Model settings that cannot produce a working client."""
 
 
 class Price(BaseModel):
@@ -87,6 +86,9 @@ class ModelSettings(BaseModel):
         ray: ``hf/`` models only: run the model's replicas as Ray actors (``--ray``): ``local``
             starts a Ray here, ``auto`` joins this machine's cluster, ``HOST:PORT`` that one.
         ray_replicas: Model replicas on Ray; default one per GPU of the cluster, else one.
+        engine: ``hf/`` models only: how batches are decoded, ``padded`` (one ``generate`` call
+            over padded rows) or ``paged`` (transformers' continuous batching with paged
+            attention); default ``CLINJUDGE_HF_ENGINE``, else ``padded``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -111,6 +113,7 @@ class ModelSettings(BaseModel):
     price_as: str | None = None
     ray: str | None = Field(default=None, min_length=1)
     ray_replicas: int | None = Field(default=None, ge=1)
+    engine: Literal["padded", "paged"] | None = None
 
     @field_validator("model")
     @classmethod
@@ -164,11 +167,6 @@ class ModelSettings(BaseModel):
         return self.model.split("/", 1)[1]
 
     @property
-    def is_mock(self) -> bool:
-        """True for the simulated ``mock/`` provider."""
-        return self.provider in MOCK_PROVIDERS
-
-    @property
     def is_reasoning_model(self) -> bool:
         """OpenAI reasoning models reject temperature and top-p."""
         name = self.name.lower().rsplit("/", 1)[-1]
@@ -177,3 +175,23 @@ class ModelSettings(BaseModel):
     def public_dict(self) -> dict[str, object]:
         """Settings safe to store: everything here names keys, never holds them."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def sampling_args(settings: ModelSettings) -> dict[str, Any]:
+    """The sampling fields of a chat request under these settings (unset ones left out).
+
+    Args:
+        settings: Model and sampling settings.
+    """
+    args: dict[str, Any] = {
+        "max_tokens": settings.max_tokens,
+        "seed": settings.seed,
+        "reasoning_effort": settings.reasoning_effort,
+    }
+    if settings.is_reasoning_model:
+        # OpenAI's reasoning models reject max_tokens and want max_completion_tokens.
+        args["max_completion_tokens"] = args.pop("max_tokens")
+    else:
+        args["temperature"] = settings.temperature
+        args["top_p"] = settings.top_p
+    return {k: v for k, v in args.items() if v is not None}

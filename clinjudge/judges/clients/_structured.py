@@ -1,11 +1,11 @@
 """Structured output: how a reply schema travels to a model client and what the client sends.
 
-A workflow asks for a schema with ``extra_create_args={"json_schema": {"name", "schema"}}`` on
-``ChatCompletionClient.create`` (:data:`STRUCTURED_OUTPUT_KEY`), or, where a layer between the
-workflow and the model takes rendered turns rather than AutoGen arguments (a call function of
-the runner), by wrapping the call in :func:`structured_reply`. :class:`JudgeModel` picks the mode
-for each call from ``ModelSettings.structured_output`` and the endpoint's history; each client
-translates the key into what its endpoint understands and never sends the key itself:
+A workflow asks for a schema by putting a :class:`ReplySchema` in the call's ``CallConfig``
+(the AutoGen adapter reads it from ``extra_create_args={"json_schema": {"name", "schema"}}``,
+:data:`STRUCTURED_OUTPUT_KEY`). :class:`JudgeModel` picks the mode for each call from
+``ModelSettings.structured_output`` and the endpoint's history and hands the schema to its client
+under that key; each client translates the key into what its endpoint understands and never
+sends the key itself:
 
 * OpenAI, Azure OpenAI and OpenAI-compatible servers (vLLM, SGLang, llama.cpp, ``transformers
   serve``): ``response_format: {"type": "json_schema", "json_schema": {..., "strict": true}}``;
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
-from contextvars import ContextVar, Token
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,9 +48,6 @@ class ReplySchema(BaseModel):
         return {"name": self.name, "schema": self.schema_}
 
 
-_REQUESTED: ContextVar[ReplySchema | None] = ContextVar("clinjudge_reply_schema", default=None)
-
-
 def reply_schema(value: Any) -> ReplySchema | None:
     """A :class:`ReplySchema` from what a caller put under the key (a mapping or one already).
 
@@ -70,41 +65,8 @@ _SHARED: IdentityMemo[ReplySchema] = IdentityMemo()
 """Validated forms of shared schemas, by schema object and name."""
 
 
-def _validated(name: str, schema: Mapping[str, Any], shared: bool) -> ReplySchema:
-    if not shared:
-        return ReplySchema.model_validate({"name": schema_name(name), "schema": dict(schema)})
-    return _SHARED.get(schema, name, lambda: _validated(name, schema, False))
-
-
-class _Requested:
-    """The context manager :func:`structured_reply` returns (a class: a generator-based one
-    costs a generator and its frames on every sample)."""
-
-    __slots__ = ("_schema", "_token")
-
-    def __init__(self, schema: ReplySchema):
-        self._schema = schema
-        self._token: Token[ReplySchema | None] | None = None
-
-    def __enter__(self) -> ReplySchema:
-        if self._token is not None:
-            raise RuntimeError("structured_reply(...) entered twice")
-        self._token = _REQUESTED.set(self._schema)
-        return self._schema
-
-    def __exit__(self, *exc: object) -> None:
-        token, self._token = self._token, None
-        if token is not None:
-            _REQUESTED.reset(token)
-
-
-def structured_reply(
-    name: str, schema: Mapping[str, Any], *, shared: bool = False
-) -> AbstractContextManager[ReplySchema]:
-    """Ask for replies following ``schema`` on every model call made inside the block.
-
-    For calls that pass through layers taking rendered turns (the runner's call functions);
-    a schema given in ``extra_create_args`` takes precedence.
+def reply_schema_for(name: str, schema: Mapping[str, Any], *, shared: bool = False) -> ReplySchema:
+    """The :class:`ReplySchema` of a reply contract given as a name and a JSON Schema.
 
     Args:
         name: Schema name (sanitised for the API).
@@ -112,18 +74,9 @@ def structured_reply(
         shared: ``schema`` is an object that is never changed and comes back for every sample
             (``shared_reply_schema``'s): it is validated once and its validated form reused.
     """
-    return _Requested(_validated(name, schema, shared))
-
-
-def requested_schema(extra: Mapping[str, Any] | None) -> ReplySchema | None:
-    """The schema a call asks for: from ``extra_create_args``, else from :func:`structured_reply`.
-
-    Args:
-        extra: The call's ``extra_create_args``.
-    """
-    if extra and extra.get(STRUCTURED_OUTPUT_KEY) is not None:
-        return reply_schema(extra[STRUCTURED_OUTPUT_KEY])
-    return _REQUESTED.get()
+    if not shared:
+        return ReplySchema.model_validate({"name": schema_name(name), "schema": dict(schema)})
+    return _SHARED.get(schema, name, lambda: reply_schema_for(name, schema))
 
 
 def split_schema(extra: Mapping[str, Any]) -> tuple[ReplySchema | None, dict[str, Any]]:

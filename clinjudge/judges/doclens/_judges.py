@@ -8,10 +8,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from clinjudge._util.timestamps import now
-from clinjudge.judges.clients import ProviderFault, structured_reply
+from clinjudge.judges.clients import CallConfig, ProviderFault, ReplySchema, reply_schema_for
 from clinjudge.judges.doclens._context import DocLensContext
 from clinjudge.judges.doclens._metrics import (
     ENTAILED,
@@ -179,7 +179,7 @@ class LLMJudge:
         turns: list[ChatTurn],
         parse: Callable[[str], T],
         shape: str,
-        schema: tuple[str, dict[str, Any]] | None = None,
+        schema: ReplySchema | None = None,
     ) -> tuple[T | None, str | None]:
         """One conversation with bounded repair; (value, None) or (None, reason).
 
@@ -187,26 +187,15 @@ class LLMJudge:
             turns: The rendered messages.
             parse: Reads a reply; raises DocLensParseError when it cannot.
             shape: The expected answer shape, in words, for the repair message.
-            schema: (name, JSON Schema) of the reply, sent as structured output on every call
-                of the conversation (the endpoint and ``structured_output`` decide the form).
+            schema: The reply's schema, sent as structured output on every call of the
+                conversation (the endpoint and ``structured_output`` decide the form).
         """
-        if schema is None:
-            return await self._ask(turns, parse, shape)
-        with structured_reply(*schema):
-            return await self._ask(turns, parse, shape)
-
-    async def _ask(
-        self, turns: list[ChatTurn], parse: Callable[[str], T], shape: str
-    ) -> tuple[T | None, str | None]:
+        config = CallConfig(schema=schema)
         problem = ""
         first_cap: int | None = None
-        cap: int | None = None  # None: the model's own max_tokens
         for _ in range(self.max_repairs + 1):
             try:
-                if cap is None:
-                    outcome = await self.call(list(turns))
-                else:
-                    outcome = await self.call(list(turns), max_tokens=cap)
+                outcome = await self.call(list(turns), config)
             except ProviderFault as fault:
                 self._log(turns)
                 return None, f"provider: {fault.reason}"
@@ -219,7 +208,7 @@ class LLMJudge:
                 # cut a greedy model's reply in the same place again).
                 problem = reply_problem(str(exc), outcome.finish_reason, outcome.max_tokens)
                 if outcome.finish_reason == "length":
-                    cap = repair_max_tokens(outcome.max_tokens, first_cap)
+                    config = config.capped(repair_max_tokens(outcome.max_tokens, first_cap))
                 turns.append(ChatTurn("user", repair_message(problem, shape)))
                 continue
             self._log(turns)
@@ -245,7 +234,10 @@ class LLMJudge:
         )
         schema = extraction_schema(settings.min_claims, settings.max_claims)
         return await self.ask(
-            turns, parse, 'one JSON object {"claims": [...]}', ("doclens_claims", schema)
+            turns,
+            parse,
+            'one JSON object {"claims": [...]}',
+            reply_schema_for("doclens_claims", schema),
         )
 
     async def _one_claim(self, premise: str, claim: str, label: str) -> UnitVerdict:
@@ -254,7 +246,7 @@ class LLMJudge:
             turns,
             parse_entailment,
             'one JSON object {"explanation": ..., "entailed": 1 or 0}',
-            ("doclens_claim_verdict", claim_schema()),
+            reply_schema_for("doclens_claim_verdict", claim_schema()),
         )
         return verdict_of(got) if got is not None else failed_verdict(error or "no verdict")
 
@@ -277,7 +269,7 @@ class LLMJudge:
                 turns,
                 parse,
                 'one JSON object {"verdicts": [...]} with one object per claim',
-                ("doclens_verdicts", entailment_schema(len(texts))),
+                reply_schema_for("doclens_verdicts", entailment_schema(len(texts))),
             )
             for position, entailment in enumerate(got or []):
                 if entailment is not None:
@@ -313,7 +305,7 @@ class LLMJudge:
             turns,
             parse,
             'one JSON object {"explanation", "supporting", "entailed"}',
-            ("doclens_citation_verdict", citation_schema(list(unit.cited))),
+            reply_schema_for("doclens_citation_verdict", citation_schema(list(unit.cited))),
         )
         if got is None:
             return failed_verdict(error or "no verdict")

@@ -26,6 +26,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
+from clinjudge.judges.clients import reply_schema_for
 from clinjudge.judges.doclens._citations import (
     output_statements,
     remove_citations,
@@ -262,7 +263,7 @@ async def _discuss(
                 turns,
                 lambda t: parse_keyed(t, ids),
                 shape,
-                ("doclens_discussion", discussion_schema(ids)),
+                reply_schema_for("doclens_discussion", discussion_schema(ids)),
             )
             for key, argued in (got or {}).items():
                 arguments[key].append(_argument(name, f"round {round_number}", argued))
@@ -273,7 +274,7 @@ async def _discuss(
         lambda t: parse_keyed(t, ids),
         'one JSON object {"verdicts": [...]} of {"id", "explanation", "supporting", "entailed"} '
         "objects",
-        ("doclens_decision", decision_schema(ids)),
+        reply_schema_for("doclens_decision", decision_schema(ids)),
     )
     decided: Verdicts = {}
     for unit in disputed:

@@ -28,6 +28,7 @@ from clinjudge.judges.workflows._single import (
     SampleVerdict,
     draw_shots,
     first_turns,
+    judge_call_config,
     repair_max_tokens,
     reply_problem,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "WorkflowSettings",
     "draw_shots",
     "first_turns",
+    "judge_call_config",
     "one_call_at_a_time",
     "prm_scorer",
     "prescore_evidence",

@@ -43,7 +43,7 @@ from typing import Any
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.messages import BaseChatMessage
 
-from clinjudge.judges.clients import CallOutcome
+from clinjudge.judges.clients import CallConfig, CallOutcome, provider_for
 from clinjudge.judges.workflows._contract import ORCHESTRATOR_AGENT, WorkflowContext, WorkflowResult
 from clinjudge.judges.workflows._magentic_chair import (
     AGENDA_MARKER,
@@ -64,7 +64,6 @@ from clinjudge.judges.workflows._magentic_chair import (
     squash_name,
 )
 from clinjudge.judges.workflows._prm_evidence import item_evidence, prm_scorer
-from clinjudge.judges.workflows._registry import register_workflow
 from clinjudge.judges.workflows._single import CallFn, SampleVerdict, judge_single_sample
 from clinjudge.personas import Persona
 from clinjudge.prm_bridge import PRM_VERIFIER_NAME, PRMEvidence, PRMVerifierAgent, evidence_text
@@ -104,11 +103,11 @@ def _persona_system(persona: Persona, ctx: WorkflowContext) -> str:
 def _with_persona(call: CallFn, persona: Persona) -> CallFn:
     """A call function that puts the persona's own instructions before the rubric."""
 
-    async def persona_call(turns: list[ChatTurn], *, max_tokens: int | None = None) -> CallOutcome:
+    async def persona_call(turns: list[ChatTurn], config: CallConfig) -> CallOutcome:
         if turns and turns[0].role == "system":
             system = ChatTurn("system", f"{persona.system_message}\n\n{turns[0].content}")
             turns = [system, *turns[1:]]
-        return await call(turns, max_tokens=max_tokens)
+        return await call(turns, config)
 
     return persona_call
 
@@ -350,7 +349,7 @@ def _final_verdict(ctx: WorkflowContext, discussion: _Discussion) -> SampleVerdi
 
 def _simulated_orchestrator(ctx: WorkflowContext) -> bool:
     try:
-        return ctx.models.settings_for(ORCHESTRATOR_AGENT, "orchestrator").is_mock
+        return provider_for(ctx.models.settings_for(ORCHESTRATOR_AGENT, "orchestrator")).simulated
     except ValueError:
         return False
 
@@ -435,6 +434,3 @@ async def _magentic_workflow(ctx: WorkflowContext) -> WorkflowResult:
         verdict.error = f"{verdict.error} (after {attempt} attempts)"
     members = _member_verdicts(ctx, personas, all_messages, blind)
     return WorkflowResult(ORCHESTRATOR_AGENT, verdict, members=members, transcript=transcript)
-
-
-register_workflow("magentic", ORCHESTRATOR_AGENT, magentic_workflow)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,13 +24,21 @@ from autogen_agentchat.teams._group_chat._magentic_one._magentic_one_orchestrato
     MagenticOneOrchestrator,
 )
 from autogen_core import CancellationToken, DefaultTopicId, MessageContext, RoutedAgent, rpc
-from autogen_core.models import AssistantMessage, LLMMessage, SystemMessage, UserMessage
+from autogen_core.models import (
+    AssistantMessage,
+    ChatCompletionClient,
+    CreateResult,
+    LLMMessage,
+    SystemMessage,
+    UserMessage,
+)
 
 from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.errors import ClinJudgeError
-from clinjudge.judges.clients import structured_reply
+from clinjudge.judges.clients import ReplySchema, SimpleChatCompletionClient, reply_schema_for
 from clinjudge.judges.workflows._magentic_runtime import DiscussionRuntime
 from clinjudge.rubrics import (
+    STRUCTURED_OUTPUT_KEY,
     Rubric,
     json_objects,
     rubric_json_schema,
@@ -357,6 +365,35 @@ def match_speaker(raw: str, names: Sequence[str], aliases: dict[str, str]) -> st
 # -- the orchestrator ---------------------------------------------------------------------------
 
 
+class _AskingSchema(SimpleChatCompletionClient):
+    """The chair's client for one call, asking for replies that follow a schema: the schema
+    goes to the runner's AutoGen adapter under the ``json_schema`` key of the extra arguments.
+
+    Args:
+        client: The chair's client.
+        schema: The reply schema.
+    """
+
+    def __init__(self, client: ChatCompletionClient, schema: ReplySchema):
+        super().__init__(client.model_info)
+        self._client = client
+        self._schema = schema
+
+    async def _complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Any] = (),
+    ) -> CreateResult:
+        return await self._client.create(
+            messages,
+            tools=tools,
+            json_output=json_output,
+            extra_create_args={**extra, STRUCTURED_OUTPUT_KEY: self._schema},
+        )
+
+
 @dataclass
 class PanelProtocol:
     """What our orchestrator needs beyond AutoGen's constructor arguments."""
@@ -458,12 +495,17 @@ class _PanelOrchestrator(_FixedHandlers, MagenticOneOrchestrator):
         if schema is None:
             await super()._prepare_final_answer(reason, cancellation_token)
             return
-        # AutoGen's final-answer call passes no extra arguments, and the runner's client takes
-        # none: the decision schema rides on the context of this one call.
-        with structured_reply(
+        # AutoGen's final-answer call passes no extra arguments: for this one call the chair's
+        # client is one that adds the decision schema to them.
+        reply = reply_schema_for(
             self.protocol.decision_name, schema, shared=self.protocol.decision_shared
-        ):
+        )
+        client = self._model_client
+        self._model_client = _AskingSchema(client, reply)
+        try:
             await super()._prepare_final_answer(reason, cancellation_token)
+        finally:
+            self._model_client = client
 
     # turn bookkeeping --------------------------------------------------------------------------
 

@@ -39,10 +39,11 @@ async def single_workflow(ctx: WorkflowContext) -> WorkflowResult:
 async def _magentic_on_use(ctx: WorkflowContext) -> WorkflowResult:
     """The magentic mode, its module loaded with the first magentic sample: it imports AutoGen's
     agent framework (autogen_agentchat) and the PRM verifier agent, which a single or panel run
-    must not pay for before its first request (#39). Importing the module registers the real
-    workflow in this one's place."""
+    must not pay for before its first request (#39). The real workflow then takes this one's
+    place (registered here: the module imports nothing of this one, so no circle)."""
     from clinjudge.judges.workflows._magentic import magentic_workflow
 
+    register_workflow("magentic", ORCHESTRATOR_AGENT, magentic_workflow)
     return await magentic_workflow(ctx)
 
 

@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.errors import UserError
-from clinjudge.judges.clients import CallOutcome, ProviderFault, structured_reply
+from clinjudge.judges.clients import CallConfig, CallOutcome, ProviderFault, reply_schema_for
 from clinjudge.rubrics import (
     ChatTurn,
     Item,
@@ -31,13 +32,31 @@ REPAIR_MAX_TOKENS = 4096
 class CallFn(Protocol):
     """Sends a conversation to the model (with retries) and returns the reply.
 
-    ``max_tokens`` replaces the model's cap on generated tokens for this call (a repair of a
-    reply cut at the limit); None keeps the model's own setting.
+    ``config`` says what the call asks for beyond the model's settings: the reply schema, and
+    a cap on generated tokens instead of the model's (a repair of a reply cut at the limit).
+    The runner adds the sample's variation.
     """
 
-    def __call__(
-        self, turns: list[ChatTurn], /, *, max_tokens: int | None = None
-    ) -> Awaitable[CallOutcome]: ...
+    def __call__(self, turns: list[ChatTurn], config: CallConfig, /) -> Awaitable[CallOutcome]: ...
+
+
+_JUDGE_CALLS: IdentityMemo[CallConfig] = IdentityMemo()
+
+
+def judge_call_config(rubric: Rubric, *, explanations: bool = False) -> CallConfig:
+    """The call a single judge makes (and a batch request line carries): replies follow the
+    rubric's schema, under the model's own cap. Built once per rubric object.
+
+    Args:
+        rubric: The rubric.
+        explanations: Ask for an explanation with every score.
+    """
+
+    def build() -> CallConfig:
+        schema = shared_reply_schema(rubric, explanations=explanations)
+        return CallConfig(schema=reply_schema_for(rubric.name, schema, shared=True))
+
+    return _JUDGE_CALLS.get(rubric, explanations, build)
 
 
 @dataclass
@@ -195,38 +214,32 @@ async def judge_single_sample(
         system_prefix=system_prefix,
         evidence=evidence,
     )
-    # Every call of this sample (repairs too) asks for replies following the rubric's schema;
-    # the call function passes through the runner, so the schema rides on the context.
-    schema = shared_reply_schema(rubric, explanations=explanations)
+    # Every call of this sample (repairs too) asks for replies following the rubric's schema.
+    config = judge_call_config(rubric, explanations=explanations)
     # The repair loop runs here, not in a coroutine of its own: one frame less per call.
-    with structured_reply(rubric.name, schema, shared=True):
-        outcome: CallOutcome | None = None
-        problem = ""
-        first_cap: int | None = None
-        cap: int | None = None  # None: the model's own max_tokens
-        for _ in range(max_repairs + 1):
-            try:
-                if cap is None:  # call functions that take no max_tokens keep working
-                    outcome = await call(list(turns))
-                else:
-                    outcome = await call(list(turns), max_tokens=cap)
-            except ProviderFault as fault:
-                raw = outcome.text if outcome else None
-                return SampleVerdict(
-                    "failed", error=f"provider: {fault.reason}", raw_text=raw, transcript=turns
-                )
-            first_cap = first_cap or outcome.max_tokens
-            turns.append(ChatTurn("assistant", outcome.text))
-            try:
-                parsed = parse_judgment(outcome.text, rubric)
-            except JudgmentParseError as exc:
-                problem = reply_problem(str(exc), outcome.finish_reason, outcome.max_tokens)
-                truncated = outcome.finish_reason == "length"
-                if truncated:
-                    cap = repair_max_tokens(outcome.max_tokens, first_cap)
-                turns.append(ChatTurn("user", render_repair(problem, rubric, truncated=truncated)))
-                continue
-            return SampleVerdict.judged(parsed, turns)
+    outcome: CallOutcome | None = None
+    problem = ""
+    first_cap: int | None = None
+    for _ in range(max_repairs + 1):
+        try:
+            outcome = await call(list(turns), config)
+        except ProviderFault as fault:
+            raw = outcome.text if outcome else None
+            return SampleVerdict(
+                "failed", error=f"provider: {fault.reason}", raw_text=raw, transcript=turns
+            )
+        first_cap = first_cap or outcome.max_tokens
+        turns.append(ChatTurn("assistant", outcome.text))
+        try:
+            parsed = parse_judgment(outcome.text, rubric)
+        except JudgmentParseError as exc:
+            problem = reply_problem(str(exc), outcome.finish_reason, outcome.max_tokens)
+            truncated = outcome.finish_reason == "length"
+            if truncated:
+                config = config.capped(repair_max_tokens(outcome.max_tokens, first_cap))
+            turns.append(ChatTurn("user", render_repair(problem, rubric, truncated=truncated)))
+            continue
+        return SampleVerdict.judged(parsed, turns)
     assert outcome is not None
     turns.pop()  # the last repair request was never sent
     return SampleVerdict(

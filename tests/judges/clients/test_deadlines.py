@@ -164,7 +164,7 @@ def test_a_model_times_out_on_each_of_its_event_loops(pdsqi9: Rubric) -> None:
 
         async def once() -> str:
             try:
-                return (await model.complete(turns)).finish_reason
+                return (await model.generate(turns)).finish_reason
             except ProviderFault as fault:
                 return fault.reason
             finally:

@@ -11,7 +11,7 @@ import pytest
 from autogen_core.models import AssistantMessage, SystemMessage, UserMessage
 
 from clinjudge.judges import JudgeModel, ModelSettings, ProviderFault
-from clinjudge.judges.clients import structured_reply
+from clinjudge.judges.clients import CallConfig, reply_schema_for
 from clinjudge.judges.clients._base_client import (
     TurnMessages,
     reply_usage,
@@ -64,11 +64,9 @@ def _judge(
     async def go() -> list[Any]:
         model = JudgeModel(settings, rubric)
         assert isinstance(model.client, DirectChatCompletionClient)
+        config = CallConfig(schema=reply_schema_for("grades", SCHEMA, shared=True), extra=extra)
         try:
-            with structured_reply("grades", SCHEMA, shared=True):
-                return [
-                    await model.complete(turns, extra_create_args=extra) for turns in conversations
-                ]
+            return [await model.generate(turns, config) for turns in conversations]
         finally:
             await model.close()
 

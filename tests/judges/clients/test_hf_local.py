@@ -93,7 +93,7 @@ def test_model_names_resolve_to_local_files_or_hub_ids(tmp_path: Path) -> None:
 
 
 def test_build_client_picks_the_local_client_and_prices_it_at_zero(tmp_path: Path) -> None:
-    from clinjudge.judges.clients._accounting import call_cost
+    from clinjudge.judges.clients._pricing import call_cost
 
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"")

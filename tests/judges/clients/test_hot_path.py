@@ -41,11 +41,8 @@ def test_the_reply_schema_is_validated_once_for_a_whole_run(
     async def go() -> list[str]:
         model = JudgeModel(_settings(fake_openai), rubric)
 
-        async def call(turns: list[ChatTurn], *, max_tokens: int | None = None) -> Any:
-            return await model.complete(turns, max_tokens=max_tokens)
-
         try:
-            verdicts = [await judge_single_sample(item, rubric, call) for item in items]
+            verdicts = [await judge_single_sample(item, rubric, model.generate) for item in items]
         finally:
             await model.close()
         return [v.status for v in verdicts]
@@ -93,11 +90,11 @@ def test_a_price_set_on_new_settings_prices_the_next_call(
     async def go() -> tuple[float | None, float | None, int, int]:
         model = JudgeModel(_settings(fake_openai), pdsqi9)
         try:
-            unpriced = await model.complete(turns)
+            unpriced = await model.generate(turns)
             model.settings = model.settings.model_copy(
                 update={"price": Price(input_per_mtok=2.0, output_per_mtok=8.0)}
             )
-            priced = await model.complete(turns)
+            priced = await model.generate(turns)
         finally:
             await model.close()
         return unpriced.cost_usd, priced.cost_usd, priced.prompt_tokens, priced.completion_tokens
@@ -118,7 +115,7 @@ def test_a_reply_of_declared_length_is_read_whole(size: int, pdsqi9: Rubric) -> 
         async def go() -> str:
             model = JudgeModel(_settings(srv, max_reply_bytes=4 * size + 4096), pdsqi9)
             try:
-                outcome = await model.complete([ChatTurn("user", "hi")])
+                outcome = await model.generate([ChatTurn("user", "hi")])
             finally:
                 await model.close()
             return outcome.text
@@ -133,7 +130,7 @@ def test_a_declared_length_over_the_cap_is_refused(pdsqi9: Rubric) -> None:
             model = JudgeModel(_settings(srv, max_reply_bytes=10_000), pdsqi9)
             try:
                 with pytest.raises(ProviderFault) as info:
-                    await model.complete([ChatTurn("user", "hi")])
+                    await model.generate([ChatTurn("user", "hi")])
             finally:
                 await model.close()
             return info.value

@@ -38,7 +38,7 @@ def judge(srv: FakeOpenAIServer, rubric: Rubric, turns: list[ChatTurn], **kw: An
         model = JudgeModel(settings, rubric)
         assert isinstance(model.client, LiteLLMChatCompletionClient)
         try:
-            return await model.complete(turns)
+            return await model.generate(turns)
         finally:
             await model.close()
 
@@ -119,7 +119,7 @@ def test_litellm_client_error_is_not_retryable(pdsqi9, turns):
         async def go() -> None:
             model = JudgeModel(settings, pdsqi9)
             try:
-                await model.complete(turns)
+                await model.generate(turns)
             finally:
                 await model.close()
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from clinjudge.judges import SIMULATED_NOTICE, CallOutcome, JudgeModel, ModelSettings
+from clinjudge.judges.clients import CallConfig
 from clinjudge.judges.clients._mock_client import simulated_scores
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
 from tests.factories import make_items
@@ -19,7 +20,7 @@ def ask(
     async def go() -> list[CallOutcome]:
         judge = JudgeModel(ModelSettings(model=model), rubric)
         try:
-            return [await judge.complete(turns, variation=v) for v in variations]
+            return [await judge.generate(turns, CallConfig(variation=v)) for v in variations]
         finally:
             await judge.close()
 

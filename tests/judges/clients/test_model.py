@@ -29,6 +29,7 @@ from clinjudge.judges import (
     count_message_tokens,
     count_tokens,
 )
+from clinjudge.judges.clients import provider_for
 from clinjudge.judges.clients._faults import classify_fault
 from clinjudge.judges.clients._settings import Price
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
@@ -56,7 +57,7 @@ def complete(
     async def go() -> CallOutcome:
         model = JudgeModel(settings, rubric, client=client)
         try:
-            return await model.complete(turns)
+            return await model.generate(turns)
         finally:
             await model.close()
 
@@ -272,8 +273,8 @@ def test_server_recovers_after_each_fault(fake_openai, pdsqi9, turns, client):
             for kind in [*kinds, "hang"]:
                 fake_openai.script([Fault(kind, hang_seconds=2)])
                 with pytest.raises(ProviderFault):
-                    await model.complete(turns)
-                outcome = await model.complete(turns)
+                    await model.generate(turns)
+                outcome = await model.generate(turns)
                 seen.append(outcome.finish_reason)
         finally:
             await model.close()
@@ -445,7 +446,7 @@ def test_model_string_parts():
     settings = ModelSettings(model="litellm/anthropic/claude-x")
     assert settings.provider == "litellm"
     assert settings.name == "anthropic/claude-x"
-    assert ModelSettings(model="mock/judge").is_mock
+    assert provider_for(ModelSettings(model="mock/judge")).simulated
     assert ModelSettings(model="openai/o3-mini").is_reasoning_model
     assert not ModelSettings(model="openai/gpt-4o").is_reasoning_model
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from clinjudge.judges import JudgeModel, ModelSettings, token_prices
-from clinjudge.judges.clients._accounting import call_cost
+from clinjudge.judges.clients._pricing import call_cost
 from clinjudge.judges.clients._settings import Price
 from clinjudge.rubrics import ChatTurn, Rubric
 from tests.fake_openai import FakeOpenAIServer
@@ -110,7 +110,7 @@ def test_cached_tokens_reported_by_the_server_are_recorded_and_priced(
         async def send() -> list[Any]:
             model = JudgeModel(settings, pdsqi9)
             try:
-                return [await model.complete(turns) for turns in prompts]
+                return [await model.generate(turns) for turns in prompts]
             finally:
                 await model.close()
 
@@ -195,7 +195,7 @@ def _complete_through_litellm(
     async def send() -> Any:
         judge = JudgeModel(settings, rubric)
         try:
-            return await judge.complete(turns)
+            return await judge.generate(turns)
         finally:
             await judge.close()
 

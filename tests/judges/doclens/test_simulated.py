@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from clinjudge.judges import JudgeModel, ModelSettings
+from clinjudge.judges.clients import CallConfig
 from clinjudge.judges.doclens import _prompts as prompts
 from clinjudge.judges.doclens._parse import (
     parse_claims,
@@ -180,7 +181,10 @@ def test_the_mock_model_answers_doclens_prompts_deterministically() -> None:
     async def go() -> list[str]:
         judge = JudgeModel(ModelSettings(model="mock/judge"), rubric)
         try:
-            return [(await judge.complete(list(turns), variation="1")).text for _ in range(2)]
+            return [
+                (await judge.generate(list(turns), CallConfig(variation="1"))).text
+                for _ in range(2)
+            ]
         finally:
             await judge.close()
 

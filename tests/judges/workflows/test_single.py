@@ -16,6 +16,7 @@ from clinjudge.judges import (
     SampleVerdict,
     draw_shots,
 )
+from clinjudge.judges.clients import CallConfig
 from clinjudge.judges.workflows import repair_max_tokens
 from clinjudge.judges.workflows._single import judge_single_sample
 from clinjudge.rubrics import (
@@ -58,7 +59,7 @@ def judge_with_server(
     async def go() -> SampleVerdict:
         model = JudgeModel(settings, rubric)
         try:
-            return await judge_single_sample(item, rubric, model.complete, **kw)
+            return await judge_single_sample(item, rubric, model.generate, **kw)
         finally:
             await model.close()
 
@@ -155,7 +156,7 @@ def _raising_call(after: list[str]):
     """A call that answers with ``after`` in turn, then raises a ProviderFault."""
     replies = list(after)
 
-    async def call(turns: list[ChatTurn]) -> CallOutcome:
+    async def call(turns: list[ChatTurn], config: CallConfig) -> CallOutcome:
         if not replies:
             raise ProviderFault("HTTP 503: overloaded", retryable=True)
         return CallOutcome(replies.pop(0), "stop", 10, 5, False, None, 0.01)
@@ -254,7 +255,7 @@ def _judge_capped(srv: FakeOpenAIServer, rubric: Rubric, item: Item, max_tokens:
     async def go() -> SampleVerdict:
         model = JudgeModel(settings, rubric)
         try:
-            return await judge_single_sample(item, rubric, model.complete, **kw)
+            return await judge_single_sample(item, rubric, model.generate, **kw)
         finally:
             await model.close()
 
