@@ -4,23 +4,19 @@ Azure client; its batch API through the SDK."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage
+from autogen_core.models import ChatCompletionClient
 
 from clinjudge.judges.clients._base_client import GENERIC_MODEL_INFO
-from clinjudge.judges.clients._call_config import CallConfig
 from clinjudge.judges.clients._sdk_usage import reporting_usage
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
-from clinjudge.judges.clients._structured import OutputMode
-from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
+from clinjudge.judges.clients.providers._contract import prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.judges.clients.providers.openai import (
     BATCH_TIMEOUT_S,
+    SdkClientProvider,
     autogen_client_args,
-    from_autogen_ext,
-    send_through_sdk,
     split_query,
 )
 from clinjudge.rubrics import Rubric
@@ -50,7 +46,7 @@ def _api_version(settings: ModelSettings) -> str:
     return settings.api_version or os.environ.get("OPENAI_API_VERSION") or DEFAULT_API_VERSION
 
 
-class AzureProvider(Provider):
+class AzureProvider(SdkClientProvider):
     """A deployment on Azure OpenAI: endpoint and key required."""
 
     names = ("azure", "azure_openai")
@@ -88,20 +84,6 @@ class AzureProvider(Provider):
                 **autogen_client_args(settings),
             )
         )
-
-    async def send(
-        self,
-        client: ChatCompletionClient,
-        messages: Sequence[LLMMessage],
-        config: CallConfig,
-        extra: dict[str, Any],
-        mode: OutputMode,
-    ) -> CreateResult:
-        """autogen-ext's client through :func:`send_through_sdk` (an injected one of ours as
-        any provider's)."""
-        if from_autogen_ext(client):
-            return await send_through_sdk(client, messages, config, extra, mode)
-        return await super().send(client, messages, config, extra, mode)
 
     def check_batch(self, settings: ModelSettings) -> None:
         """An endpoint and a key.

@@ -110,7 +110,26 @@ BATCH_TIMEOUT_S = 300.0
 """Least timeout of the batch control-plane calls (upload, create, poll)."""
 
 
-class OpenAIProvider(Provider):
+class SdkClientProvider(Provider):
+    """A provider whose calls may go through autogen-ext's OpenAI or Azure client, which
+    takes the reply schema as the SDK's ``response_format`` (an injected client of ours is
+    served as any provider's)."""
+
+    async def send(
+        self,
+        client: ChatCompletionClient,
+        messages: Sequence[LLMMessage],
+        config: CallConfig,
+        extra: dict[str, Any],
+        mode: OutputMode,
+    ) -> CreateResult:
+        """autogen-ext's client through :func:`send_through_sdk`, ours as any provider's."""
+        if from_autogen_ext(client):
+            return await send_through_sdk(client, messages, config, extra, mode)
+        return await super().send(client, messages, config, extra, mode)
+
+
+class OpenAIProvider(SdkClientProvider):
     """``openai/<model>``: api.openai.com (key required) or a server at ``base_url``."""
 
     names = ("openai",)
@@ -149,19 +168,6 @@ class OpenAIProvider(Provider):
         if self.uses_direct(settings):
             return direct_client(self, settings, bounded=bounded)
         return self._autogen_client(settings)
-
-    async def send(
-        self,
-        client: ChatCompletionClient,
-        messages: Sequence[LLMMessage],
-        config: CallConfig,
-        extra: dict[str, Any],
-        mode: OutputMode,
-    ) -> CreateResult:
-        """autogen-ext's client through :func:`send_through_sdk`, ours as any provider's."""
-        if from_autogen_ext(client):
-            return await send_through_sdk(client, messages, config, extra, mode)
-        return await super().send(client, messages, config, extra, mode)
 
     def _autogen_client(self, settings: ModelSettings) -> ChatCompletionClient:
         from autogen_ext.models.openai import OpenAIChatCompletionClient
