@@ -21,6 +21,7 @@ and its variance; Cohen (1960) and Fleiss (1971) for the kappas.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -510,6 +511,101 @@ def _exact_sign_flip_p(diff: np.ndarray, zero_method: str) -> float:
     return float(min(1.0, 2.0 * min(below, above)))
 
 
+@dataclass(frozen=True)
+class _SignedRankSums:
+    """Signed-rank sums and the null mean and standard error of ``r_plus`` (normal approximation).
+
+    Args:
+        r_plus: Sum of the ranks of the positive differences (half the zero ranks with zsplit).
+        r_minus: The same for the negative differences.
+        mean: ``r_plus``'s mean under the null.
+        se: ``r_plus``'s standard error under the null, corrected for ties.
+    """
+
+    r_plus: float
+    r_minus: float
+    mean: float
+    se: float
+
+
+def _signed_rank_sums(diff: np.ndarray, zero_method: str) -> _SignedRankSums:
+    """The sums and null moments that ``scipy.stats.wilcoxon`` computes, in the same float steps
+    (bit for bit: every term is a multiple of 1/4 well below 2^53, and the last steps are the same
+    correctly rounded divisions and square root), without loading scipy.stats.
+
+    Args:
+        diff: Paired differences without NaN, not all zero.
+        zero_method: ``wilcox`` drops zero differences; ``pratt`` ranks them, then leaves them out
+            of the sums, the moments and the tie correction; ``zsplit`` gives half of their ranks
+            to each sum.
+    """
+    kept = diff[diff != 0] if zero_method == "wilcox" else diff
+    magnitudes = np.abs(kept)
+    ranks = _average_ranks(magnitudes)
+    zeros = kept == 0
+    r_plus = float(ranks[kept > 0].sum())
+    r_minus = float(ranks[kept < 0].sum())
+    n = float(kept.size)
+    mean = n * (n + 1.0) * 0.25
+    variance = n * (n + 1.0) * (2.0 * n + 1.0)  # x 24, as scipy holds it until the tie correction
+    tied = magnitudes
+    if zero_method == "zsplit":
+        half_zero_ranks = float(ranks[zeros].sum()) / 2
+        r_plus += half_zero_ranks
+        r_minus += half_zero_ranks
+    elif zero_method == "pratt":
+        n_zero = float(zeros.sum())
+        mean -= n_zero * (n_zero + 1.0) * 0.25
+        variance -= n_zero * (n_zero + 1.0) * (2.0 * n_zero + 1.0)
+        tied = magnitudes[~zeros]
+    counts = np.unique(tied, return_counts=True)[1].astype(float)
+    tie_correction = float((counts**3 - counts).sum())
+    se = math.sqrt((variance - tie_correction / 2) / 24)
+    return _SignedRankSums(r_plus, r_minus, mean, se)
+
+
+def _normal_signed_rank_p(sums: _SignedRankSums) -> float:
+    """Two-sided p of ``r_plus`` under the normal approximation, without continuity correction
+    (``scipy.stats.wilcoxon(method="asymptotic")``, whose normal is ``scipy.special.ndtr``)."""
+    from scipy.special import ndtr  # light, unlike scipy.stats (see icc_forms)
+
+    z = (sums.r_plus - sums.mean) / sums.se
+    return float(2 * ndtr(-abs(z)))
+
+
+def _signed_rank_counts(n: int) -> np.ndarray:
+    """How many of the 2^n sign patterns of ranks 1..n give each positive-rank sum 0..n(n+1)/2.
+
+    Args:
+        n: Number of differences; at most 50, so that every count (and 2^n) fits in int64.
+    """
+    counts = np.zeros(n * (n + 1) // 2 + 1, dtype=np.int64)
+    counts[0] = 1
+    for rank in range(1, n + 1):
+        # Every pattern of the smaller ranks, with this rank positive, adds the rank to its sum;
+        # shifted from a copy, so that no pattern gains the rank twice.
+        counts[rank:] += counts[:-rank].copy()
+    return counts
+
+
+def _exact_signed_rank_p(n: int, r_plus: float) -> float:
+    """Two-sided p of an integral ``r_plus`` of n untied, non-zero differences, from its exact
+    null distribution: twice the smaller tail, at most 1.
+
+    scipy sums probabilities (counts / 2^n) in floats; every partial sum is a multiple of 2^-n
+    at most 1, exact in a float for n <= 50, so integer counts give its p bit for bit.
+
+    Args:
+        n: Number of differences (1 to 50).
+        r_plus: Sum of the ranks of the positive differences.
+    """
+    counts = _signed_rank_counts(n)
+    k = int(r_plus)
+    lower = int(counts[: k + 1].sum())
+    upper = int(counts[k:].sum())
+    return min(1.0, 2 * min(lower, upper) / 2**n)
+
+
 def wilcoxon_paired(x: ArrayLike, y: ArrayLike, zero_method: str = "wilcox") -> dict[str, Any]:
     """Wilcoxon signed-rank test of ``x - y``, with the zero-difference method stated.
 
@@ -518,7 +614,9 @@ def wilcoxon_paired(x: ArrayLike, y: ArrayLike, zero_method: str = "wilcox") -> 
     method follows scipy's ``method="auto"``: the exact distribution for n <= 50 without ties
     or zeros, an exact sign-flip permutation for n <= 13 with ties or zeros (computed here by
     enumeration, which scipy does slowly), otherwise the normal approximation with tie
-    correction. When every difference is zero the test is degenerate and ``p`` is 1.
+    correction. When every difference is zero the test is degenerate and ``p`` is 1. The
+    statistic and p are scipy.stats.wilcoxon's bit for bit, computed here: loading scipy.stats
+    cost every ``judge agree``, ``compare`` and ``report`` about 0.4 s (#39).
 
     Returns:
         ``{"statistic", "p", "zero_method", "method", "n_pairs", "n_zero_differences"}``;
@@ -555,14 +653,14 @@ def wilcoxon_paired(x: ArrayLike, y: ArrayLike, zero_method: str = "wilcox") -> 
         method = "permutation"
     else:
         method = "asymptotic"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        scipy_method = "asymptotic" if method == "permutation" else method
-        from scipy.stats import wilcoxon  # 0.5-1 s to load: only when a test is made
-
-        test = wilcoxon(a, b, zero_method=zero_method, method=scipy_method)
-    p_value = _exact_sign_flip_p(diff, zero_method) if method == "permutation" else test.pvalue
-    result.update(statistic=float(test.statistic), p=float(p_value), method=method)
+    sums = _signed_rank_sums(diff, zero_method)
+    if method == "exact":
+        p_value = _exact_signed_rank_p(diff.size, sums.r_plus)
+    elif method == "permutation":
+        p_value = _exact_sign_flip_p(diff, zero_method)
+    else:
+        p_value = _normal_signed_rank_p(sums)
+    result.update(statistic=min(sums.r_plus, sums.r_minus), p=p_value, method=method)
     return result
 
 
