@@ -189,7 +189,8 @@ def agree_command(
     if not runs:
         fail("name at least one run (or use --ratings FILE)", EXIT_USAGE)
     results = []
-    with open_store(_db(db), read_only=True) as store:
+    path = _db(db)
+    with open_store(path, read_only=not _keeps_cache(path)) as store:
         for run_id in runs:
             with _quiet_numerics():
                 results.append(agreement_for_run(store, run_id, n_boot=boot, seed=seed))

@@ -271,3 +271,15 @@ def test_report_help_shows_the_reports_default_row_count() -> None:
     line = next(line for line in shown.stdout.splitlines() if "--max-items" in line)
     following = shown.stdout.split(line, 1)[1].splitlines()[0]
     assert f"[default: {DEFAULT_MAX_ITEMS}]" in line + following
+
+
+def test_agree_keeps_its_analysis_for_the_next_agree(rated_run: str, db_path: Path) -> None:
+    """`judge agree` alone keeps what it computed, as compare and report do: the second call
+    reads the analysis back instead of bootstrapping again, with the same numbers."""
+    first = invoke("agree", rated_run, "--db", str(db_path), "--json", "--boot", BOOT)
+    second = invoke("agree", rated_run, "--db", str(db_path), "--json", "--boot", BOOT)
+    assert first.exit_code == 0 and second.exit_code == 0, first.stderr + second.stderr
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert one["cached"] is False and two["cached"] is True
+    assert one["per_attribute"] == two["per_attribute"]
+    assert scalar(db_path, "SELECT count(*) FROM agreement_cache") >= 1
