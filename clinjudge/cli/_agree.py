@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clinjudge._util.blas_threads import single_blas_thread
 from clinjudge._util.pandas_import import without_pandas
 from clinjudge.analysis import SORT_COLUMNS
 from clinjudge.cli._options import DocLensCompatOption
@@ -119,6 +120,7 @@ def _quiet_numerics() -> Iterator[None]:
 
 
 @without_pandas()  # Arrow from DuckDB rows and lists only: pandas is not paid for (#39)
+@single_blas_thread()  # small matrices: no pool of spinning threads (#39)
 def agree_command(
     runs: Annotated[
         list[str] | None,
@@ -262,6 +264,7 @@ def _print_raters_table(result: AgreementAnalysis, title: str) -> None:
 
 
 @without_pandas()  # Arrow from DuckDB rows and lists only: pandas is not paid for (#39)
+@single_blas_thread()  # small matrices: no pool of spinning threads (#39)
 def compare_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids or unique parts of them.")],
     db: StoreDbOption = None,
@@ -329,6 +332,7 @@ def compare_command(
 
 
 @without_pandas()  # Arrow from DuckDB rows and lists only: pandas is not paid for (#39)
+@single_blas_thread()  # small matrices: no pool of spinning threads (#39)
 def report_command(
     runs: Annotated[list[str], typer.Argument(help="Run id (several with --compare).")],
     out: Annotated[Path, typer.Option(help="Directory for report.html and report.md.")],

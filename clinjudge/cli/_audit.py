@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import clinjudge
+from clinjudge._util.blas_threads import single_blas_thread
 from clinjudge.analysis import AUDIT_BOOT, AuditStatistics, audit_plan
 from clinjudge.cli._common import (
     EXIT_USAGE,
@@ -295,6 +296,7 @@ def audit_command(
 
 
 @audit_app.command("plan")
+@single_blas_thread()  # small matrices: no pool of spinning threads (#39)
 def plan_command(
     run: Annotated[str, typer.Option(help="The audit run whose items are to be sampled.")],
     size: Annotated[
