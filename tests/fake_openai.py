@@ -655,7 +655,9 @@ class FakeOpenAIServer:
         streaming = bool(body.get("stream"))
         with self._lock:
             self.requests.append(body)
-            self.request_headers.append(dict(handler.headers.items()))
+            # A batch line has no HTTP request of its own (its handler is a stand-in).
+            headers = getattr(handler, "headers", None)
+            self.request_headers.append(dict(headers.items()) if headers is not None else {})
             retry_after = self._over_rpm()
         if retry_after is not None:
             headers = {
