@@ -45,6 +45,8 @@ def test_a_callers_own_freeze_is_left_alone(tmp_path, monkeypatch, no_freeze):
     seen, ok = _run(tmp_path, monkeypatch)
     assert ok == 4 and kept
     # Nothing more frozen for the run (a freeze would take the thousands of objects made since,
-    # the prepared run among them; a few frozen ones come and go), and nothing thawed after it.
-    assert len(seen) == 1 and abs(seen[0] - before) < 100
-    assert abs(gc.get_freeze_count() - before) < 100
+    # the prepared run among them), and nothing thawed after it (a thaw empties the permanent
+    # generation). Frozen objects still die when the last reference goes (earlier tests' cached
+    # runs and settings replaced by this one's: hundreds), so a drop is not a thaw.
+    assert len(seen) == 1 and seen[0] - before < 100 and seen[0] > 0.9 * before
+    assert gc.get_freeze_count() - before < 100 and gc.get_freeze_count() > 0.9 * before
