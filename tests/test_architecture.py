@@ -541,3 +541,77 @@ def test_a_planted_circle_is_caught(tmp_path: Path) -> None:
     }
     graph = module_graph(_planted_tree(tmp_path, planted))
     assert import_cycles(graph) == [["clinjudge.orchestration._a", "clinjudge.orchestration._b"]]
+
+
+# -- AutoGen is an adapter at the edge of the clients (#40) ------------------------------------
+
+# The only modules under judges/clients that import AutoGen (autogen_core, autogen_ext) when
+# they run, each with why; imports for type checking only do not count. The call path reads our
+# own Completion: a module that no longer needs AutoGen must leave the list (the test says so).
+AUTOGEN_AT_THE_EDGE = {
+    # SimpleChatCompletionClient: AutoGen's client interface (create) adapted to complete(),
+    # the conversion of AutoGen messages to chat format and of Completion to CreateResult.
+    "_base_client.py",
+    # The response cache's key serialises the AutoGen messages, as it always has (the key of a
+    # user's cached reply may not change).
+    "_cache.py",
+    # Built-in clients that still take AutoGen messages apart (a user message's text, the model
+    # facts AutoGen asks a client for).
+    "_hf_client.py",
+    "_mock_client.py",
+    # autogen-ext's OpenAI and Azure clients (a third party's AutoGen client): their results
+    # become Completions at these providers' edge.
+    "_sdk_usage.py",
+    "providers/openai.py",
+    "providers/azure.py",
+}
+
+
+def _runtime_imports_of(tree: ast.Module, package: str) -> bool:
+    """Whether a module imports ``package`` outside an ``if TYPE_CHECKING:`` block."""
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        if any(name == package or name.startswith(package + ".") for name in names):
+            return True
+    return False
+
+
+def autogen_importers(root: Path = ROOT / "judges" / "clients") -> set[str]:
+    """Modules under ``root`` (relative paths) that import AutoGen when they run."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(_runtime_imports_of(tree, p) for p in ("autogen_core", "autogen_ext")):
+            found.add(path.relative_to(root).as_posix())
+    return found
+
+
+def test_only_the_edge_of_the_clients_imports_autogen() -> None:
+    assert autogen_importers() == AUTOGEN_AT_THE_EDGE
+
+
+def test_a_planted_autogen_import_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "providers").mkdir()
+    (tmp_path / "_model.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from autogen_core.models import LLMMessage\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "providers" / "new.py").write_text(
+        "def build():\n    from autogen_ext.models.openai import OpenAIChatCompletionClient\n",
+        encoding="utf-8",
+    )
+    assert autogen_importers(tmp_path) == {"providers/new.py"}

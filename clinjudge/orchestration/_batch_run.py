@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from autogen_core.models import CreateResult
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -37,6 +36,7 @@ from clinjudge.judges.clients import (
     BatchResults,
     BatchState,
     CallConfig,
+    Completion,
     batch_call_cost,
     batch_output_mode,
     batch_price_per_token,
@@ -546,11 +546,9 @@ class BatchRun:
             calls[(row["item_id"], row["sample"])].append(row)
         return calls
 
-    def _outcome(
-        self, request: _Request, result: CreateResult, latency: float | None
-    ) -> CallOutcome:
-        text = result.content if isinstance(result.content, str) else ""
-        prompt, completion = result.usage.prompt_tokens, result.usage.completion_tokens
+    def _outcome(self, request: _Request, result: Completion, latency: float | None) -> CallOutcome:
+        text = "" if result.tool_calls else result.text
+        prompt, completion = result.prompt_tokens, result.completion_tokens
         estimated = not prompt
         if estimated:
             prompt = count_message_tokens([t.content for t in request.turns])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage
+from autogen_core.models import ChatCompletionClient, LLMMessage
 
 from clinjudge.judges import (
     CallFn,
@@ -30,7 +30,7 @@ from clinjudge.judges import (
     SimpleChatCompletionClient,
     count_message_tokens,
 )
-from clinjudge.judges.clients import PLAIN_CALL, CallConfig
+from clinjudge.judges.clients import PLAIN_CALL, CallConfig, Completion
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import AttemptRecorder, retry_after, retry_send
@@ -295,7 +295,7 @@ class RecordingClient(SimpleChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Any] = (),
-    ) -> CreateResult:
+    ) -> Completion:
         # The AutoGen interface ends here: its arguments become the call's CallConfig (a
         # reply schema under the json_schema key included).
         config = CallConfig.from_create_args(
@@ -312,6 +312,7 @@ class RecordingClient(SimpleChatCompletionClient):
             prompt=lambda: [_message_text(m) for m in messages],
         )
         assert outcome.result is not None
+        # The base class's create() gives it to the agent in AutoGen's form.
         return outcome.result
 
 

@@ -68,7 +68,7 @@ class SendingProvider(PlainProvider):
         config: CallConfig,
         extra: dict[str, Any],
         mode: OutputMode,
-    ) -> CreateResult:
+    ) -> Completion:
         self.modes.append(mode)
         return await super().send(client, messages, config, extra, mode)
 

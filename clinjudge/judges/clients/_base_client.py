@@ -22,6 +22,7 @@ from autogen_core.models import (
 from autogen_core.tools import Tool, ToolSchema
 
 from clinjudge.judges.clients._accounting import count_message_tokens
+from clinjudge.judges.clients._completion import Completion, ToolCall
 from clinjudge.judges.clients._faults import ProviderFault
 from clinjudge.rubrics import ChatTurn
 
@@ -283,14 +284,15 @@ def reply_usage(usage: Any) -> PromptUsage | None:
     )
 
 
-def openai_result(data: Any) -> CreateResult:
-    """A chat-completions response body (dict) as an AutoGen ``CreateResult``.
+def openai_result(data: Any) -> Completion:
+    """A chat-completions response body (dict) as a :class:`Completion`.
 
     Args:
         data: The decoded response.
 
     Raises:
-        ValueError: The body has no usable choice.
+        ProviderFault: The body has no usable choice.
+        ValueError: A tool call or the content is not of the form a reply takes.
     """
     if isinstance(data, dict):
         choices = data.get("choices")
@@ -308,6 +310,34 @@ def openai_result(data: Any) -> CreateResult:
     message = choice.get("message") or {}
     tool_calls = message.get("tool_calls")
     content: Any = message.get("content") or ""
+    if tool_calls or type(content) is not str:
+        # Tool calls (an agent's turn) and odd content are checked by AutoGen's result, with
+        # the errors a malformed reply has always raised.
+        return completion_of(_tool_result(choice, message, tool_calls, content, usage))
+    if usage is None:
+        return Completion(content, finish_reason=_finish(choice))
+    return Completion(
+        content,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        _finish(choice),
+        usage.cached_input_tokens,
+        usage.cache_write_tokens,
+    )
+
+
+def _finish(choice: dict[str, Any]) -> FinishReasons:
+    return _FINISH.get(choice.get("finish_reason") or "stop", "unknown")
+
+
+def _tool_result(
+    choice: dict[str, Any],
+    message: Any,
+    tool_calls: Any,
+    content: Any,
+    usage: PromptUsage | None,
+) -> CreateResult:
+    """A reply with tool calls (or content that is no string) as AutoGen's validated result."""
     if tool_calls:
         content = [
             FunctionCall(
@@ -318,11 +348,66 @@ def openai_result(data: Any) -> CreateResult:
             for c in tool_calls
         ]
     return CreateResult(
-        finish_reason=_FINISH.get(choice.get("finish_reason") or "stop", "unknown"),
+        finish_reason=_finish(choice),
         content=content,
         usage=usage or RequestUsage(prompt_tokens=0, completion_tokens=0),
         cached=False,
         thought=message.get("content") if tool_calls else None,
+    )
+
+
+def autogen_result(completion: Completion) -> CreateResult:
+    """A :class:`Completion` as AutoGen's result (for callers of AutoGen's interface).
+
+    Args:
+        completion: The reply.
+    """
+    usage = PromptUsage(
+        prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        cached_input_tokens=completion.cached_input_tokens,
+        cache_write_tokens=completion.cache_write_tokens,
+    )
+    content: str | list[FunctionCall] = completion.text
+    if completion.tool_calls:
+        content = [
+            FunctionCall(id=c.id, name=c.name, arguments=c.arguments) for c in completion.tool_calls
+        ]
+    return CreateResult(
+        finish_reason=completion.finish_reason,
+        content=content,
+        usage=usage,
+        cached=completion.cached,
+        thought=completion.thought,
+    )
+
+
+def completion_of(result: CreateResult) -> Completion:
+    """An AutoGen client's result as a :class:`Completion` (the edge where AutoGen's types
+    end).
+
+    Args:
+        result: What the client's ``create`` returned.
+    """
+    content, usage = result.content, result.usage
+    cached_input = getattr(usage, "cached_input_tokens", 0)
+    written = getattr(usage, "cache_write_tokens", 0)
+    calls: tuple[ToolCall, ...]
+    if isinstance(content, str):
+        text, calls = content, ()
+    else:  # the tool calls of an agent's turn
+        text = ""
+        calls = tuple(ToolCall(c.id, c.name, c.arguments) for c in content)
+    return Completion(
+        text,
+        usage.prompt_tokens if usage else 0,
+        usage.completion_tokens if usage else 0,
+        result.finish_reason,
+        cached_input,
+        written,
+        calls,
+        result.thought,
+        result.cached,
     )
 
 
@@ -334,7 +419,7 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         # Running sums as ints: a RequestUsage (validated) is built only when asked for.
         self._total_prompt = 0
         self._total_completion = 0
-        self._last = RequestUsage(prompt_tokens=0, completion_tokens=0)
+        self._last = (0, 0)
 
     async def _complete(
         self,
@@ -342,8 +427,27 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Tool | ToolSchema] = (),
-    ) -> CreateResult:
+    ) -> Completion:
         raise NotImplementedError
+
+    async def complete(
+        self,
+        messages: Sequence[LLMMessage],
+        json_output: Any,
+        extra: Mapping[str, Any],
+        tools: Sequence[Tool | ToolSchema] = (),
+    ) -> Completion:
+        """One request, its reply in our own terms (what the call path uses), counted.
+
+        Args:
+            messages: The conversation.
+            json_output: AutoGen's JSON-mode flag of the call.
+            extra: The request arguments (a reply schema under its key included).
+            tools: The tools offered.
+        """
+        completion = await self._complete(messages, json_output, extra, tools)
+        self._count(completion.prompt_tokens, completion.completion_tokens)
+        return completion
 
     async def create(
         self,
@@ -355,14 +459,19 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        return self._counted(await self._complete(messages, json_output, extra_create_args, tools))
+        # AutoGen's interface: an adapter around complete() for agents.
+        return autogen_result(await self.complete(messages, json_output, extra_create_args, tools))
 
-    def _counted(self, result: CreateResult) -> CreateResult:
-        """``result``, its usage added to this client's running sums."""
-        self._last = result.usage
-        self._total_prompt += result.usage.prompt_tokens
-        self._total_completion += result.usage.completion_tokens
-        return result
+    def _count(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Add one reply's usage to this client's running sums.
+
+        Args:
+            prompt_tokens: Tokens the request used.
+            completion_tokens: Tokens generated.
+        """
+        self._last = (prompt_tokens, completion_tokens)
+        self._total_prompt += prompt_tokens
+        self._total_completion += completion_tokens
 
     async def create_stream(
         self,
@@ -386,7 +495,7 @@ class SimpleChatCompletionClient(ChatCompletionClient):
         return None
 
     def actual_usage(self) -> RequestUsage:
-        return self._last
+        return RequestUsage(prompt_tokens=self._last[0], completion_tokens=self._last[1])
 
     def total_usage(self) -> RequestUsage:
         return RequestUsage(

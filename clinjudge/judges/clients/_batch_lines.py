@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from autogen_core.models import CreateResult
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from clinjudge.judges.clients._base_client import openai_result, reply_usage
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._faults import ProviderFault, reply_too_large, status_fault
 
 _MAX_REASON = 500
@@ -78,7 +78,7 @@ class BatchLine:
     """
 
     custom_id: str
-    result: CreateResult | None = None
+    result: Completion | None = None
     fault: ProviderFault | None = None
 
 

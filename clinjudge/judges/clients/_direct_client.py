@@ -13,14 +13,11 @@ import asyncio
 import json
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
 import yarl
-from autogen_core import CancellationToken
-from autogen_core.models import CreateResult, LLMMessage, ModelInfo
-from autogen_core.tools import Tool, ToolSchema
 
 from clinjudge.judges.clients._base_client import (
     SimpleChatCompletionClient,
@@ -28,6 +25,7 @@ from clinjudge.judges.clients._base_client import (
     to_openai_messages,
     tool_schema,
 )
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._faults import (
     ProviderFault,
     redirect_fault,
@@ -41,6 +39,10 @@ from clinjudge.judges.clients._http_guard import (
 )
 from clinjudge.judges.clients._structured import ReplySchema, openai_response_format, split_schema
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY
+
+if TYPE_CHECKING:
+    from autogen_core.models import LLMMessage, ModelInfo
+    from autogen_core.tools import Tool, ToolSchema
 
 
 class DirectChatCompletionClient(SimpleChatCompletionClient):
@@ -133,28 +135,29 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
             body["tools"] = [tool_schema(t) for t in tools]
         return body
 
-    async def create(
+    async def complete(
         self,
         messages: Sequence[LLMMessage],
-        *,
+        json_output: Any,
+        extra: Mapping[str, Any],
         tools: Sequence[Tool | ToolSchema] = (),
-        tool_choice: Any = "auto",
-        json_output: Any = None,
-        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
-        cancellation_token: CancellationToken | None = None,
-    ) -> CreateResult:
-        # The whole exchange in this one coroutine (not create -> _complete -> a post helper):
-        # every coroutine between the task and the socket is resumed on each wake-up.
+    ) -> Completion:
+        """One request and its reply, counted (AutoGen's ``create`` adapts it).
+
+        Args:
+            messages: The conversation.
+            json_output: AutoGen's JSON-mode flag of the call.
+            extra: The request arguments (a reply schema under its key included).
+            tools: The tools offered.
+        """
+        # The whole exchange in this one coroutine (not complete -> _complete -> a post
+        # helper): every coroutine between the task and the socket is resumed on each wake-up.
         try:
             # orjson is several times faster than json on prompts of many kilobytes.
-            payload: bytes | str = orjson.dumps(
-                self._body(messages, json_output, extra_create_args, tools)
-            )
+            payload: bytes | str = orjson.dumps(self._body(messages, json_output, extra, tools))
         except TypeError:
             # What orjson cannot take (an integer beyond 64 bits, a lone surrogate) json can.
-            payload = json.dumps(
-                self._body(messages, json_output, extra_create_args, tools, prepared=False)
-            )
+            payload = json.dumps(self._body(messages, json_output, extra, tools, prepared=False))
         limit = self._max_reply_bytes
         try:
             # A redirect would carry the prompt to another origin: refuse it, never follow it.
@@ -183,10 +186,11 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         except orjson.JSONDecodeError:
             data = _loads(raw)
         try:
-            result = openai_result(data)
+            completion = openai_result(data)
         except ValueError as exc:
             raise ProviderFault(str(exc), retryable=True) from None
-        return self._counted(result)
+        self._count(completion.prompt_tokens, completion.completion_tokens)
+        return completion
 
     async def _complete(
         self,
@@ -194,11 +198,9 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Tool | ToolSchema] = (),
-    ) -> CreateResult:
-        # create() does the work here (and counts the usage); nothing else calls this.
-        return await self.create(
-            messages, tools=tools, json_output=json_output, extra_create_args=extra
-        )
+    ) -> Completion:
+        # complete() does the work here (and counts the usage); nothing else calls this.
+        return await self.complete(messages, json_output, extra, tools)
 
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:

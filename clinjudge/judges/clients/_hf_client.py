@@ -20,9 +20,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autogen_core.models import CreateResult, LLMMessage, ModelInfo, RequestUsage
+from autogen_core.models import LLMMessage, ModelInfo
 
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, to_openai_messages
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._faults import ProviderFault
 from clinjudge.judges.clients._hf_options import ENGINE_ENV as ENGINE_ENV
 from clinjudge.judges.clients._hf_options import ENGINES as ENGINES
@@ -269,7 +270,7 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Any] = (),
-    ) -> CreateResult:
+    ) -> Completion:
         if tools:
             raise ProviderFault(
                 "hf/ models are run without tools (function calling)", retryable=False
@@ -281,13 +282,11 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
             raise
         except Exception as exc:  # noqa: BLE001 - load and decoding failures are not retried
             raise ProviderFault(f"{self.source.model}: {exc}"[:500], retryable=False) from exc
-        return CreateResult(
-            finish_reason="stop" if result.finish_reason == "stop" else "length",
-            content=result.text,
-            usage=RequestUsage(
-                prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
-            ),
-            cached=False,
+        return Completion(
+            result.text,
+            result.prompt_tokens,
+            result.completion_tokens,
+            "stop" if result.finish_reason == "stop" else "length",
         )
 
     def _request(

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from autogen_core.models import CreateResult, LLMMessage, ModelInfo
+from typing import TYPE_CHECKING, Any
 
 from clinjudge.judges.clients._base_client import (
     SimpleChatCompletionClient,
@@ -19,6 +17,7 @@ from clinjudge.judges.clients._base_client import (
     to_openai_messages,
     tool_schema,
 )
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._http_guard import (
     DEFAULT_MAX_REPLY_BYTES,
     guarded_httpx_args,
@@ -29,6 +28,9 @@ from clinjudge.judges.clients._structured import (
     openai_response_format,
     split_schema,
 )
+
+if TYPE_CHECKING:
+    from autogen_core.models import LLMMessage, ModelInfo
 
 # Providers litellm serves through its own httpx handler, which takes our client (no redirects,
 # capped bodies); each is checked against a redirecting server in tests/survival/test_hostile.py.
@@ -137,7 +139,7 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Any] = (),
-    ) -> CreateResult:
+    ) -> Completion:
         import litellm
 
         litellm.telemetry = False

@@ -14,11 +14,12 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autogen_core.models import CreateResult, LLMMessage, RequestUsage, UserMessage
+from autogen_core.models import LLMMessage, UserMessage
 
 from clinjudge._util.modes import SIMULATED_NOTICE
 from clinjudge.judges.clients._accounting import count_message_tokens, count_tokens
 from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, message_text
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.rubrics import (
     Attribute,
     JudgmentParseError,
@@ -151,7 +152,7 @@ class MockChatCompletionClient(SimpleChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Any] = (),
-    ) -> CreateResult:
+    ) -> Completion:
         texts = [message_text(m) for m in messages]
         seed, _, stance = str(extra.get("seed", "")).partition(STANCE_MARK)
         # Workflows with their own prompts (DocLens) answer them; the rest gets rubric JSON.
@@ -159,10 +160,7 @@ class MockChatCompletionClient(SimpleChatCompletionClient):
         if content is None:
             item = _item_text(messages, stance)
             content = self._rubric_reply(f"{self._name}|{seed}|{item}", stance, texts[1:])
-        usage = RequestUsage(
-            prompt_tokens=count_message_tokens(texts), completion_tokens=count_tokens(content)
-        )
-        return CreateResult(finish_reason="stop", content=content, usage=usage, cached=False)
+        return Completion(content, count_message_tokens(texts), count_tokens(content))
 
     def _rubric_reply(self, seed_text: str, stance: str = "", heard: Sequence[str] = ()) -> str:
         chair = _chair_scores(self._rubric, heard) if stance == "chair" else None

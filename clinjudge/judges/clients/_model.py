@@ -8,14 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
-
-from autogen_core.models import (
-    ChatCompletionClient,
-    CreateResult,
-    LLMMessage,
-    RequestUsage,
-)
+from typing import TYPE_CHECKING, Any
 
 from clinjudge.judges.clients._accounting import (
     TokenPrices,
@@ -24,7 +17,6 @@ from clinjudge.judges.clients._accounting import (
 )
 from clinjudge.judges.clients._base_client import (
     MAX_TOKENS_PER_CALL,
-    PromptUsage,
     TurnMessages,
     check_token_count,
     message_text,
@@ -32,6 +24,7 @@ from clinjudge.judges.clients._base_client import (
 )
 from clinjudge.judges.clients._cache import ResponseCache, cache_key
 from clinjudge.judges.clients._call_config import PLAIN_CALL, CallConfig
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._deadlines import CallDeadlines, ProgressAge, ReportsProgress
 from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
 from clinjudge.judges.clients._faults import ProviderFault, redact_url
@@ -44,6 +37,9 @@ from clinjudge.judges.clients._structured import (
 )
 from clinjudge.judges.clients.providers import Provider, provider_for
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, ChatTurn, Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient, LLMMessage
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +56,7 @@ class CallOutcome:
         tokens_estimated: True when the provider gave no usage and tiktoken counted.
         cost_usd: Dollar cost, None when the price is unknown.
         latency_s: Wall-clock seconds of the call.
-        result: The AutoGen result itself (text or tool calls), for agents.
+        result: The reply itself (text or tool calls), for agents.
         cached: True when the reply came from the response cache (``--cache``).
     """
 
@@ -71,7 +67,7 @@ class CallOutcome:
     tokens_estimated: bool
     cost_usd: float | None
     latency_s: float
-    result: CreateResult | None = None
+    result: Completion | None = None
     cached: bool = False
     """Answered from the response cache: no provider call, no cost."""
     max_tokens: int | None = None
@@ -128,17 +124,18 @@ def _cache_entry(outcome: CallOutcome) -> dict[str, Any]:
 
 def _cached_outcome(entry: dict[str, Any]) -> CallOutcome:
     """A reply from the cache: the stored text and token counts, no cost, no wait."""
-    usage = RequestUsage(
-        prompt_tokens=int(entry["prompt_tokens"]), completion_tokens=int(entry["completion_tokens"])
-    )
-    result = CreateResult(
-        finish_reason=entry["finish_reason"], content=entry["text"], usage=usage, cached=True
+    result = Completion(
+        entry["text"],
+        int(entry["prompt_tokens"]),
+        int(entry["completion_tokens"]),
+        entry["finish_reason"],
+        cached=True,
     )
     return CallOutcome(
         text=entry["text"],
         finish_reason=entry["finish_reason"],
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
         tokens_estimated=bool(entry["tokens_estimated"]),
         cost_usd=0.0,
         latency_s=0.0,
@@ -266,11 +263,7 @@ class JudgeModel:
             outcome = await self._probing(messages, config)
         else:
             outcome = await self._send(messages, config, mode)
-        if (
-            not config.tools
-            and outcome.result is not None
-            and not isinstance(outcome.result.content, str)
-        ):
+        if not config.tools and outcome.result is not None and outcome.result.tool_calls:
             raise ProviderFault("reply held tool calls, not text", retryable=False)
         return outcome
 
@@ -376,7 +369,7 @@ class JudgeModel:
         outcome = self._outcome(messages, result, time.perf_counter() - started, facts.prices)
         outcome.max_tokens = settings.max_tokens
         outcome.output_mode = mode
-        if key is not None and self.cache is not None and isinstance(result.content, str):
+        if key is not None and self.cache is not None and not result.tool_calls:
             self.cache.put(key, self.settings.model, _cache_entry(outcome))
         return outcome
 
@@ -402,7 +395,7 @@ class JudgeModel:
         config: CallConfig,
         extra: dict[str, Any],
         mode: OutputMode,
-    ) -> CreateResult:
+    ) -> Completion:
         """One request through the provider's request hook (:meth:`Provider.send`) in one
         output mode (``extra``: the request arguments worked out by :meth:`_send`); faults come
         back classified."""
@@ -434,28 +427,24 @@ class JudgeModel:
     def _outcome(
         self,
         messages: Sequence[LLMMessage],
-        result: CreateResult,
+        result: Completion,
         latency: float,
         prices: TokenPrices | None,
     ) -> CallOutcome:
-        content = result.content
-        text = (
-            content
-            if isinstance(content, str)
-            else json.dumps([{"name": c.name, "arguments": c.arguments} for c in content])
-        )
-        usage = result.usage
+        text = result.text
+        if result.tool_calls:
+            text = json.dumps(
+                [{"name": c.name, "arguments": c.arguments} for c in result.tool_calls]
+            )
         # Every client's counts pass one check: an absurd count would corrupt the cost roll-up
         # (check_token_count, called only for what its first test would not pass).
-        prompt_tokens = usage.prompt_tokens if usage else 0
+        prompt_tokens = result.prompt_tokens
         if type(prompt_tokens) is not int or not 0 <= prompt_tokens <= MAX_TOKENS_PER_CALL:
             prompt_tokens = check_token_count("prompt_tokens", prompt_tokens)
-        completion_tokens = usage.completion_tokens if usage else 0
+        completion_tokens = result.completion_tokens
         if type(completion_tokens) is not int or not 0 <= completion_tokens <= MAX_TOKENS_PER_CALL:
             completion_tokens = check_token_count("completion_tokens", completion_tokens)
-        cached, written = 0, 0
-        if isinstance(usage, PromptUsage):
-            cached, written = usage.cached_input_tokens, usage.cache_write_tokens
+        cached, written = result.cached_input_tokens, result.cache_write_tokens
         estimated = not prompt_tokens
         if estimated:
             prompt_tokens = count_message_tokens([message_text(m) for m in messages])

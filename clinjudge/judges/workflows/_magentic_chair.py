@@ -32,6 +32,7 @@ from autogen_core.models import (
     SystemMessage,
     UserMessage,
 )
+from autogen_core.tools import Tool, ToolSchema
 
 from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.errors import ClinJudgeError
@@ -379,19 +380,25 @@ class _AskingSchema(SimpleChatCompletionClient):
         self._client = client
         self._schema = schema
 
-    async def _complete(
+    async def create(
         self,
         messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Any] = (),
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Any = "auto",
+        json_output: Any = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
+        cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        return await self._client.create(
+        # AutoGen to AutoGen: the result passes through as the chair's client made it.
+        result = await self._client.create(
             messages,
             tools=tools,
             json_output=json_output,
-            extra_create_args={**extra, STRUCTURED_OUTPUT_KEY: self._schema},
+            extra_create_args={**extra_create_args, STRUCTURED_OUTPUT_KEY: self._schema},
         )
+        self._count(result.usage.prompt_tokens, result.usage.completion_tokens)
+        return result
 
 
 @dataclass

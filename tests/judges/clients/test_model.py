@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from autogen_core.models import CreateResult, LLMMessage, RequestUsage
+from autogen_core.models import LLMMessage
 from pydantic import ValidationError
 
 from clinjudge.judges import (
@@ -29,7 +29,7 @@ from clinjudge.judges import (
     count_message_tokens,
     count_tokens,
 )
-from clinjudge.judges.clients import provider_for
+from clinjudge.judges.clients import Completion, provider_for
 from clinjudge.judges.clients._faults import classify_fault
 from clinjudge.judges.clients._settings import Price
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
@@ -374,13 +374,8 @@ class NoUsageClient(SimpleChatCompletionClient):
 
     async def _complete(
         self, messages: Sequence[LLMMessage], json_output: Any, extra: Any, tools: Any = ()
-    ) -> CreateResult:
-        return CreateResult(
-            finish_reason="stop",
-            content=self.reply,
-            usage=RequestUsage(prompt_tokens=0, completion_tokens=0),
-            cached=False,
-        )
+    ) -> Completion:
+        return Completion(self.reply)  # no usage: the call path estimates it
 
 
 def _assert_estimated(outcome: CallOutcome, turns: list[ChatTurn]) -> None:

@@ -17,7 +17,8 @@ from autogen_core.models import (
 from autogen_core.tools import FunctionTool
 
 from clinjudge.judges import ProviderFault
-from clinjudge.judges.clients._base_client import openai_result, to_openai_messages
+from clinjudge.judges.clients._base_client import autogen_result, openai_result, to_openai_messages
+from clinjudge.judges.clients._completion import ToolCall
 from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 
 
@@ -54,14 +55,18 @@ TOOL_REPLY = {
 }
 
 
-def test_openai_result_turns_tool_calls_into_function_calls() -> None:
+def test_openai_result_turns_tool_calls_into_our_tool_calls() -> None:
     result = openai_result(TOOL_REPLY)
     assert result.finish_reason == "function_calls"
-    assert result.content == [
+    assert result.text == ""
+    call = ToolCall(id="call_7", name="prm_steps", arguments='{"item_id": "n1"}')
+    assert result.tool_calls == (call,)
+    assert result.thought == "Checking the PRM first."
+    assert (result.prompt_tokens, result.completion_tokens) == (30, 9)
+    # Agents get them back as AutoGen's function calls.
+    assert autogen_result(result).content == [
         FunctionCall(id="call_7", name="prm_steps", arguments='{"item_id": "n1"}')
     ]
-    assert result.thought == "Checking the PRM first."
-    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (30, 9)
     with pytest.raises(ProviderFault, match="no choices") as caught:
         openai_result({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}})
     assert caught.value.usage == (12, 3) and caught.value.retryable

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from autogen_core.models import CreateResult, FinishReasons, LLMMessage
+from typing import TYPE_CHECKING, Any
 
 from clinjudge.judges.clients._base_client import (
-    PromptUsage,
     SimpleChatCompletionClient,
     to_openai_messages,
 )
 from clinjudge.judges.clients._call_config import CallConfig
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._settings import ModelSettings, sampling_args
 from clinjudge.judges.clients._structured import OutputMode
 from clinjudge.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import LLMMessage
 
 
 def json_flag(config: CallConfig, mode: OutputMode) -> Any:
@@ -63,40 +64,6 @@ class Generation:
     args: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """What :meth:`Provider.generate` returns.
-
-    Args:
-        text: The reply.
-        prompt_tokens: Tokens the request used; 0 where the provider does not say (both
-            counts are then estimated with tiktoken and marked so).
-        completion_tokens: Tokens generated.
-        finish_reason: ``stop``, ``length`` (cut at ``max_tokens``), ``content_filter``, ...
-        cached_input_tokens: Of ``prompt_tokens``, those read from a prompt cache.
-        cache_write_tokens: Of ``prompt_tokens``, those written to a prompt cache.
-    """
-
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    finish_reason: FinishReasons = "stop"
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def result(self) -> CreateResult:
-        """The completion as AutoGen's result (what the call path takes)."""
-        usage = PromptUsage(
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            cached_input_tokens=self.cached_input_tokens,
-            cache_write_tokens=self.cache_write_tokens,
-        )
-        return CreateResult(
-            finish_reason=self.finish_reason, content=self.text, usage=usage, cached=False
-        )
-
-
 def _mode_of(config: CallConfig) -> OutputMode:
     """The output mode a request in AutoGen's form asks for (what :func:`json_flag` made)."""
     if config.schema is not None:
@@ -133,7 +100,7 @@ class GenerateClient(SimpleChatCompletionClient):
         config: CallConfig,
         extra: Mapping[str, Any],
         mode: OutputMode,
-    ) -> CreateResult:
+    ) -> Completion:
         """One request, as the call path has it, through the provider's ``generate``.
 
         Args:
@@ -142,7 +109,9 @@ class GenerateClient(SimpleChatCompletionClient):
             extra: The request arguments worked out for it (no schema among them).
             mode: The output mode it is sent in.
         """
-        return self._counted(await self._ask(messages, config, extra, mode))
+        completion = await self._ask(messages, config, extra, mode)
+        self._count(completion.prompt_tokens, completion.completion_tokens)
+        return completion
 
     async def _ask(
         self,
@@ -150,7 +119,7 @@ class GenerateClient(SimpleChatCompletionClient):
         config: CallConfig,
         extra: Mapping[str, Any],
         mode: OutputMode,
-    ) -> CreateResult:
+    ) -> Completion:
         generation = Generation(
             settings=self._settings,
             rubric=self._rubric,
@@ -159,8 +128,7 @@ class GenerateClient(SimpleChatCompletionClient):
             mode=mode,
             args={**self._sampling, **extra},
         )
-        completion = await self._generate(generation)
-        return completion.result()
+        return await self._generate(generation)
 
     async def _complete(
         self,
@@ -168,7 +136,7 @@ class GenerateClient(SimpleChatCompletionClient):
         json_output: Any,
         extra: Mapping[str, Any],
         tools: Sequence[Any] = (),
-    ) -> CreateResult:
+    ) -> Completion:
         # AutoGen's arguments back into the call's: the schema under its key, the rest extra.
         config = CallConfig.from_create_args(
             tools=tools, json_output=json_output, extra_create_args=extra

@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, overload
-
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 from clinjudge.judges.clients._accounting import (
     TokenPrices,
@@ -18,7 +16,7 @@ from clinjudge.judges.clients._accounting import (
     map_prices,
     tiktoken_counts_exactly,
 )
-from clinjudge.judges.clients._base_client import SimpleChatCompletionClient
+from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, completion_of
 from clinjudge.judges.clients._call_config import CallConfig
 from clinjudge.judges.clients._faults import (
     ProviderFault,
@@ -35,6 +33,9 @@ from clinjudge.judges.clients.providers._call import (
     json_flag,
 )
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient, LLMMessage
 
 PrefixCache = Literal["automatic", "marked"]
 """How a provider's prompt cache works: ``automatic`` caches every long prefix on its own
@@ -112,7 +113,7 @@ class Provider:
         config: CallConfig,
         extra: dict[str, Any],
         mode: OutputMode,
-    ) -> CreateResult:
+    ) -> Completion:
         """Make one request through ``client`` (built by :meth:`build_client`, or injected) in
         one output mode: how the reply schema and JSON mode are put into the request.
 
@@ -136,12 +137,16 @@ class Provider:
             # again on every call); any other client gets its plain form.
             arg = schema if isinstance(client, SimpleChatCompletionClient) else schema.as_arg()
             extra = {**extra, STRUCTURED_OUTPUT_KEY: arg}
-        return await client.create(
+        if isinstance(client, SimpleChatCompletionClient):
+            # Ours answer in our own terms: no AutoGen result made and read back.
+            return await client.complete(messages, json_flag(config, mode), extra, config.tools)
+        result = await client.create(
             messages,
             tools=config.tools,
             json_output=json_flag(config, mode),
             extra_create_args=extra,
         )
+        return completion_of(result)
 
     def check_credentials(self, settings: ModelSettings) -> None:
         """Raise what :meth:`build_client` would raise for missing credentials or endpoint,

@@ -4,9 +4,7 @@ Azure client; its batch API through the SDK."""
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from autogen_core.models import ChatCompletionClient
+from typing import TYPE_CHECKING, Any
 
 from clinjudge.judges.clients._base_client import GENERIC_MODEL_INFO
 from clinjudge.judges.clients._sdk_usage import reporting_usage
@@ -20,6 +18,9 @@ from clinjudge.judges.clients.providers.openai import (
     split_query,
 )
 from clinjudge.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient
 
 DEFAULT_API_VERSION = "2024-10-21"
 """The API version asked for where neither ``api_version`` nor OPENAI_API_VERSION is set."""

@@ -4,13 +4,16 @@ with a ``base_url``."""
 
 from __future__ import annotations
 
-from autogen_core.models import ChatCompletionClient
+from typing import TYPE_CHECKING
 
 from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings, sampling_args
 from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient
 
 
 def direct_client(

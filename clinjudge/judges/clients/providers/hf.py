@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from autogen_core.models import ChatCompletionClient
+from typing import TYPE_CHECKING
 
 from clinjudge.judges.clients._accounting import FREE, TokenPrices
 from clinjudge.judges.clients._hf_client import HFChatCompletionClient, client_options
@@ -13,6 +13,9 @@ from clinjudge.judges.clients._settings import ModelSettings
 from clinjudge.judges.clients.providers._contract import Provider
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient
 
 
 def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCompletionClient:

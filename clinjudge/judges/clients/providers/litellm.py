@@ -4,15 +4,16 @@ e.g. ``gemini/...``, ``mistral/...``); litellm finds each provider's key itself.
 from __future__ import annotations
 
 import os
-from typing import ClassVar
-
-from autogen_core.models import ChatCompletionClient
+from typing import TYPE_CHECKING, ClassVar
 
 from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
 from clinjudge.judges.clients._settings import ModelSettings, sampling_args
 from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient
 
 PREFIX = "litellm/"
 """Written before a litellm route to say so explicitly (``litellm/openai/my-model``)."""

@@ -3,9 +3,7 @@ from the request, free and offline; a run that uses it is marked simulated."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from autogen_core.models import ChatCompletionClient
+from typing import TYPE_CHECKING, Any
 
 from clinjudge.judges.clients._accounting import FREE, TokenPrices
 from clinjudge.judges.clients._mock_client import MockChatCompletionClient
@@ -13,6 +11,9 @@ from clinjudge.judges.clients._settings import ModelSettings
 from clinjudge.judges.clients.providers._contract import Provider
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient
 
 
 class MockProvider(Provider):

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage
-
-from clinjudge.judges.clients._base_client import GENERIC_MODEL_INFO
+from clinjudge.judges.clients._base_client import GENERIC_MODEL_INFO, completion_of
 from clinjudge.judges.clients._call_config import CallConfig
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._http_guard import guarded_httpx_args
 from clinjudge.judges.clients._sdk_usage import SDK_USAGE, reporting_usage, with_sdk_usage
 from clinjudge.judges.clients._settings import ModelSettings, sampling_args
@@ -20,6 +19,9 @@ from clinjudge.judges.clients.providers._contract import Provider, prepare_endpo
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.judges.clients.providers.compatible import direct_client
 from clinjudge.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from autogen_core.models import ChatCompletionClient, LLMMessage
 
 
 def autogen_client_args(settings: ModelSettings) -> dict[str, Any]:
@@ -76,7 +78,7 @@ async def send_through_sdk(
     config: CallConfig,
     extra: dict[str, Any],
     mode: OutputMode,
-) -> CreateResult:
+) -> Completion:
     """One request through autogen-ext's OpenAI or Azure client, with the whole usage of the
     reply its SDK received (see :mod:`~clinjudge.judges.clients._sdk_usage`).
 
@@ -103,7 +105,8 @@ async def send_through_sdk(
         )
     finally:
         SDK_USAGE.reset(token)
-    return with_sdk_usage(result, sink) if sink else result
+    # autogen-ext's result ends here: the call path reads our own Completion.
+    return completion_of(with_sdk_usage(result, sink) if sink else result)
 
 
 BATCH_TIMEOUT_S = 300.0
@@ -122,7 +125,7 @@ class SdkClientProvider(Provider):
         config: CallConfig,
         extra: dict[str, Any],
         mode: OutputMode,
-    ) -> CreateResult:
+    ) -> Completion:
         """autogen-ext's client through :func:`send_through_sdk`, ours as any provider's."""
         if from_autogen_ext(client):
             return await send_through_sdk(client, messages, config, extra, mode)
