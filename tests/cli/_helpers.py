@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,3 +58,45 @@ def batch_run(data: Path, db: Path, base_url: str, *extra: str) -> Any:
         "run", "--data", str(data), "--model", "openai/gpt-4o-mini", "--base-url", base_url,
         "--db", str(db), "--batch", "--poll-interval", "0", "--no-progress", *extra,
     )  # fmt: skip
+
+
+# Runs `judge ARGS...` for each argv in one fresh interpreter; after each, which of the watched
+# modules are loaded. Each command's stdout ends with a NUL line; the lists go to stderr as JSON
+# on its last line.
+_MODULES_PROBE = """
+import json, sys
+from clinjudge.cli import main
+watched, commands = json.loads(sys.argv[1])
+loaded = []
+for argv in commands:
+    sys.argv = ["judge", *argv]
+    try:
+        main()
+    except SystemExit as exc:
+        assert not exc.code, (argv, exc.code)
+    print("\\x00", flush=True)
+    loaded.append([m for m in watched if m in sys.modules])
+print(json.dumps(loaded), file=sys.stderr)
+"""
+
+
+def modules_after(
+    watched: list[str], *commands: list[str], timeout: float = 300
+) -> tuple[list[list[str]], list[str]]:
+    """Run the commands one after another in a fresh interpreter: for each, which of
+    ``watched`` were loaded after it, and its stdout.
+
+    Args:
+        watched: Module names to look for in ``sys.modules``.
+        commands: Each command's arguments after ``judge``.
+        timeout: Seconds for the whole process.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _MODULES_PROBE, json.dumps([watched, list(commands)])],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    outputs = done.stdout.split("\x00\n")
+    return json.loads(done.stderr.strip().splitlines()[-1]), outputs[: len(commands)]

@@ -5,33 +5,15 @@ OpenAI-compatible endpoint loads no litellm, openai SDK, AutoGen agents or scipy
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli._helpers import invoke
+from tests.cli._helpers import invoke, modules_after
 from tests.fake_openai import FakeOpenAIServer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-# Runs `judge ARGS...` for each argv in one fresh interpreter; after each, which of the named
-# modules are loaded (a list per command, as JSON on stderr's last line).
-_PROBE = """
-import json, sys
-from clinjudge.cli import main
-watched, commands = json.loads(sys.argv[1])
-loaded = []
-for argv in commands:
-    sys.argv = ["judge", *argv]
-    try:
-        main()
-    except SystemExit as exc:
-        assert not exc.code, (argv, exc.code)
-    loaded.append([m for m in watched if m in sys.modules])
-print(json.dumps(loaded), file=sys.stderr)
-"""
 
 NEVER = [
     "clinjudge._api",  # the whole API: orchestration, workflows, reports
@@ -45,15 +27,7 @@ NEVER = [
 
 
 def _probe(watched: list[str], *commands: list[str]) -> list[list[str]]:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps([watched, list(commands)])],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    loaded: list[list[str]] = json.loads(done.stderr.strip().splitlines()[-1])
-    return loaded
+    return modules_after(watched, *commands)[0]
 
 
 def _last_line(result: object) -> str:

@@ -5,13 +5,11 @@ bench/startup.py), and still count each run's samples from its mode's deciding a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli._helpers import invoke, query
+from tests.cli._helpers import invoke, modules_after, query
 from tests.fake_openai import FakeOpenAIServer
 
 HEAVY = [
@@ -24,24 +22,6 @@ HEAVY = [
     "clinjudge.judges",  # the workflows and the model clients under them
 ]
 
-# Runs `judge ARGS...` for each argv in one fresh interpreter; after each, which of HEAVY are
-# loaded. Commands print their output on stdout; the list goes to stderr as the last line.
-_PROBE = """
-import json, sys
-from clinjudge.cli import main
-heavy, commands = json.loads(sys.argv[1])
-loaded = []
-for argv in commands:
-    sys.argv = ["judge", *argv]
-    try:
-        main()
-    except SystemExit as exc:
-        assert not exc.code, (argv, exc.code)
-    print("\\x00", flush=True)
-    loaded.append([m for m in heavy if m in sys.modules])
-print(json.dumps(loaded), file=sys.stderr)
-"""
-
 
 def _judge(db: Path, items: Path, server: FakeOpenAIServer, mode: str) -> str:
     ran = invoke(
@@ -53,15 +33,7 @@ def _judge(db: Path, items: Path, server: FakeOpenAIServer, mode: str) -> str:
 
 
 def _probe(*commands: list[str]) -> tuple[list[list[str]], list[str]]:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps([HEAVY, list(commands)])],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=True,
-    )
-    outputs = done.stdout.split("\x00\n")
-    return json.loads(done.stderr.strip().splitlines()[-1]), outputs[: len(commands)]
+    return modules_after(HEAVY, *commands, timeout=180)
 
 
 def test_runs_list_and_show_load_no_heavy_module(
