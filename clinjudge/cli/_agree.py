@@ -84,7 +84,7 @@ def _agreement_table(result: AgreementAnalysis, title: str) -> tuple[Table, list
     table.add_column("attribute", no_wrap=True)
     table.add_column("units")
     for header in column_headers(columns):
-        table.add_column(header, justify="right")
+        table.add_column(escape(header), justify="right")
     undefined: dict[tuple[str, str], list[str]] = {}
     for name, block in result.blocks():
         judged = block.judge_vs_physicians
@@ -251,7 +251,7 @@ def _print_raters_table(result: AgreementAnalysis, title: str) -> None:
     for column in ("units", "complete"):
         table.add_column(column, justify="right")
     for header in column_headers(columns):
-        table.add_column(header, justify="right")
+        table.add_column(escape(header), justify="right")
     for name, block in result.blocks():
         phys = block.physicians_among_themselves
         table.add_row(
@@ -307,7 +307,7 @@ def compare_command(
         "latency/item",
         "cached in",
     ):
-        table.add_column(column, justify="right")
+        table.add_column(escape(column), justify="right")  # a plugin's label is text
     for r in comparison.rows:
         table.add_row(
             r.run_id,

@@ -237,3 +237,40 @@ def test_the_recipe_in_docs_api_works_as_written() -> None:
     for attribute, (value, n_units) in expected.items():
         computed = (documented.per_attribute[attribute].statistics or {})["mean_signed_difference"]
         assert (computed.value, computed.n_units) == (pytest.approx(value), n_units)
+
+
+HOSTILE = Statistic(
+    name="hostile_label",
+    label="<script>alert(1)</script>[red]x[/red]",
+    help="<img src=x onerror=alert(2)> **bold** [link=http://e.x]y[/link]",
+    compute=_mean_signed,
+    digits=2,
+)
+
+
+def test_a_plugins_label_and_help_are_shown_as_text_everywhere(
+    items_file: Path, db_path: Path, tmp_path: Path
+) -> None:
+    """A statistic's label and help come from a plugin's code: the report, the viewer and the
+    terminal show them as text, never as markup."""
+    run_id = _mock_run(items_file, db_path, "mock/judge")
+    ratings = write_ratings(tmp_path / "r.jsonl", ratings_matching(db_path, run_id))
+    assert invoke("ratings", "import", str(ratings), "--db", str(db_path)).exit_code == 0
+    register_statistic(HOSTILE)
+    try:
+        out, site = tmp_path / "report", tmp_path / "site"
+        made = invoke("report", run_id, "--db", str(db_path), "--boot", BOOT, "--out", str(out))
+        shown = invoke(
+            "agree", run_id, "--db", str(db_path), "--boot", BOOT, env={"COLUMNS": "400"}
+        )
+        exported = invoke("view", "--db", str(db_path), "--export", str(site))
+    finally:
+        unregister_statistic(HOSTILE.name)
+    assert made.exit_code == 0 and shown.exit_code == 0 and exported.exit_code == 0
+    html = (out / "report.html").read_text()
+    page = (site / "runs" / run_id / "index.html").read_text()
+    for text in (html, page):
+        assert "<script>alert(1)" not in text and "<img src=x" not in text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert "[red]x[/red]" in shown.stdout  # rich markup printed as written, not applied
