@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from clinjudge.analysis import AgreementAnalysis
+    from clinjudge.runs import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,22 @@ def _keeps_cache(db: str) -> bool:
     cache for the next compare or report; a missing --db is still an error, never created."""
     path = Path(db)
     return path.is_file() and os.access(path, os.W_OK)
+
+
+def _open_caching(db: str) -> RunStore:
+    """The store, for writing where that keeps the analyses in its cache; read-only where
+    another process has it open (`judge view` reads it): the analysis is then computed and
+    not kept, as before the cache, rather than refused."""
+    from clinjudge.cli._common import open_store
+
+    if _keeps_cache(db):
+        from clinjudge.runs import RunStore, StoreError  # noqa: F811 - the run-time import
+
+        try:
+            return RunStore(db)
+        except StoreError:
+            pass  # in use elsewhere: reading is still allowed, or says why not
+    return open_store(db, read_only=True)
 
 
 def _undefined_reason(n_units: int | None) -> str:
@@ -156,7 +173,7 @@ def agree_command(
 
     from clinjudge._util.modes import SIMULATED_NOTICE
     from clinjudge.analysis import agreement_for_file, agreement_for_run
-    from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+    from clinjudge.cli._common import EXIT_USAGE, console, fail, stdout
 
     if ratings is not None:
         if runs:
@@ -192,7 +209,7 @@ def agree_command(
         fail("name at least one run (or use --ratings FILE)", EXIT_USAGE)
     results = []
     path = _db(db)
-    with open_store(path, read_only=not _keeps_cache(path)) as store:
+    with _open_caching(path) as store:
         for run_id in runs:
             with _quiet_numerics():
                 results.append(agreement_for_run(store, run_id, n_boot=boot, seed=seed))
@@ -282,7 +299,7 @@ def compare_command(
 
     from clinjudge._util.modes import SIMULATED_NOTICE
     from clinjudge.analysis import compare_runs, sort_columns, table_columns
-    from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store, stdout
+    from clinjudge.cli._common import EXIT_USAGE, console, fail, stdout
     from clinjudge.cli._fit import print_fitted, short_model
     from clinjudge.reports import column_headers, comparison_cells
 
@@ -290,7 +307,7 @@ def compare_command(
     if sort is not None and sort not in sortable:
         fail(f"cannot sort by {sort!r}; choose one of {', '.join(sortable)}", EXIT_USAGE)
     path = _db(db)
-    with open_store(path, read_only=not _keeps_cache(path)) as store, _quiet_numerics():
+    with _open_caching(path) as store, _quiet_numerics():
         comparison = compare_runs(store, runs, sort=sort, n_boot=boot, seed=seed)
     if as_json:
         _dump(comparison.to_dict())
@@ -364,7 +381,7 @@ def report_command(
     attribute, failures, flags and items, and agreement where physicians' ratings exist."""
     from rich.markup import escape
 
-    from clinjudge.cli._common import EXIT_USAGE, console, fail, open_store
+    from clinjudge.cli._common import EXIT_USAGE, console, fail
     from clinjudge.reports import DEFAULT_MAX_ITEMS, write_report
 
     if max_items is None:
@@ -372,7 +389,7 @@ def report_command(
     if not compare and len(runs) != 1:
         fail("a run report takes one run; add --compare to compare several", EXIT_USAGE)
     path = _db(db)
-    with open_store(path, read_only=not _keeps_cache(path)) as store:
+    with _open_caching(path) as store:
         files = write_report(
             store,
             runs,

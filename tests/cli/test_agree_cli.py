@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -283,3 +285,28 @@ def test_agree_keeps_its_analysis_for_the_next_agree(rated_run: str, db_path: Pa
     assert one["cached"] is False and two["cached"] is True
     assert one["per_attribute"] == two["per_attribute"]
     assert scalar(db_path, "SELECT count(*) FROM agreement_cache") >= 1
+
+
+def test_agree_compare_and_report_work_while_another_process_reads_the_store(
+    rated_run: str, db_path: Path, tmp_path: Path
+) -> None:
+    """Keeping analyses needs the store for writing; while another process reads it (a
+    `judge view` server), the analysis commands read it too and keep nothing, not fail."""
+    reader = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1], "
+         "read_only=True); print('ready', flush=True); sys.stdin.read()", str(db_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
+        agreed = invoke("agree", rated_run, "--db", str(db_path), "--json", "--boot", BOOT)
+        compared = invoke("compare", rated_run, "--db", str(db_path), "--boot", BOOT)
+        out = tmp_path / "report"
+        reported = invoke("report", rated_run, "--db", str(db_path), "--out", str(out))
+    finally:
+        reader.communicate("", timeout=30)
+    assert agreed.exit_code == 0, agreed.stderr
+    assert compared.exit_code == 0, compared.stderr
+    assert reported.exit_code == 0 and (out / "report.md").is_file(), reported.stderr
+    assert json.loads(agreed.stdout)["cached"] is False
+    assert scalar(db_path, "SELECT count(*) FROM agreement_cache") == 0  # nothing kept
