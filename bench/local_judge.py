@@ -49,11 +49,17 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model never needs the hub
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from autogen_core.models import SystemMessage, UserMessage  # noqa: E402
-
 from clinjudge.inputs import load_items  # noqa: E402
-from clinjudge.judges.clients import _hf_client  # noqa: E402
-from clinjudge.judges.clients._hf_client import ENGINES, HFChatCompletionClient  # noqa: E402
+from clinjudge.judges.clients import (  # noqa: E402
+    CallConfig,
+    ChatMessage,
+    Generation,
+    ModelSettings,
+    _hf_client,
+)
+from clinjudge.judges.clients._hf_client import ENGINES, HFClient  # noqa: E402
+from clinjudge.judges.clients._messages import chat_messages  # noqa: E402
+from clinjudge.judges.clients._structured import reply_schema  # noqa: E402
 from clinjudge.rubrics import (  # noqa: E402
     JudgmentParseError,
     load_rubric,
@@ -75,11 +81,16 @@ def smollm2() -> str:
 
 
 async def one_pass(
-    client: HFChatCompletionClient, conversations: list[list[Any]], extra: dict[str, Any]
+    client: HFClient, conversations: list[list[ChatMessage]], config: CallConfig, rubric: Any
 ) -> tuple[list[Any], float]:
+    settings = ModelSettings(model=f"hf/{client.source.model}")
+    mode = "json_schema" if config.schema is not None else "off"
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(client.create(messages, extra_create_args=extra) for messages in conversations)
+        *(
+            client.generate(Generation(settings, rubric, messages, config, mode, {}))
+            for messages in conversations
+        )
     )
     return list(results), time.perf_counter() - started
 
@@ -89,12 +100,12 @@ def report(name: str, results: list[Any], seconds: float, rubric: Any) -> dict[s
     problems: list[str] = []
     for result in results:
         try:
-            parse_judgment(result.content, rubric)
+            parse_judgment(result.text, rubric)
             valid += 1
         except JudgmentParseError as exc:
-            problems.append(f"{str(exc)[:60]} -- reply starts {result.content[:70]!r}")
-    completion = sum(r.usage.completion_tokens for r in results)
-    prompt = sum(r.usage.prompt_tokens for r in results)
+            problems.append(f"{str(exc)[:60]} -- reply starts {result.text[:70]!r}")
+    completion = sum(r.completion_tokens for r in results)
+    prompt = sum(r.prompt_tokens for r in results)
     row = {
         "pass": name,
         "replies": len(results),
@@ -126,8 +137,7 @@ def plain_generate(
     model, pad = engine.model, engine.pad_id
     prompts = [
         engine.encode_chat(
-            [{"role": "system" if isinstance(m, SystemMessage) else "user", "content": m.content}
-             for m in conversation]
+            [{"role": m.role, "content": m.content} for m in conversation]
         )
         for conversation in conversations
     ]  # fmt: skip
@@ -163,14 +173,9 @@ def plain_generate(
     return row
 
 
-def chat(item: Any, rubric: Any) -> list[Any]:
+def chat(item: Any, rubric: Any) -> list[ChatMessage]:
     """An item's judging conversation, as the client takes it."""
-    return [
-        SystemMessage(content=t.content)
-        if t.role == "system"
-        else UserMessage(content=t.content, source="user")
-        for t in render_messages(item, rubric)
-    ]
+    return chat_messages(render_messages(item, rubric))
 
 
 def copy_of(item: Any, n: int) -> Any:
@@ -297,7 +302,7 @@ def run_engine(
     reference: bool,
 ) -> dict[str, Any]:
     """Both passes (and the reference) on one engine; the model is let go afterwards."""
-    client = HFChatCompletionClient(
+    client = HFClient(
         model,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -316,14 +321,16 @@ def run_engine(
         f"loaded in {load_s:.1f} s; {len(conversations)} {args.rubric} items, "
         f"max_tokens {args.max_tokens}, temperature {args.temperature}; {machine}"
     )
-    schema = {"json_schema": {"name": rubric.name, "schema": rubric_json_schema(rubric)}}
+    schema = CallConfig(
+        schema=reply_schema({"name": rubric.name, "schema": rubric_json_schema(rubric)})
+    )
     if args.warm_conversations:
-        warm_s = asyncio.run(one_pass(client, args.warm_conversations, schema))[1]
+        warm_s = asyncio.run(one_pass(client, args.warm_conversations, schema, rubric))[1]
         count = len(args.warm_conversations)
         plural = "s" if count > 1 else ""
         print(f"[{name}] warm-up ({count} constrained request{plural}, untimed): {warm_s:.1f} s")
-    constrained, constrained_s = asyncio.run(one_pass(client, conversations, schema))
-    free, free_s = asyncio.run(one_pass(client, args.free_conversations, {}))
+    constrained, constrained_s = asyncio.run(one_pass(client, conversations, schema, rubric))
+    free, free_s = asyncio.run(one_pass(client, args.free_conversations, CallConfig(), rubric))
     rows = [
         report("constrained", constrained, constrained_s, rubric),
         report("free", free, free_s, rubric),
@@ -342,7 +349,7 @@ def run_engine(
     return figures
 
 
-def release(client: HFChatCompletionClient) -> None:
+def release(client: HFClient) -> None:
     """Let the client's model go (the next engine loads its own), with its GPU memory."""
     engine = client.engine
     if engine._paged is not None:

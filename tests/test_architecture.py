@@ -543,28 +543,26 @@ def test_a_planted_circle_is_caught(tmp_path: Path) -> None:
     assert import_cycles(graph) == [["clinjudge.orchestration._a", "clinjudge.orchestration._b"]]
 
 
-# -- AutoGen is an adapter at the edge of the clients (#40) ------------------------------------
+# -- AutoGen is an adapter at the edges (#40) ---------------------------------------------------
 
-# The only modules under judges/clients that import AutoGen (autogen_core, autogen_ext) when
-# they run, each with why; imports for type checking only do not count. The call path reads our
-# own Completion: a module that no longer needs AutoGen must leave the list (the test says so).
+# The only modules of the package that import AutoGen (autogen_core, autogen_ext,
+# autogen_agentchat) when they run, each with why; imports for type checking only do not
+# count. Conversations, requests and replies are our own types everywhere else: a module that
+# no longer needs AutoGen must leave the list (the test says so).
 AUTOGEN_AT_THE_EDGE = {
-    # SimpleChatCompletionClient: AutoGen's client interface (create) adapted to complete(),
-    # the conversion of AutoGen messages to chat format and of Completion to CreateResult.
-    "_base_client.py",
-    # The response cache's key serialises the AutoGen messages, as it always has (the key of a
-    # user's cached reply may not change).
-    "_cache.py",
-    # Built-in clients that still take AutoGen messages apart (a user message's text, the model
-    # facts AutoGen asks a client for).
-    "_hf_client.py",
-    "_mock_client.py",
-    # autogen-ext's OpenAI and Azure clients (a third party's AutoGen client): their results
-    # become Completions at these providers' edge.
-    "_sdk_usage.py",
-    "providers/openai.py",
-    "providers/azure.py",
+    # autogen-ext's OpenAI and Azure clients (a third party's AutoGen client) behind our
+    # ModelClient: our messages become AutoGen's there, and its result a Completion.
+    "judges/clients/_sdk_client.py",
+    # The magentic workflow: AutoGen's agent framework, its runtime and the agents' client
+    # (AutoGen's create() turned into our conversation call).
+    "judges/workflows/_magentic.py",
+    "judges/workflows/_magentic_chair.py",
+    "judges/workflows/_magentic_client.py",
+    "judges/workflows/_magentic_runtime.py",
+    # The PRM verifier, an AutoGen agent seated in magentic discussions.
+    "prm_bridge/_tool.py",
 }
+AUTOGEN_PACKAGES = ("autogen_core", "autogen_ext", "autogen_agentchat")
 
 
 def _runtime_imports_of(tree: ast.Module, package: str) -> bool:
@@ -589,17 +587,17 @@ def _runtime_imports_of(tree: ast.Module, package: str) -> bool:
     return False
 
 
-def autogen_importers(root: Path = ROOT / "judges" / "clients") -> set[str]:
+def autogen_importers(root: Path = ROOT) -> set[str]:
     """Modules under ``root`` (relative paths) that import AutoGen when they run."""
     found = set()
     for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        if any(_runtime_imports_of(tree, p) for p in ("autogen_core", "autogen_ext")):
+        if any(_runtime_imports_of(tree, p) for p in AUTOGEN_PACKAGES):
             found.add(path.relative_to(root).as_posix())
     return found
 
 
-def test_only_the_edge_of_the_clients_imports_autogen() -> None:
+def test_only_the_edges_import_autogen() -> None:
     assert autogen_importers() == AUTOGEN_AT_THE_EDGE
 
 

@@ -7,7 +7,7 @@ through a provider's batch API.
 from clinjudge.orchestration._audit_prep import prepare_audit
 from clinjudge.orchestration._batch_run import BatchRun, check_batch_config, estimate_batch_run
 from clinjudge.orchestration._config import ConfigError, Mode, RetryPolicy, RunConfig
-from clinjudge.orchestration._context import RecordingClient, SampleContext
+from clinjudge.orchestration._context import SampleContext
 from clinjudge.orchestration._execute import execute_run, execute_run_async
 from clinjudge.orchestration._local_estimate import duration_text, estimate_local_wall_time
 from clinjudge.orchestration._preflight import check_ray_config
@@ -61,7 +61,6 @@ __all__ = [
     "DryRunEstimate",
     "Mode",
     "PreparedRun",
-    "RecordingClient",
     "RetryPolicy",
     "RunConfig",
     "RunTally",

@@ -1,9 +1,9 @@
 """What a judge workflow gets for one sample: models per agent, recorded and retried calls.
 
 Every workflow (single judge, independent panel, MagenticOne discussion) asks the context for a
-call function or an AutoGen client per agent. Both retry transient faults with the run's policy
-and record every attempt as a row of the calls table under that agent's name, so per-agent cost,
-tokens and latency come out the same way whatever the workflow.
+call function over rendered turns or a conversation call per agent. Both retry transient faults
+with the run's policy and record every attempt as a row of the calls table under that agent's
+name, so per-agent cost, tokens and latency come out the same way whatever the workflow.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from autogen_core.models import ChatCompletionClient, LLMMessage
-
 from clinjudge.judges import (
     CallFn,
     CallOutcome,
@@ -27,10 +25,9 @@ from clinjudge.judges import (
     ModelSettings,
     ProviderFault,
     ResponseCache,
-    SimpleChatCompletionClient,
     count_message_tokens,
 )
-from clinjudge.judges.clients import PLAIN_CALL, CallConfig, Completion
+from clinjudge.judges.clients import PLAIN_CALL, CallConfig, ChatMessage, Completion
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import AttemptRecorder, retry_after, retry_send
@@ -260,20 +257,9 @@ class ModelPool:
             await model.close()
 
 
-def _message_text(message: LLMMessage) -> str:
-    content = getattr(message, "content", "")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(getattr(part, "content", part)) for part in content)
-    return str(content)
-
-
-class RecordingClient(SimpleChatCompletionClient):
-    """An AutoGen client for one agent: retries with the run's policy and records each attempt.
-
-    The adapter between AutoGen's ``ChatCompletionClient.create()`` and
-    :meth:`JudgeModel.generate_messages`, used by the magentic workflow's agents only.
+class AgentChat:
+    """One agent's conversation call (group-chat participants, orchestrators): each call is
+    retried with the run's policy and every attempt recorded under the agent's name.
 
     Args:
         context: The sample's context.
@@ -283,36 +269,32 @@ class RecordingClient(SimpleChatCompletionClient):
     """
 
     def __init__(self, context: SampleContext, agent: str, role: str, model: JudgeModel):
-        super().__init__(model.client.model_info)
         self._context = context
         self._agent = agent
         self._role = role
         self._model = model
 
-    async def _complete(
-        self,
-        messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Any] = (),
-    ) -> Completion:
-        # The AutoGen interface ends here: its arguments become the call's CallConfig (a
-        # reply schema under the json_schema key included).
-        config = CallConfig.from_create_args(
-            tools=tools,
-            json_output=json_output,
-            extra_create_args=extra,
-            variation=self._context.variation_for(self._agent, self._role),
-        )
+    @property
+    def model_info(self) -> Mapping[str, Any]:
+        """What the agent's model can do (AutoGen's ``ModelInfo`` keys)."""
+        return self._model.client.model_info
+
+    async def __call__(self, messages: Sequence[ChatMessage], config: CallConfig) -> Completion:
+        """The model's reply to the conversation (text or tool calls).
+
+        Args:
+            messages: The conversation.
+            config: What the call asks for (the sample's variation is added here).
+        """
+        config = config.varied(self._context.variation_for(self._agent, self._role))
         outcome = await self._context.send(
             self._agent,
             self._role,
             self._model,
-            lambda: self._model.generate_messages(messages, config),
-            prompt=lambda: [_message_text(m) for m in messages],
+            lambda: self._model.generate_chat(messages, config),
+            prompt=lambda: [m.text for m in messages],
         )
         assert outcome.result is not None
-        # The base class's create() gives it to the agent in AutoGen's form.
         return outcome.result
 
 
@@ -575,6 +557,6 @@ class SampleContext:
 
         return call
 
-    def client(self, agent: str, role: str) -> ChatCompletionClient:
-        """An AutoGen client for one agent (group-chat participants, orchestrators)."""
-        return RecordingClient(self, agent, role, self.models.model_for(agent, role))
+    def chat(self, agent: str, role: str) -> AgentChat:
+        """A conversation call for one agent (group-chat participants, orchestrators)."""
+        return AgentChat(self, agent, role, self.models.model_for(agent, role))

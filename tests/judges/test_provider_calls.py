@@ -1,24 +1,27 @@
-"""The provider owns how one request is made (#40): ``JudgeModel`` hands every attempt to
-:meth:`Provider.send`, and a provider may be written as one plain ``generate`` method, which
-the contract adapts to the call path (and to AutoGen's interface, for the magentic agents)."""
+"""The provider owns how one request is made (#40): ``JudgeModel`` hands every attempt to the
+client its provider built (:meth:`ModelClient.generate`), and a provider may be written as one
+plain ``generate`` method, which the contract serves as a client (and the magentic workflow
+adapts to AutoGen's interface for its agents)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, UserMessage
+from autogen_core.models import CreateResult, UserMessage
 
 from clinjudge.judges.clients import (
     CallConfig,
     CallOutcome,
+    ChatMessage,
     Completion,
     Generation,
     JudgeModel,
+    ModelClient,
     ModelSettings,
     Provider,
     ProviderFault,
@@ -28,6 +31,7 @@ from clinjudge.judges.clients import (
 from clinjudge.judges.clients import _model as model_module
 from clinjudge.judges.clients._structured import OutputMode
 from clinjudge.judges.clients.providers import _registry
+from clinjudge.judges.workflows._magentic_client import AgentClient
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, ChatTurn, Rubric
 
 SCHEMA = reply_schema_for("reply", {"type": "object", "properties": {"x": {"type": "integer"}}})
@@ -52,25 +56,28 @@ class PlainProvider(Provider):
         return Completion('{"x": 1}', prompt_tokens=12, completion_tokens=3)
 
 
-class SendingProvider(PlainProvider):
-    """Overrides the request hook: sees every attempt's output mode."""
+class ModeClient(ModelClient):
+    """A client of its own: sees every attempt's output mode, answers through the provider."""
 
-    names = ("sending-test",)
-
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, provider: PlainProvider) -> None:
+        self.provider = provider
         self.modes: list[OutputMode] = []
 
-    async def send(
-        self,
-        client: ChatCompletionClient,
-        messages: Sequence[LLMMessage],
-        config: CallConfig,
-        extra: dict[str, Any],
-        mode: OutputMode,
-    ) -> Completion:
-        self.modes.append(mode)
-        return await super().send(client, messages, config, extra, mode)
+    async def generate(self, call: Generation) -> Completion:
+        self.modes.append(call.mode)
+        return await self.provider.generate(call)
+
+
+class ClientProvider(PlainProvider):
+    """Builds a client of its own."""
+
+    names = ("client-test",)
+
+    def build_client(
+        self, settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
+    ) -> ModeClient:
+        self.client = ModeClient(self)
+        return self.client
 
 
 @pytest.fixture
@@ -98,7 +105,6 @@ def test_a_plain_provider_serves_judge_model_calls(registry: None, pdsqi9: Rubri
     [outcome] = _generate(model, config)
     assert (outcome.text, outcome.prompt_tokens, outcome.completion_tokens) == ('{"x": 1}', 12, 3)
     assert not outcome.tokens_estimated and outcome.finish_reason == "stop"
-    assert model.client.total_usage().prompt_tokens == 12  # counted once
     [call] = provider.calls
     # The call's own config, not one rebuilt from AutoGen's arguments.
     assert call.config is config
@@ -125,13 +131,13 @@ def test_a_plain_provider_gets_the_schema_and_its_mode(registry: None, pdsqi9: R
     assert STRUCTURED_OUTPUT_KEY not in first.args
 
 
-def test_every_attempt_goes_through_the_request_hook(registry: None, pdsqi9: Rubric) -> None:
-    provider = register_provider(SendingProvider())
+def test_every_attempt_goes_through_the_providers_client(registry: None, pdsqi9: Rubric) -> None:
+    provider = register_provider(ClientProvider())
     provider.refuse_schemas = True
-    model = JudgeModel(ModelSettings(model="sending-test/m"), pdsqi9)
+    model = JudgeModel(ModelSettings(model="client-test/m"), pdsqi9)
     [outcome] = _generate(model, CallConfig(schema=SCHEMA))
-    # The refused schema request falls back to JSON mode, each attempt through send().
-    assert provider.modes == ["json_schema", "json_object"]
+    # The refused schema request falls back to JSON mode, each attempt through the client.
+    assert provider.client.modes == ["json_schema", "json_object"]
     assert [c.mode for c in provider.calls] == ["json_schema", "json_object"]
     assert outcome.output_mode == "json_object" and model.schema_refused
 
@@ -156,10 +162,27 @@ def test_a_provider_needs_generate_or_a_client(pdsqi9: Rubric) -> None:
         Empty().build_client(ModelSettings(model="empty-test/m"), pdsqi9)
 
 
-def test_autogen_callers_reach_generate_through_the_adapter(pdsqi9: Rubric) -> None:
+class _ModelChat:
+    """An agent's conversation call straight to a model (the runner's, without records)."""
+
+    def __init__(self, model: JudgeModel) -> None:
+        self.model = model
+
+    @property
+    def model_info(self) -> Mapping[str, Any]:
+        return self.model.client.model_info
+
+    async def __call__(self, messages: Sequence[ChatMessage], config: CallConfig) -> Completion:
+        outcome = await self.model.generate_chat(messages, config)
+        assert outcome.result is not None
+        return outcome.result
+
+
+def test_autogen_callers_reach_generate_through_the_adapter(registry: None, pdsqi9: Rubric) -> None:
     """The magentic agents' side: AutoGen's create() arguments become the Generation."""
-    provider = PlainProvider()
-    client = provider.build_client(ModelSettings(model="plain-test/m", top_p=0.5), pdsqi9)
+    provider = register_provider(PlainProvider())
+    model = JudgeModel(ModelSettings(model="plain-test/m", top_p=0.5), pdsqi9)
+    client = AgentClient(_ModelChat(model))
     messages = [UserMessage(content="hi", source="user")]
 
     async def go() -> list[CreateResult]:
@@ -177,12 +200,13 @@ def test_autogen_callers_reach_generate_through_the_adapter(pdsqi9: Rubric) -> N
     assert first.mode == "json_schema" and first.config.schema == SCHEMA
     assert first.args["seed"] == 3 and first.args["top_p"] == 0.5
     assert second.mode == "json_object" and first.messages == [{"role": "user", "content": "hi"}]
+    assert first.conversation == [ChatMessage("user", "hi", "user")]
 
 
 def test_judge_model_names_no_client_type() -> None:
-    """How a request is put together for a client is the provider's (its send hook)."""
+    """How a request is put together is the client's, which its provider builds."""
     source = inspect.getsource(model_module)
-    for needle in ("autogen_ext", "openai_response_format", "SDK_USAGE", "SimpleChatCompletion"):
+    for needle in ("autogen", "openai_response_format", "SDK_USAGE", "DirectClient"):
         assert needle not in source, needle
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from clinjudge.judges import JudgeModel, ModelSettings, ProviderFault
 from clinjudge.judges.clients import CallConfig, reply_schema_for, request_line
-from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
+from clinjudge.judges.clients._litellm_client import LiteLLMClient
 from clinjudge.judges.doclens._prompts import (
     citation_schema,
     claim_schema,
@@ -378,7 +378,7 @@ def ollama() -> Iterator[str]:
 def test_ollama_native_gets_the_schema_as_format(pdsqi9, turns, ollama, route):
     settings = ModelSettings(model=f"{route}/llama3", base_url=ollama, timeout=10.0)
     outcome = _complete(settings, pdsqi9, turns, _asking(pdsqi9))
-    assert isinstance(JudgeModel(settings, pdsqi9).client, LiteLLMChatCompletionClient)
+    assert isinstance(JudgeModel(settings, pdsqi9).client, LiteLLMClient)
     assert parse_judgment(outcome.text, pdsqi9).values["accurate"] == 5
     (body,) = _OllamaHandler.bodies
     assert body["path"] == ("/api/chat" if route == "ollama_chat" else "/api/generate")

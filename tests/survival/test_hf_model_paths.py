@@ -20,11 +20,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from autogen_core.models import LLMMessage, SystemMessage, UserMessage
 
 import clinjudge
 from clinjudge.judges import ModelSettings
-from clinjudge.judges.clients import ModelConfigError, _hf_client, check_credentials
+from clinjudge.judges.clients import ChatMessage, ModelConfigError, _hf_client, check_credentials
 from clinjudge.judges.clients import _hf_source as hf_source
 from clinjudge.judges.clients._cache import cache_key, cache_payload
 from clinjudge.runs import RunStore
@@ -33,10 +32,7 @@ from tests.factories import make_items, write_jsonl
 from tests.judges.clients._hf_models import require_hf_extra, save_tiny_chat_model
 from tests.survival.factories import NetworkGuard
 
-MESSAGES: list[LLMMessage] = [
-    SystemMessage(content="grade"),
-    UserMessage(content="note", source="user"),
-]
+MESSAGES = [ChatMessage("system", "grade"), ChatMessage("user", "note", "user")]
 
 
 def _key(model: str) -> str:

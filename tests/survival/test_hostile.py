@@ -16,7 +16,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from autogen_core.models import UserMessage
 
 from clinjudge.judges import ModelSettings, ProviderFault
 from clinjudge.judges.clients._faults import classify_fault
@@ -25,6 +24,7 @@ from clinjudge.rubrics import load_rubric
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.fake_openai import FakeOpenAIServer
+from tests.model_requests import ask
 from tests.survival._hostile_server import HostileServer
 from tests.survival.factories import make_config, run_in_process
 
@@ -71,7 +71,7 @@ def _call(base_url: str, route: tuple[str, str], **settings: object) -> Provider
 
     async def go() -> ProviderFault:
         try:
-            await built.create([UserMessage(content="Summary: patient well.", source="user")])
+            await ask(built, "Summary: patient well.")
         except Exception as exc:  # noqa: BLE001 - the fault is what we inspect
             return classify_fault(exc)
         finally:
@@ -105,7 +105,7 @@ def test_a_litellm_route_that_cannot_be_guarded_says_so(caplog: pytest.LogCaptur
     async def go() -> None:
         with caplog.at_level("WARNING", logger="clinjudge"):
             try:
-                await built.create([UserMessage(content="hi", source="user")])
+                await ask(built, "hi")
             except Exception:  # noqa: BLE001 - nothing listens there; the warning is the point
                 pass
             finally:
@@ -147,10 +147,10 @@ def test_ordinary_compressed_reply_still_works(client: tuple[str, str]) -> None:
 
         async def go() -> str:
             try:
-                result = await built.create([UserMessage(content="hi", source="user")])
+                result = await ask(built, "hi")
             finally:
                 await built.close()
-            return str(result.content)
+            return result.text
 
         assert asyncio.run(go()) == "compressed hello"
 

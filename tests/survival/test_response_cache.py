@@ -18,10 +18,10 @@ from typing import Any
 
 import duckdb
 import pytest
-from autogen_core.models import LLMMessage, SystemMessage, UserMessage
 from pydantic import BaseModel
 
 from clinjudge.judges import ModelSettings, ResponseCache
+from clinjudge.judges.clients import ChatMessage
 from clinjudge.judges.clients._cache import (
     KEY_VERSION,
     NOT_IN_KEY,
@@ -39,10 +39,7 @@ from tests.magentic_fake import PanelFake
 from tests.survival.factories import make_config, run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
-MESSAGES: list[LLMMessage] = [
-    SystemMessage(content="grade"),
-    UserMessage(content="note", source="user"),
-]
+MESSAGES = [ChatMessage("system", "grade"), ChatMessage("user", "note", "user")]
 
 
 def _cached_run(data: Path, db: Path, server: FakeOpenAIServer, *extra: str) -> str:

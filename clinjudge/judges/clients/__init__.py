@@ -10,7 +10,6 @@ from clinjudge.judges.clients._accounting import (
     count_tokens,
     model_map_names,
 )
-from clinjudge.judges.clients._base_client import SimpleChatCompletionClient
 from clinjudge.judges.clients._batch_api import (
     BatchClient,
     BatchFile,
@@ -29,8 +28,10 @@ from clinjudge.judges.clients._batch_api import (
 from clinjudge.judges.clients._batch_lines import BatchLine, BatchResults
 from clinjudge.judges.clients._cache import ResponseCache, hash_model_files
 from clinjudge.judges.clients._call_config import PLAIN_CALL, CallConfig
+from clinjudge.judges.clients._completion import ToolCall
 from clinjudge.judges.clients._faults import TIMED_OUT, ProviderFault
 from clinjudge.judges.clients._hf_warmup import DecodeTiming, measure_decoding
+from clinjudge.judges.clients._messages import ChatMessage, ToolResult, message_text
 from clinjudge.judges.clients._mock_client import register_simulated_replies
 from clinjudge.judges.clients._model import (
     CallOutcome,
@@ -50,6 +51,7 @@ from clinjudge.judges.clients.providers import (
     HF_PROVIDERS,
     Completion,
     Generation,
+    ModelClient,
     PrefixCache,
     Provider,
     provider_for,
@@ -71,10 +73,12 @@ __all__ = [
     "BatchState",
     "CallConfig",
     "CallOutcome",
+    "ChatMessage",
     "Completion",
     "DecodeTiming",
     "Generation",
     "JudgeModel",
+    "ModelClient",
     "ModelConfigError",
     "ModelSettings",
     "PLAIN_CALL",
@@ -84,7 +88,8 @@ __all__ = [
     "ReplySchema",
     "ResponseCache",
     "SIMULATED_NOTICE",
-    "SimpleChatCompletionClient",
+    "ToolCall",
+    "ToolResult",
     "TIMED_OUT",
     "batch_call_cost",
     "batch_output_mode",
@@ -104,6 +109,7 @@ __all__ = [
     "pack_batch_file",
     "count_message_tokens",
     "count_tokens",
+    "message_text",
     "counts_exactly",
     "model_map_names",
     "price_per_token",

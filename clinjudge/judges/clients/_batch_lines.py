@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from clinjudge.judges.clients._base_client import openai_result, reply_usage
 from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._faults import ProviderFault, reply_too_large, status_fault
+from clinjudge.judges.clients._replies import openai_result, reply_usage
 
 _MAX_REASON = 500
 

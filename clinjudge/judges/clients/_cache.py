@@ -31,11 +31,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from autogen_core.models import FinishReasons, LLMMessage
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError, field_validator
 
-from clinjudge.judges.clients._base_client import check_token_count, message_text
+from clinjudge.judges.clients._completion import FinishReason
 from clinjudge.judges.clients._faults import ProviderFault, redact_url
+from clinjudge.judges.clients._messages import ChatMessage
+from clinjudge.judges.clients._replies import check_token_count
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
 from clinjudge.judges.clients.providers import provider_for
 
@@ -105,11 +106,32 @@ def _from_environment(settings: ModelSettings) -> dict[str, str | None]:
     return {name: value for name, value in found.items() if value}
 
 
-def _message(message: LLMMessage) -> Any:
-    # The whole message (content parts, images, tool calls, thoughts), not just its text.
-    if isinstance(message, BaseModel):
-        return message.model_dump(mode="json")
-    return [type(message).__name__, getattr(message, "source", ""), message_text(message)]
+def _message(message: ChatMessage) -> dict[str, Any]:
+    """The whole message (who said it, tool calls, thoughts, results), not just its text, in
+    the form keys have held since replies were first cached (AutoGen's messages as JSON), so
+    that a reply cached then is still found."""
+    role = message.role
+    if role == "system":
+        return {"content": message.content, "type": "SystemMessage"}
+    if role == "user":
+        return {"content": message.content, "source": message.source, "type": "UserMessage"}
+    if role == "tool":
+        results = [
+            {"content": r.content, "name": r.name, "call_id": r.call_id, "is_error": r.is_error}
+            for r in message.results
+        ]
+        return {"content": results, "type": "FunctionExecutionResultMessage"}
+    content: Any = message.content
+    if message.tool_calls:
+        content = [
+            {"id": c.id, "arguments": c.arguments, "name": c.name} for c in message.tool_calls
+        ]
+    return {
+        "content": content,
+        "thought": message.thought,
+        "source": message.source,
+        "type": "AssistantMessage",
+    }
 
 
 def _tool(tool: Any) -> Any:
@@ -130,7 +152,7 @@ def _output_mode(json_output: Any) -> Any:
 
 def cache_payload(
     settings: ModelSettings,
-    messages: Sequence[LLMMessage],
+    messages: Sequence[ChatMessage],
     tools: Sequence[Any],
     json_output: Any,
     variation: str,
@@ -203,7 +225,7 @@ def model_files_key(settings: ModelSettings) -> str:
 
 def cache_key(
     settings: ModelSettings,
-    messages: Sequence[LLMMessage],
+    messages: Sequence[ChatMessage],
     tools: Sequence[Any],
     json_output: Any,
     variation: str,
@@ -229,7 +251,7 @@ class CacheEntry(BaseModel):
 
     Args:
         text: The reply text.
-        finish_reason: Why generation stopped (one of AutoGen's finish reasons).
+        finish_reason: Why generation stopped (a :data:`FinishReason`).
         prompt_tokens: Tokens sent, an integer within [0, 50 million].
         completion_tokens: Tokens generated, same bounds.
         tokens_estimated: True when the provider gave no usage and the tokens were counted here.
@@ -238,7 +260,7 @@ class CacheEntry(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     text: StrictStr
-    finish_reason: FinishReasons
+    finish_reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
     tokens_estimated: StrictBool

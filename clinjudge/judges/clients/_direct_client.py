@@ -1,4 +1,4 @@
-"""A lean AutoGen ``ChatCompletionClient`` for OpenAI-compatible servers (vLLM, Ollama, TGI...).
+"""A lean client for OpenAI-compatible servers (vLLM, Ollama, TGI...).
 
 autogen-ext's OpenAI client goes through the openai SDK, which spends about 2 ms of CPU per call
 transforming and validating request and response objects. For self-hosted judges serving
@@ -12,19 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
 import yarl
 
-from clinjudge.judges.clients._base_client import (
-    SimpleChatCompletionClient,
-    openai_result,
-    to_openai_messages,
-    tool_schema,
-)
+from clinjudge.judges.clients._client import Generation, ModelClient
 from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._faults import (
     ProviderFault,
@@ -37,15 +32,12 @@ from clinjudge.judges.clients._http_guard import (
     read_capped,
     readable_whole,
 )
-from clinjudge.judges.clients._structured import ReplySchema, openai_response_format, split_schema
-from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY
-
-if TYPE_CHECKING:
-    from autogen_core.models import LLMMessage, ModelInfo
-    from autogen_core.tools import Tool, ToolSchema
+from clinjudge.judges.clients._messages import tool_schema
+from clinjudge.judges.clients._replies import openai_result
+from clinjudge.judges.clients._structured import ReplySchema, openai_response_format
 
 
-class DirectChatCompletionClient(SimpleChatCompletionClient):
+class DirectClient(ModelClient):
     """Chat completions by plain HTTP POST to ``{base_url}/chat/completions``.
 
     Args:
@@ -56,8 +48,6 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
             :class:`JudgeModel` bounds every call it makes itself: a second timer per request
             would only cost CPU).
         max_reply_bytes: Most bytes of reply body read before the call fails.
-        model_info: Capabilities reported to AutoGen.
-        **sampling: Request fields sent with every call (temperature, top_p, max_tokens, seed...).
     """
 
     def __init__(
@@ -68,10 +58,7 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         api_key: str | None = None,
         timeout: float | None = 120.0,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
-        model_info: ModelInfo | None = None,
-        **sampling: Any,
     ):
-        super().__init__(model_info)
         self._model = model
         # Parsed once: aiohttp would parse a string URL again on every request.
         self._url = yarl.URL(_endpoint(base_url, "chat/completions"))
@@ -82,7 +69,6 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._max_reply_bytes = max_reply_bytes
-        self._sampling = {k: v for k, v in sampling.items() if v is not None}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -97,67 +83,45 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
             self._loop = loop
         return session
 
-    def _body(
-        self,
-        messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Tool | ToolSchema],
-        *,
-        prepared: bool = True,
-    ) -> dict[str, Any]:
+    def _body(self, call: Generation, *, prepared: bool = True) -> dict[str, Any]:
         """The request as it is sent: JSON values and, unless ``prepared`` is False (for json,
         which knows no fragments), :class:`orjson.Fragment` for the parts that are the same on
         every call of a run (the system prompt, the reply schema), serialized once."""
-        schema = None
-        if extra and STRUCTURED_OUTPUT_KEY in extra:
-            if len(extra) == 1 and type(extra[STRUCTURED_OUTPUT_KEY]) is ReplySchema:
-                schema, extra = extra[STRUCTURED_OUTPUT_KEY], {}  # what JudgeModel sends
-            else:
-                schema, extra = split_schema(extra)
-        wire = to_openai_messages(messages)
+        wire = call.messages
         body: dict[str, Any] = {
             "model": self._model,
             "messages": [m if m["role"] != "system" else _prejsoned(m) for m in wire]
             if prepared
             else wire,
-            **self._sampling,
-            **extra,
+            **call.args,
         }
+        schema = call.reply_schema
         if schema is not None:
             # vLLM, SGLang, llama.cpp and `transformers serve` take OpenAI's strict form.
             body["response_format"] = (
                 _response_format(schema) if prepared else openai_response_format(schema)
             )
-        elif json_output is True:
+        elif call.mode == "json_object":
             body["response_format"] = {"type": "json_object"}
+        tools = call.config.tools
         if tools:
             body["tools"] = [tool_schema(t) for t in tools]
         return body
 
-    async def complete(
-        self,
-        messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Tool | ToolSchema] = (),
-    ) -> Completion:
-        """One request and its reply, counted (AutoGen's ``create`` adapts it).
+    async def generate(self, call: Generation) -> Completion:
+        """One request and its reply.
 
         Args:
-            messages: The conversation.
-            json_output: AutoGen's JSON-mode flag of the call.
-            extra: The request arguments (a reply schema under its key included).
-            tools: The tools offered.
+            call: The request.
         """
         # The whole exchange in this one coroutine (not complete -> _complete -> a post
         # helper): every coroutine between the task and the socket is resumed on each wake-up.
         try:
             # orjson is several times faster than json on prompts of many kilobytes.
-            payload: bytes | str = orjson.dumps(self._body(messages, json_output, extra, tools))
+            payload: bytes | str = orjson.dumps(self._body(call))
         except TypeError:
             # What orjson cannot take (an integer beyond 64 bits, a lone surrogate) json can.
-            payload = json.dumps(self._body(messages, json_output, extra, tools, prepared=False))
+            payload = json.dumps(self._body(call, prepared=False))
         limit = self._max_reply_bytes
         try:
             # A redirect would carry the prompt to another origin: refuse it, never follow it.
@@ -186,23 +150,12 @@ class DirectChatCompletionClient(SimpleChatCompletionClient):
         except orjson.JSONDecodeError:
             data = _loads(raw)
         try:
-            completion = openai_result(data)
+            return openai_result(data)
         except ValueError as exc:
             raise ProviderFault(str(exc), retryable=True) from None
-        self._count(completion.prompt_tokens, completion.completion_tokens)
-        return completion
-
-    async def _complete(
-        self,
-        messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Tool | ToolSchema] = (),
-    ) -> Completion:
-        # complete() does the work here (and counts the usage); nothing else calls this.
-        return await self.complete(messages, json_output, extra, tools)
 
     async def close(self) -> None:
+        """Close the pooled session."""
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None

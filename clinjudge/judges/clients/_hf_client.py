@@ -17,12 +17,10 @@ import asyncio
 import importlib.util
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from autogen_core.models import LLMMessage, ModelInfo
-
-from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, to_openai_messages
+from clinjudge.judges.clients._client import Generation, ModelClient
 from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._faults import ProviderFault
 from clinjudge.judges.clients._hf_options import ENGINE_ENV as ENGINE_ENV
@@ -35,7 +33,7 @@ from clinjudge.judges.clients._hf_source import (
     resolve_source,
 )
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
-from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, Rubric
+from clinjudge.rubrics import Rubric
 
 if TYPE_CHECKING:
     from clinjudge.judges.clients._hf_batcher import MicroBatcher
@@ -58,14 +56,16 @@ DEFAULT_MAX_TOKENS = 400
 DEFAULT_WINDOW_MS = 10.0
 INSTALL_HINT = "hf/ models need torch, transformers and llguidance: pip install 'clinjudge[prm]'"
 
-HF_MODEL_INFO = ModelInfo(
-    vision=False,
-    function_calling=False,
-    json_output=True,
-    structured_output=True,
-    family="unknown",
-    multiple_system_messages=False,
-)
+HF_MODEL_INFO: dict[str, Any] = {
+    "vision": False,
+    "function_calling": False,
+    "json_output": True,
+    "structured_output": True,
+    "family": "unknown",
+    "multiple_system_messages": False,
+}
+"""What an in-process model can do, as agents ask: JSON and schemas (decoded under them), no
+tools."""
 
 _ENGINES: dict[tuple[ModelSource, str, str, str], tuple[tuple[object, ...], LocalModel]] = {}
 """The loaded model of each (source, device, dtype, engine), with its files' stat identity
@@ -102,12 +102,6 @@ def local_model(
             loaded = LocalModel(source, device=device, dtype=dtype, engine=engine)
             known = _ENGINES[key] = (signature, loaded)
         return known[1]
-
-
-def _loaded(key: tuple[ModelSource, str, str, str]) -> LocalModel | None:
-    """The model of ``key`` when it is loaded (for token counts before a call)."""
-    known = _ENGINES.get(key)
-    return known[1] if known is not None and known[1].ready else None
 
 
 def _require_extra() -> None:
@@ -180,31 +174,18 @@ def _env_int(name: str) -> int | None:
     return number
 
 
-def _reply_schema(json_output: Any, extra: Mapping[str, Any]) -> tuple[dict[str, Any] | None, bool]:
-    """The reply's schema and whether the reply must be JSON at all."""
-    requested = extra.get(STRUCTURED_OUTPUT_KEY)
-    if requested is not None:
-        schema = requested.get("schema") if isinstance(requested, Mapping) else None
-        if schema is None:  # a ReplySchema object
-            schema = getattr(requested, "schema_", None)
-        if isinstance(schema, Mapping):
-            return dict(schema), True
-    if isinstance(json_output, type) and hasattr(json_output, "model_json_schema"):
-        return json_output.model_json_schema(), True
-    return None, json_output is True
-
-
-def _chat(messages: Sequence[LLMMessage]) -> list[dict[str, str]]:
-    """AutoGen messages as plain role/content turns for a chat template."""
+def _chat(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Chat-format messages as plain role/content turns for a chat template (a tool's result
+    is read as the user's)."""
     turns = []
-    for message in to_openai_messages(messages):
+    for message in messages:
         role = message["role"] if message["role"] in ("system", "user", "assistant") else "user"
         turns.append({"role": role, "content": str(message.get("content") or "")})
     return turns
 
 
-class HFChatCompletionClient(SimpleChatCompletionClient):
-    """An AutoGen client for a causal LM run in this process (``hf/<path>``,
+class HFClient(ModelClient):
+    """The client of a causal LM run in this process (``hf/<path>``,
     ``hf-hub/<org>/<name>``).
 
     Args:
@@ -242,7 +223,7 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         rubric: Rubric | None = None,
         hub: bool = False,
     ):
-        super().__init__(HF_MODEL_INFO)
+        self.model_info = HF_MODEL_INFO
         self.source = resolve_source(model, hub=hub)
         self.max_tokens = max_tokens or DEFAULT_MAX_TOKENS
         self.temperature = temperature
@@ -264,18 +245,17 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         """The shared in-process model (loaded on the first request)."""
         return local_model(self.source, self.device, self.dtype, self.hf_engine)
 
-    async def _complete(
-        self,
-        messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Any] = (),
-    ) -> Completion:
-        if tools:
+    async def generate(self, call: Generation) -> Completion:
+        """Decode one request with the requests in flight beside it.
+
+        Args:
+            call: The request (no tools: the model is run without function calling).
+        """
+        if call.config.tools:
             raise ProviderFault(
                 "hf/ models are run without tools (function calling)", retryable=False
             )
-        request = self._request(messages, json_output, extra)
+        request = self._request(call)
         try:
             result = await self._generate(request)
         except ProviderFault:
@@ -289,9 +269,7 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
             "stop" if result.finish_reason == "stop" else "length",
         )
 
-    def _request(
-        self, messages: Sequence[LLMMessage], json_output: Any, extra: Mapping[str, Any]
-    ) -> GenerationRequest:
+    def _request(self, call: Generation) -> GenerationRequest:
         """The generation request of one call: its chat, cap, schema (gated) and sampling.
 
         Raises:
@@ -300,20 +278,23 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         _require_extra()
         from clinjudge.judges.clients._hf_engine import GenerationRequest
 
-        schema, json_mode = _reply_schema(json_output, extra)
-        cap = extra.get("max_tokens") or extra.get("max_completion_tokens") or self.max_tokens
+        args: Mapping[str, Any] = call.args
+        reply = call.reply_schema
+        schema = dict(reply.schema_) if reply is not None else None
+        cap = args.get("max_tokens") or args.get("max_completion_tokens") or self.max_tokens
         if schema is not None and self.gates:
             from clinjudge.judges.clients._hf_constraint import GateRule, apply_gates
 
             schema = apply_gates(schema, [GateRule(*gate) for gate in self.gates])
+        seed = args.get("seed")
         return GenerationRequest(
-            messages=_chat(messages),
+            messages=_chat(call.messages),
             max_tokens=int(cap),
             schema=schema,
-            json_mode=json_mode,
-            temperature=extra.get("temperature", self.temperature),
-            top_p=extra.get("top_p", self.top_p),
-            seed=extra.get("seed") if isinstance(extra.get("seed"), int) else self.seed,
+            json_mode=schema is not None or call.mode == "json_object",
+            temperature=args.get("temperature", self.temperature),
+            top_p=args.get("top_p", self.top_p),
+            seed=seed if isinstance(seed, int) else self.seed,
         )
 
     async def _generate(self, request: GenerationRequest) -> GenerationResult:
@@ -328,17 +309,6 @@ class HFChatCompletionClient(SimpleChatCompletionClient):
         """
         engine = self._engine
         return engine.progress_age() if engine is not None else None
-
-    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
-        engine = _loaded((self.source, self.device, self.dtype, self.hf_engine))
-        if engine is None:
-            return super().count_tokens(messages, tools=tools)
-        return len(engine.encode_chat(_chat(messages)))
-
-    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Any] = ()) -> int:
-        engine = _loaded((self.source, self.device, self.dtype, self.hf_engine))
-        context = engine.context_length if engine is not None else 8192
-        return max(context - self.count_tokens(messages, tools=tools), 0)
 
 
 def client_options(settings: ModelSettings, rubric: Rubric | None = None) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from clinjudge.judges.clients._hf_client import (
     DEFAULT_WINDOW_MS,
     MAX_BATCH_ENV,
     WINDOW_ENV,
-    HFChatCompletionClient,
+    HFClient,
     ModelSource,
     _env_int,
 )
@@ -384,12 +384,11 @@ def replica_pool(key: PoolKey) -> ReplicaPool:
         return pool
 
 
-class HFRayChatCompletionClient(HFChatCompletionClient):
-    """:class:`HFChatCompletionClient` whose batches run on Ray actors (``--ray``).
+class HFRayClient(HFClient):
+    """:class:`HFClient` whose batches run on Ray actors (``--ray``).
 
     Prompts, schemas and sampling are built as in one process; only where a batch is decoded
-    differs. Token counts before a call use the base client's estimate (the driver loads no
-    model); the counts recorded are the replicas' tokenizer's.
+    differs. The token counts recorded are the replicas' tokenizer's.
 
     Args:
         model: What follows ``hf/``; it must be readable on every Ray worker.
@@ -424,12 +423,6 @@ class HFRayChatCompletionClient(HFChatCompletionClient):
             pool.attach()
             self._attached = pool
         return await pool.batcher.submit(request)
-
-    def count_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
-        return super(HFChatCompletionClient, self).count_tokens(messages, tools=tools)
-
-    def remaining_tokens(self, messages: Sequence[Any], *, tools: Sequence[Any] = ()) -> int:
-        return max(8192 - self.count_tokens(messages, tools=tools), 0)
 
     async def close(self) -> None:
         """Let go of the replicas; the last client of a model stops them."""

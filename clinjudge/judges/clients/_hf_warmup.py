@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from clinjudge.judges.clients._hf_client import HFChatCompletionClient, batch_size_for
+from clinjudge.judges.clients._hf_client import HFClient, batch_size_for
 from clinjudge.judges.clients._settings import ModelSettings
 from clinjudge.judges.clients.providers.hf import hf_client
 
@@ -68,7 +68,7 @@ def measure_decoding(
         OSError: The model's files cannot be read.
     """
     client = hf_client(settings)
-    if type(client) is not HFChatCompletionClient:  # Ray: the replicas decode elsewhere
+    if type(client) is not HFClient:  # Ray: the replicas decode elsewhere
         return None
     from clinjudge.judges.clients._hf_engine import GenerationRequest, GenerationResult
 

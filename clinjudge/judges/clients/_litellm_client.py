@@ -1,4 +1,4 @@
-"""AutoGen ``ChatCompletionClient`` over ``litellm.acompletion``, for every non-OpenAI provider.
+"""A client over ``litellm.acompletion``, for every provider litellm serves.
 
 autogen-ext 0.7.5 ships no litellm client. This adapter covers chat completion with tools (what
 the judges and the PRM tool need); litellm is imported lazily because its import costs seconds.
@@ -8,29 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from clinjudge.judges.clients._base_client import (
-    SimpleChatCompletionClient,
-    openai_result,
-    to_openai_messages,
-    tool_schema,
-)
+from clinjudge.judges.clients._client import Generation, ModelClient
 from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._http_guard import (
     DEFAULT_MAX_REPLY_BYTES,
     guarded_httpx_args,
     httpx_response_guard,
 )
-from clinjudge.judges.clients._structured import (
-    ReplySchema,
-    openai_response_format,
-    split_schema,
-)
-
-if TYPE_CHECKING:
-    from autogen_core.models import LLMMessage, ModelInfo
+from clinjudge.judges.clients._messages import tool_schema
+from clinjudge.judges.clients._replies import openai_result
+from clinjudge.judges.clients._structured import ReplySchema, openai_response_format
 
 # Providers litellm serves through its own httpx handler, which takes our client (no redirects,
 # capped bodies); each is checked against a redirecting server in tests/survival/test_hostile.py.
@@ -55,12 +44,11 @@ GUARDED_HANDLER_PROVIDERS = frozenset(
 log = logging.getLogger(__name__)
 
 
-class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
+class LiteLLMClient(ModelClient):
     """Chat completions through litellm.
 
     Args:
         model: litellm model string, e.g. ``anthropic/claude-sonnet-4-5`` or ``ollama/llama3``.
-        model_info: Capabilities reported to AutoGen.
         max_reply_bytes: Most bytes of reply body read (where clinjudge supplies the client).
         **litellm_kwargs: Passed to every ``litellm.acompletion`` call (api_base, api_key,
             temperature, top_p, max_tokens, seed, timeout, ...).
@@ -69,12 +57,10 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
     def __init__(
         self,
         model: str,
-        model_info: ModelInfo | None = None,
         *,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         **litellm_kwargs: Any,
     ):
-        super().__init__(model_info)
         # Import now (seconds), not inside the first call, whose timeout and latency it would eat.
         import litellm  # noqa: F401
 
@@ -133,28 +119,28 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         _unguarded(self._model, provider)
         return None
 
-    async def _complete(
-        self,
-        messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Any] = (),
-    ) -> Completion:
+    async def generate(self, call: Generation) -> Completion:
+        """One request through ``litellm.acompletion``.
+
+        Args:
+            call: The request.
+        """
         import litellm
 
         litellm.telemetry = False
-        schema, rest = split_schema(extra)
-        kwargs = {**self._kwargs, **rest}
+        kwargs = {**self._kwargs, **call.args}
+        schema = call.reply_schema
         if schema is not None:
             kwargs.update(self._schema_args(schema))
-        elif json_output is True:
+        elif call.mode == "json_object":
             kwargs["response_format"] = {"type": "json_object"}
+        tools = call.config.tools
         if tools:
             kwargs["tools"] = [tool_schema(t) for t in tools]
         client = self._pooled_client()
         if client is not None:
             kwargs.setdefault("client", client)
-        converted = to_openai_messages(messages)
+        converted = call.messages
         if self._marks_cache:
             converted = mark_cache_prefix(converted)
         response = await litellm.acompletion(
@@ -174,6 +160,7 @@ class LiteLLMChatCompletionClient(SimpleChatCompletionClient):
         return {"response_format": openai_response_format(schema)}
 
     async def close(self) -> None:
+        """Close the pooled HTTP client."""
         client, self._client, self._client_loop = self._client, None, None
         if client is not None:
             await _close(client)

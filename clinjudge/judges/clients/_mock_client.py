@@ -11,15 +11,14 @@ import hashlib
 import json
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-
-from autogen_core.models import LLMMessage, UserMessage
 
 from clinjudge._util.modes import SIMULATED_NOTICE
 from clinjudge.judges.clients._accounting import count_message_tokens, count_tokens
-from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, message_text
+from clinjudge.judges.clients._client import Generation, ModelClient
 from clinjudge.judges.clients._completion import Completion
+from clinjudge.judges.clients._messages import ChatMessage
 from clinjudge.rubrics import (
     Attribute,
     JudgmentParseError,
@@ -123,17 +122,17 @@ def _chair_scores(rubric: Rubric, heard: Sequence[str]) -> dict[str, int | None]
     return values
 
 
-def _item_text(messages: Sequence[LLMMessage], stance: str) -> str:
+def _item_text(messages: Sequence[ChatMessage], stance: str) -> str:
     """What the draw is derived from: the last message, or for a persona with a stance the first
     user message (the item), which every member of a panel shares."""
     if stance:
         for message in messages:
-            if isinstance(message, UserMessage):
-                return message_text(message)
-    return message_text(messages[-1]) if messages else ""
+            if message.role == "user":
+                return message.text
+    return messages[-1].text if messages else ""
 
 
-class MockChatCompletionClient(SimpleChatCompletionClient):
+class MockClient(ModelClient):
     """Simulated judge that answers every request with valid rubric JSON.
 
     Args:
@@ -142,19 +141,18 @@ class MockChatCompletionClient(SimpleChatCompletionClient):
     """
 
     def __init__(self, rubric: Rubric, name: str = "judge") -> None:
-        super().__init__()
         self._rubric = rubric
         self._name = name
 
-    async def _complete(
-        self,
-        messages: Sequence[LLMMessage],
-        json_output: Any,
-        extra: Mapping[str, Any],
-        tools: Sequence[Any] = (),
-    ) -> Completion:
-        texts = [message_text(m) for m in messages]
-        seed, _, stance = str(extra.get("seed", "")).partition(STANCE_MARK)
+    async def generate(self, call: Generation) -> Completion:
+        """A simulated reply to ``call``, drawn from the request and the sample's variation.
+
+        Args:
+            call: The request.
+        """
+        messages = call.conversation
+        texts = [m.text for m in messages]
+        seed, _, stance = str(call.args.get("seed", "")).partition(STANCE_MARK)
         # Workflows with their own prompts (DocLens) answer them; the rest gets rubric JSON.
         content = _workflow_reply(texts, f"{self._name}|{seed}")
         if content is None:

@@ -1,4 +1,4 @@
-"""One model behind one AutoGen client, with per-call timing, tokens, cost and fault mapping."""
+"""One model behind one client, with per-call timing, tokens, cost and fault mapping."""
 
 from __future__ import annotations
 
@@ -8,28 +8,23 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clinjudge.judges.clients._accounting import (
     TokenPrices,
     count_message_tokens,
     count_tokens,
 )
-from clinjudge.judges.clients._base_client import (
-    MAX_TOKENS_PER_CALL,
-    TurnMessages,
-    check_token_count,
-    message_text,
-    to_autogen_messages,
-)
 from clinjudge.judges.clients._cache import ResponseCache, cache_key
 from clinjudge.judges.clients._call_config import PLAIN_CALL, CallConfig
+from clinjudge.judges.clients._client import Generation, ModelClient
 from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._deadlines import CallDeadlines, ProgressAge, ReportsProgress
-from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
 from clinjudge.judges.clients._faults import ProviderFault, redact_url
+from clinjudge.judges.clients._messages import ChatMessage, chat_messages
 from clinjudge.judges.clients._pricing import call_cost, token_prices
-from clinjudge.judges.clients._settings import ModelSettings
+from clinjudge.judges.clients._replies import MAX_TOKENS_PER_CALL, check_token_count
+from clinjudge.judges.clients._settings import ModelSettings, sampling_args
 from clinjudge.judges.clients._structured import (
     OutputMode,
     ReplySchema,
@@ -37,9 +32,6 @@ from clinjudge.judges.clients._structured import (
 )
 from clinjudge.judges.clients.providers import Provider, provider_for
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, ChatTurn, Rubric
-
-if TYPE_CHECKING:
-    from autogen_core.models import ChatCompletionClient, LLMMessage
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +92,8 @@ def check_credentials(settings: ModelSettings) -> None:
     provider_for(settings).check_credentials(settings)
 
 
-def build_client(settings: ModelSettings, rubric: Rubric) -> ChatCompletionClient:
-    """An AutoGen client for the provider named in ``settings.model`` (see
+def build_client(settings: ModelSettings, rubric: Rubric) -> ModelClient:
+    """The client for the provider named in ``settings.model`` (see
     :mod:`clinjudge.judges.clients.providers`: ``openai/``, ``azure/``, ``anthropic/``,
     ``hf/``, ``mock/``, ...; any prefix no provider claims goes through litellm).
 
@@ -152,6 +144,8 @@ class _SettingsFacts:
     settings: ModelSettings
     provider: Provider
     prices: TokenPrices | None
+    sampling: dict[str, Any]
+    """The request's sampling arguments under these settings (a call's own override them)."""
     probes_schemas: bool
     """A ``json_schema`` call under ``structured_output: auto`` first finds out whether the
     endpoint takes schemas (see :attr:`Provider.probes_schemas`)."""
@@ -164,6 +158,7 @@ class _SettingsFacts:
             provider=provider,
             # The lookup scans the price map's names: once per settings object, not per call.
             prices=token_prices(settings),
+            sampling=sampling_args(settings),
             probes_schemas=provider.probes_schemas,
         )
 
@@ -172,17 +167,14 @@ class _SettingsFacts:
 class _ClientKind:
     """How a call reaches one client object, worked out once for it."""
 
-    client: ChatCompletionClient
-    takes_turns: bool
-    """The direct client, which sends rendered turns without AutoGen messages in between."""
+    client: ModelClient
     progress: ProgressAge | None
     """A model in this process: its calls' deadlines follow its progress (#39)."""
 
     @classmethod
-    def of(cls, client: ChatCompletionClient) -> _ClientKind:
+    def of(cls, client: ModelClient) -> _ClientKind:
         return cls(
             client=client,
-            takes_turns=isinstance(client, DirectChatCompletionClient),
             progress=client.progress_age if isinstance(client, ReportsProgress) else None,
         )
 
@@ -196,10 +188,9 @@ class JudgeModel:
         client: An already built client, to share one between calls or inject a fake.
     """
 
-    def __init__(
-        self, settings: ModelSettings, rubric: Rubric, client: ChatCompletionClient | None = None
-    ):
+    def __init__(self, settings: ModelSettings, rubric: Rubric, client: ModelClient | None = None):
         self.settings = settings
+        self.rubric = rubric
         # Every call is bounded by settings.timeout in _attempt: the client need not time it too.
         self.client = client or provider_for(settings).build_client(settings, rubric, bounded=True)
         self.cache: ResponseCache | None = None
@@ -254,10 +245,8 @@ class JudgeModel:
             ProviderFault: The call failed (classified); or, without tools offered, the reply
                 held tool calls rather than text.
         """
-        messages: Sequence[LLMMessage] = (
-            TurnMessages(turns) if self._client_kind().takes_turns else to_autogen_messages(turns)
-        )
-        # What generate_messages() does, without one more coroutine per call.
+        messages = chat_messages(turns)
+        # What generate_chat() does, without one more coroutine per call.
         mode, probe = self._plan(config)
         if probe:
             outcome = await self._probing(messages, config)
@@ -267,14 +256,14 @@ class JudgeModel:
             raise ProviderFault("reply held tool calls, not text", retryable=False)
         return outcome
 
-    async def generate_messages(
-        self, messages: Sequence[LLMMessage], config: CallConfig = PLAIN_CALL
+    async def generate_chat(
+        self, messages: Sequence[ChatMessage], config: CallConfig = PLAIN_CALL
     ) -> CallOutcome:
-        """:meth:`generate` for a conversation of AutoGen messages (the AutoGen adapter of the
-        agents in group chats); a reply may hold tool calls.
+        """:meth:`generate` for a conversation of messages (agents in group chats, whose
+        messages carry who said them and tool calls); a reply may hold tool calls.
 
         Args:
-            messages: The conversation, as AutoGen messages.
+            messages: The conversation.
             config: What the call asks for (tools and JSON mode included).
         """
         mode, probe = self._plan(config)
@@ -287,7 +276,7 @@ class JudgeModel:
 
         Args:
             schema: The reply schema the call asks for, if any.
-            json_output: AutoGen's JSON-mode flag of the call.
+            json_output: The call's JSON-mode flag (True asks for a JSON object).
         """
         setting = self.settings.structured_output
         if setting == "off":
@@ -316,7 +305,7 @@ class JudgeModel:
         )
         return mode, probe
 
-    async def _probing(self, messages: Sequence[LLMMessage], config: CallConfig) -> CallOutcome:
+    async def _probing(self, messages: Sequence[ChatMessage], config: CallConfig) -> CallOutcome:
         """A schema call before the endpoint has answered one: until it has, one call at a
         time finds out whether it takes schemas (at most one rejected call per run and
         endpoint)."""
@@ -328,7 +317,7 @@ class JudgeModel:
         return await self._send(messages, config, mode)
 
     async def _send(
-        self, messages: Sequence[LLMMessage], config: CallConfig, mode: OutputMode
+        self, messages: Sequence[ChatMessage], config: CallConfig, mode: OutputMode
     ) -> CallOutcome:
         settings = self.settings
         facts = self._settings_facts()
@@ -351,16 +340,21 @@ class JudgeModel:
             hit = self.cache.get(key)
             if hit is not None:
                 return replace(_cached_outcome(hit), max_tokens=settings.max_tokens)
+        args = {**facts.sampling, **extra}
         started = time.perf_counter()
         try:
-            result = await self._attempt(messages, config, extra, mode)
+            result = await self._attempt(
+                Generation(self.settings, self.rubric, messages, config, mode, args)
+            )
         except ProviderFault as fault:
             if not (mode == "json_schema" and self._falls_back(fault)):
                 fault.output_mode = mode
                 raise
             mode = "json_object"
             try:
-                result = await self._attempt(messages, config, extra, mode)
+                result = await self._attempt(
+                    Generation(self.settings, self.rubric, messages, config, mode, args)
+                )
             except ProviderFault as retry_fault:
                 retry_fault.output_mode = mode
                 raise
@@ -389,16 +383,8 @@ class JudgeModel:
             )
         return True
 
-    async def _attempt(
-        self,
-        messages: Sequence[LLMMessage],
-        config: CallConfig,
-        extra: dict[str, Any],
-        mode: OutputMode,
-    ) -> Completion:
-        """One request through the provider's request hook (:meth:`Provider.send`) in one
-        output mode (``extra``: the request arguments worked out by :meth:`_send`); faults come
-        back classified."""
+    async def _attempt(self, call: Generation) -> Completion:
+        """One request through the model's client; faults come back classified."""
         kind = self._client_kind()
         provider = self._settings_facts().provider
         try:
@@ -407,7 +393,7 @@ class JudgeModel:
             deadlines = self._call_deadlines(kind.progress)
             deadline = deadlines.start()
             try:
-                result = await provider.send(kind.client, messages, config, extra, mode)
+                result = await kind.client.generate(call)
             except BaseException as exc:
                 if deadlines.finish(deadline) and isinstance(exc, asyncio.CancelledError):
                     raise TimeoutError from exc
@@ -426,7 +412,7 @@ class JudgeModel:
 
     def _outcome(
         self,
-        messages: Sequence[LLMMessage],
+        messages: Sequence[ChatMessage],
         result: Completion,
         latency: float,
         prices: TokenPrices | None,
@@ -447,7 +433,7 @@ class JudgeModel:
         cached, written = result.cached_input_tokens, result.cache_write_tokens
         estimated = not prompt_tokens
         if estimated:
-            prompt_tokens = count_message_tokens([message_text(m) for m in messages])
+            prompt_tokens = count_message_tokens([m.text for m in messages])
             completion_tokens = count_tokens(text)
             cached, written = 0, 0
         return CallOutcome(

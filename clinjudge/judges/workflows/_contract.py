@@ -7,18 +7,17 @@ rate-limited, recorded model calls), and its run settings satisfy :class:`Workfl
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
-
-from autogen_core.models import ChatCompletionClient
 
 # The deciding agents' names are defined once, where readers of stored runs find them cheaply.
 from clinjudge._util.modes import DECIDING_AGENTS as DECIDING_AGENTS
 from clinjudge._util.modes import JUDGE_AGENT as JUDGE_AGENT
 from clinjudge._util.modes import ORCHESTRATOR_AGENT as ORCHESTRATOR_AGENT
 from clinjudge._util.modes import PANEL_AGENT as PANEL_AGENT
-from clinjudge.judges.clients import ModelSettings
+from clinjudge.judges.clients import CallConfig, ChatMessage, Completion, ModelSettings
 from clinjudge.judges.workflows._single import CallFn, SampleVerdict
 from clinjudge.personas import Persona
 from clinjudge.prm_bridge import PRMRunSettings
@@ -50,6 +49,20 @@ class WorkflowSettings(Protocol):
     def planning(self) -> bool: ...
     @property
     def prm(self) -> PRMRunSettings | None: ...
+
+
+class AgentChatFn(Protocol):
+    """One agent's conversation call: retried, rate-limited and recorded like a call over
+    rendered turns, for agents whose messages carry who said them and tool calls."""
+
+    @property
+    def model_info(self) -> Mapping[str, Any]:
+        """What the agent's model can do (AutoGen's ``ModelInfo`` keys)."""
+        ...
+
+    async def __call__(self, messages: Sequence[ChatMessage], config: CallConfig) -> Completion:
+        """The model's reply to the conversation (text or tool calls)."""
+        ...
 
 
 class WorkflowModels(Protocol):
@@ -87,8 +100,8 @@ class WorkflowContext(Protocol):
         """A recorded, retried call over rendered turns for one agent."""
         ...
 
-    def client(self, agent: str, role: str) -> ChatCompletionClient:
-        """A recorded, retried AutoGen client for one agent."""
+    def chat(self, agent: str, role: str) -> AgentChatFn:
+        """A recorded, retried conversation call for one agent."""
         ...
 
     def record_local_call(

@@ -63,6 +63,7 @@ from clinjudge.judges.workflows._magentic_chair import (
     shared_decision_schema,
     squash_name,
 )
+from clinjudge.judges.workflows._magentic_client import AgentClient
 from clinjudge.judges.workflows._prm_evidence import item_evidence, prm_scorer
 from clinjudge.judges.workflows._single import CallFn, SampleVerdict, judge_single_sample
 from clinjudge.personas import Persona
@@ -218,7 +219,7 @@ async def _discuss(
     agents: list[Any] = [
         AssistantAgent(
             p.name,
-            model_client=ctx.client(p.name, "persona"),
+            model_client=AgentClient(ctx.chat(p.name, "persona")),
             description=p.description,
             system_message=_persona_system(p, ctx),
         )
@@ -238,7 +239,7 @@ async def _discuss(
         )
     team = PanelGroupChat(
         agents,
-        model_client=ctx.client(ORCHESTRATOR_AGENT, "orchestrator"),
+        model_client=AgentClient(ctx.chat(ORCHESTRATOR_AGENT, "orchestrator")),
         max_turns=protocol.max_turns,
         max_stalls=ctx.config.max_stalls,
         final_answer_prompt=FINAL_PROMPT,

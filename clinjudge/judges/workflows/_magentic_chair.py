@@ -36,7 +36,8 @@ from autogen_core.tools import Tool, ToolSchema
 
 from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.errors import ClinJudgeError
-from clinjudge.judges.clients import ReplySchema, SimpleChatCompletionClient, reply_schema_for
+from clinjudge.judges.clients import ReplySchema, reply_schema_for
+from clinjudge.judges.workflows._magentic_client import AgentClientBase
 from clinjudge.judges.workflows._magentic_runtime import DiscussionRuntime
 from clinjudge.rubrics import (
     STRUCTURED_OUTPUT_KEY,
@@ -366,7 +367,7 @@ def match_speaker(raw: str, names: Sequence[str], aliases: dict[str, str]) -> st
 # -- the orchestrator ---------------------------------------------------------------------------
 
 
-class _AskingSchema(SimpleChatCompletionClient):
+class _AskingSchema(AgentClientBase):
     """The chair's client for one call, asking for replies that follow a schema: the schema
     goes to the runner's AutoGen adapter under the ``json_schema`` key of the extra arguments.
 
@@ -397,7 +398,7 @@ class _AskingSchema(SimpleChatCompletionClient):
             json_output=json_output,
             extra_create_args={**extra_create_args, STRUCTURED_OUTPUT_KEY: self._schema},
         )
-        self._count(result.usage.prompt_tokens, result.usage.completion_tokens)
+        self._count(result)
         return result
 
 

@@ -21,8 +21,8 @@ from clinjudge.judges.clients import (
     reply_schema_for,
     request_line,
 )
-from clinjudge.judges.clients._base_client import to_autogen_messages
 from clinjudge.judges.clients._cache import cache_key
+from clinjudge.judges.clients._messages import chat_messages
 from clinjudge.judges.workflows import judge_call_config
 from clinjudge.judges.workflows._single import judge_single_sample
 from clinjudge.rubrics import ChatTurn, Rubric, render_messages, rubric_json_schema
@@ -139,7 +139,7 @@ def test_the_cache_key_is_the_one_existing_caches_hold(pdsqi9: Rubric) -> None:
         config = CallConfig(schema=schema, variation="7|1", max_tokens=300)
         _generate(settings, pdsqi9, [(turns, config)], cache)
     capped = settings.model_copy(update={"max_tokens": 300})
-    messages = to_autogen_messages(turns)
+    messages = chat_messages(turns)
     expected = cache_key(capped, messages, [], None, "7|1", {"json_schema": schema.as_arg()})
     assert cache.get(expected) is not None
     assert cache.get(cache_key(settings, messages, [], None, "7|1")) is None

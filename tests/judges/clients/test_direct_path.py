@@ -1,5 +1,5 @@
-"""The direct client's short way from rendered turns to the wire (issue 27): what reaches the
-server, the cache key and the usage sums are those of the long way through AutoGen messages."""
+"""The direct client's way from rendered turns to the wire (issue 27): what reaches the server,
+the messages the turns become, and the usage each reply reports."""
 
 from __future__ import annotations
 
@@ -8,20 +8,15 @@ import json
 from typing import Any
 
 import pytest
-from autogen_core.models import AssistantMessage, SystemMessage, UserMessage
 
 from clinjudge.judges import JudgeModel, ModelSettings, ProviderFault
-from clinjudge.judges.clients import CallConfig, reply_schema_for
-from clinjudge.judges.clients._base_client import (
-    TurnMessages,
-    reply_usage,
-    to_autogen_messages,
-    to_openai_messages,
-)
-from clinjudge.judges.clients._cache import cache_key
-from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
+from clinjudge.judges.clients import CallConfig, ChatMessage, reply_schema_for
+from clinjudge.judges.clients._direct_client import DirectClient
+from clinjudge.judges.clients._messages import chat_messages, wire_messages
+from clinjudge.judges.clients._replies import reply_usage
 from clinjudge.rubrics import ChatTurn, Rubric
 from tests.fake_openai import FakeOpenAIServer
+from tests.model_requests import ask
 
 TURNS = [
     ChatTurn("system", "You grade summaries. " * 40),
@@ -63,7 +58,7 @@ def _judge(
 ) -> list[Any]:
     async def go() -> list[Any]:
         model = JudgeModel(settings, rubric)
-        assert isinstance(model.client, DirectChatCompletionClient)
+        assert isinstance(model.client, DirectClient)
         config = CallConfig(schema=reply_schema_for("grades", SCHEMA, shared=True), extra=extra)
         try:
             return [await model.generate(turns, config) for turns in conversations]
@@ -73,45 +68,28 @@ def _judge(
     return asyncio.run(go())
 
 
-def test_turns_read_as_the_autogen_messages_they_stand_for() -> None:
+def test_turns_become_messages_with_who_said_them() -> None:
     turns = [*TURNS, ChatTurn("tool", "a role of no one's")]
-    mine = list(turns)
-    messages = TurnMessages(mine)
-    mine.append(ChatTurn("user", "added after the call was made"))
-    assert len(messages) == 5
     # Written out here, not taken from the conversion under test.
-    expected = [
-        SystemMessage(content=TURNS[0].content),
-        UserMessage(content=TURNS[1].content, source="user"),
-        AssistantMessage(content=TURNS[2].content, source="judge"),
-        UserMessage(content=TURNS[3].content, source="user"),
-        UserMessage(content="a role of no one's", source="user"),
+    assert chat_messages(turns) == [
+        ChatMessage("system", TURNS[0].content),
+        ChatMessage("user", TURNS[1].content, "user"),
+        ChatMessage("assistant", TURNS[2].content, "judge"),
+        ChatMessage("user", TURNS[3].content, "user"),
+        ChatMessage("user", "a role of no one's", "user"),
     ]
-    assert list(messages) == expected
-    assert messages[0] == expected[0] and messages[-1] == expected[-1]
-    assert messages[1:3] == expected[1:3]
+    assert chat_messages(TURNS[2:3], agent="scribe")[0].source == "scribe"
 
 
-def test_turns_go_to_chat_format_as_their_autogen_messages_would() -> None:
+def test_turns_go_to_chat_format_without_who_said_them() -> None:
     turns = [*TURNS, ChatTurn("tool", "a role of no one's")]
-    short = to_openai_messages(TurnMessages(turns))
-    assert short == to_openai_messages(to_autogen_messages(turns))
-    assert short == [
+    assert wire_messages(chat_messages(turns)) == [
         {"role": "system", "content": TURNS[0].content},
         {"role": "user", "content": TURNS[1].content},
         {"role": "assistant", "content": TURNS[2].content},
         {"role": "user", "content": TURNS[3].content},
         {"role": "user", "content": "a role of no one's"},
     ]
-
-
-def test_the_cache_key_of_turns_is_that_of_their_autogen_messages() -> None:
-    # Keys are stored across runs: the short way must not change one.
-    settings = ModelSettings(model="openai/local-judge", base_url="http://127.0.0.1:9/v1")
-    args = ((), None, "seed-1", {"max_tokens": 64})
-    assert cache_key(settings, TurnMessages(TURNS), *args) == cache_key(
-        settings, to_autogen_messages(TURNS), *args
-    )
 
 
 def test_every_call_sends_the_whole_request_with_its_headers(
@@ -154,35 +132,25 @@ def test_what_orjson_refuses_is_sent_whole_by_json(pdsqi9: Rubric) -> None:
     assert all(h["content-type"] == "application/json" for h in srv.headers)
 
 
-def test_the_client_sums_the_usage_of_its_calls() -> None:
+def test_each_reply_reports_its_own_usage() -> None:
     with FakeOpenAIServer() as srv:
 
-        async def go() -> tuple[list[tuple[int, int]], tuple[int, int], tuple[int, int]]:
-            client = DirectChatCompletionClient("local-judge", srv.base_url)
+        async def go() -> list[tuple[int, int]]:
+            client = DirectClient("local-judge", srv.base_url)
             try:
-                results = [
-                    await client.create([UserMessage(content="one two three", source="user")]),
-                    await client.create(to_autogen_messages(TURNS)),
+                replies = [
+                    await ask(client, "one two three"),
+                    await ask(client, *chat_messages(TURNS)),
                 ]
             finally:
                 await client.close()
-            last, total = client.actual_usage(), client.total_usage()
-            each = [(r.usage.prompt_tokens, r.usage.completion_tokens) for r in results]
-            return (
-                each,
-                (last.prompt_tokens, last.completion_tokens),
-                (
-                    total.prompt_tokens,
-                    total.completion_tokens,
-                ),
-            )
+            return [(r.prompt_tokens, r.completion_tokens) for r in replies]
 
-        each, last, total = asyncio.run(go())
+        each = asyncio.run(go())
     # The fake server counts whitespace-separated words.
     assert each[0][0] == 3
     assert each[1][0] == sum(len(t.content.split()) for t in TURNS)
-    assert last == each[1]
-    assert total == (each[0][0] + each[1][0], each[0][1] + each[1][1])
+    assert all(completion > 0 for _, completion in each)
 
 
 @pytest.mark.parametrize(
@@ -253,9 +221,9 @@ class RawBodyServer(FakeOpenAIServer):
 
 def _create_once(srv: FakeOpenAIServer) -> Any:
     async def go() -> Any:
-        client = DirectChatCompletionClient("local-judge", srv.base_url)
+        client = DirectClient("local-judge", srv.base_url)
         try:
-            return await client.create([UserMessage(content="hi", source="user")])
+            return await ask(client, "hi")
         finally:
             await client.close()
 
@@ -271,8 +239,8 @@ def test_a_reply_orjson_refuses_and_json_reads_is_still_read() -> None:
     }
     with RawBodyServer(json.dumps(reply).encode()) as srv:
         result = _create_once(srv)
-    assert result.content == "ok"
-    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (5, 1)
+    assert result.text == "ok"
+    assert (result.prompt_tokens, result.completion_tokens) == (5, 1)
 
 
 @pytest.mark.parametrize("body", [b'{"choices": [', b"<html>busy</html>", b"\xff\xfe{}"])

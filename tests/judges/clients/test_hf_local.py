@@ -19,21 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from autogen_core.models import SystemMessage, UserMessage
 
 import clinjudge
-from clinjudge.judges.clients import ModelConfigError, ModelSettings
+from clinjudge.judges.clients import CallConfig, ChatMessage, ModelConfigError, ModelSettings
 from clinjudge.judges.clients._hf_batcher import MicroBatcher
 from clinjudge.judges.clients._hf_client import (
-    HFChatCompletionClient,
+    HFClient,
     ModelSource,
     resolve_source,
 )
 from clinjudge.judges.clients._model import build_client
+from clinjudge.judges.clients._structured import reply_schema
 from clinjudge.rubrics import Rubric, load_rubric, parse_judgment, rubric_json_schema
 from clinjudge.runs import RunStore
 from tests.factories import make_items, write_jsonl
 from tests.judges.clients._hf_models import save_tiny_chat_model, smollm2_gguf
+from tests.model_requests import generation
 from tests.requirements import WITHOUT_PRM_EXTRA
 
 REPO = Path(__file__).resolve().parents[3]
@@ -47,17 +48,20 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_chat_model(tmp_path_factory.mktemp("hf") / "tiny")
 
 
-def _schema_args(rubric: Rubric, **options: Any) -> dict[str, Any]:
-    return {"json_schema": {"name": rubric.name, "schema": rubric_json_schema(rubric, **options)}}
+def _schema_call(rubric: Rubric, **options: Any) -> CallConfig:
+    schema = {"name": rubric.name, "schema": rubric_json_schema(rubric, **options)}
+    return CallConfig(schema=reply_schema(schema))
 
 
-def _conversation(n: int) -> list[Any]:
+def _conversation(n: int) -> list[ChatMessage]:
     return [
-        SystemMessage(content="You grade clinical summaries by the rubric. " * 20),
-        UserMessage(
-            content=f"Summary {n}: " + "stable, follow up in clinic. " * (2 + n), source="u"
-        ),
+        ChatMessage("system", "You grade clinical summaries by the rubric. " * 20),
+        ChatMessage("user", f"Summary {n}: " + "stable, follow up in clinic. " * (2 + n), "u"),
     ]
+
+
+async def _ask(client: HFClient, n: int, config: CallConfig | None = None) -> Any:
+    return await client.generate(generation(_conversation(n), config=config or CallConfig()))
 
 
 # -- model names ------------------------------------------------------------------------------
@@ -99,7 +103,7 @@ def test_build_client_picks_the_local_client_and_prices_it_at_zero(tmp_path: Pat
     (tmp_path / "model.safetensors").write_bytes(b"")
     settings = ModelSettings(model=f"hf/{tmp_path}", max_tokens=77, temperature=0)
     client = build_client(settings, load_rubric("pdsqi9"))
-    assert isinstance(client, HFChatCompletionClient)
+    assert isinstance(client, HFClient)
     assert client.max_tokens == 77 and client.model_info["structured_output"]
     assert call_cost(settings, 1000, 1000) == 0.0
 
@@ -111,13 +115,17 @@ def test_without_the_prm_extra_an_hf_model_fails_its_calls_with_the_install_hint
     (tmp_path / "model.safetensors").write_bytes(b"")
     script = WITHOUT_PRM_EXTRA + (
         "import asyncio, sys\n"
-        "from autogen_core.models import UserMessage\n"
-        "from clinjudge.judges.clients import ModelSettings, ProviderFault\n"
+        "from clinjudge.judges.clients import (\n"
+        "    CallConfig, ChatMessage, Generation, ModelSettings, ProviderFault)\n"
         "from clinjudge.judges.clients._model import build_client\n"
         "from clinjudge.rubrics import load_rubric\n"
-        f"client = build_client(ModelSettings(model='hf/{tmp_path}'), load_rubric('pdsqi9'))\n"
+        f"settings = ModelSettings(model='hf/{tmp_path}')\n"
+        "rubric = load_rubric('pdsqi9')\n"
+        "client = build_client(settings, rubric)\n"
+        "call = Generation(settings, rubric, [ChatMessage('user', 'hi', 'u')], CallConfig(),\n"
+        "                  'off', {})\n"
         "try:\n"
-        "    asyncio.run(client.create([UserMessage(content='hi', source='u')]))\n"
+        "    asyncio.run(client.generate(call))\n"
         "except ProviderFault as fault:\n"
         "    print('FAULT', fault.retryable, fault.reason)\n"
         "print('torch' in sys.modules, 'transformers' in sys.modules)\n"
@@ -219,17 +227,10 @@ def test_every_reply_follows_the_rubric_schema_and_fits_its_cap(
 ) -> None:
     # Random weights, sampled at temperature 1: only the constraint makes these replies valid,
     # and below a minimal reply's length (~150 tokens here) it closes them early.
-    client = HFChatCompletionClient(
-        str(tiny_model), max_tokens=max_tokens, temperature=1.0, rubric=pdsqi9
-    )
+    client = HFClient(str(tiny_model), max_tokens=max_tokens, temperature=1.0, rubric=pdsqi9)
 
     async def main() -> list[Any]:
-        return await asyncio.gather(
-            *(
-                client.create(_conversation(n), extra_create_args=_schema_args(pdsqi9))
-                for n in range(3)
-            )
-        )
+        return await asyncio.gather(*(_ask(client, n, _schema_call(pdsqi9)) for n in range(3)))
 
     results = asyncio.run(main())
     # A cap below the shortest complete reply is raised to it.
@@ -239,35 +240,33 @@ def test_every_reply_follows_the_rubric_schema_and_fits_its_cap(
     floor = closing_reserve(rubric_json_schema(pdsqi9), client.engine.tokenizer)
     for result in results:
         assert result.finish_reason == "stop"
-        judgment = parse_judgment(result.content, pdsqi9)
+        judgment = parse_judgment(result.text, pdsqi9)
         assert set(judgment.values) == set(pdsqi9.keys)
-        assert isinstance(json.loads(result.content)["rationale"], str)
-        assert result.usage.completion_tokens <= max(max_tokens, floor) + 1
+        assert isinstance(json.loads(result.text)["rationale"], str)
+        assert result.completion_tokens <= max(max_tokens, floor) + 1
 
 
 def test_explanations_and_json_mode_replies_are_valid_json(
     tiny_model: Path, pdsqi9: Rubric
 ) -> None:
-    client = HFChatCompletionClient(str(tiny_model), max_tokens=300, temperature=1.0, rubric=pdsqi9)
+    client = HFClient(str(tiny_model), max_tokens=300, temperature=1.0, rubric=pdsqi9)
 
     async def main() -> list[Any]:
-        explained = client.create(
-            _conversation(1), extra_create_args=_schema_args(pdsqi9, explanations=True)
-        )
-        return await asyncio.gather(explained, client.create(_conversation(2), json_output=True))
+        explained = _ask(client, 1, _schema_call(pdsqi9, explanations=True))
+        return await asyncio.gather(explained, _ask(client, 2, CallConfig(json_output=True)))
 
     explained, plain_json = asyncio.run(main())
-    judgment = parse_judgment(explained.content, pdsqi9)
+    judgment = parse_judgment(explained.text, pdsqi9)
     assert set(judgment.values) == set(pdsqi9.keys)
-    assert isinstance(json.loads(plain_json.content), dict)
+    assert isinstance(json.loads(plain_json.text), dict)
     assert (explained.finish_reason, plain_json.finish_reason) == ("stop", "stop")
 
 
 def test_free_text_stops_at_max_tokens_and_tokens_are_the_tokenizers(tiny_model: Path) -> None:
     from transformers import AutoTokenizer
 
-    client = HFChatCompletionClient(str(tiny_model), max_tokens=30, temperature=0)
-    result = asyncio.run(client.create(_conversation(0)))
+    client = HFClient(str(tiny_model), max_tokens=30, temperature=0)
+    result = asyncio.run(_ask(client, 0))
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     prompt = tokenizer.apply_chat_template(
         [
@@ -277,11 +276,8 @@ def test_free_text_stops_at_max_tokens_and_tokens_are_the_tokenizers(tiny_model:
         add_generation_prompt=True,
         tokenize=False,
     )
-    assert result.usage.prompt_tokens == len(
-        tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    )
-    assert result.finish_reason == "length" and result.usage.completion_tokens == 30
-    assert client.count_tokens(_conversation(0)) == result.usage.prompt_tokens
+    assert result.prompt_tokens == len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert result.finish_reason == "length" and result.completion_tokens == 30
 
 
 def test_generate_never_compiles_the_model_per_batch_as_it_would_on_a_gpu(
@@ -293,7 +289,7 @@ def test_generate_never_compiles_the_model_per_batch_as_it_would_on_a_gpu(
 
     from transformers import CompileConfig
 
-    client = HFChatCompletionClient(str(tiny_model), max_tokens=5, temperature=0)
+    client = HFClient(str(tiny_model), max_tokens=5, temperature=0)
     client.engine.start_loading().result()
     model = client.engine.model
     decisions: list[tuple[bool, bool]] = []
@@ -309,7 +305,7 @@ def test_generate_never_compiles_the_model_per_batch_as_it_would_on_a_gpu(
         return False
 
     monkeypatch.setattr(model, "_valid_auto_compile_criteria", as_on_a_gpu)
-    asyncio.run(client.create(_conversation(0)))
+    asyncio.run(_ask(client, 0))
     # The cache is one transformers would compile for (right-hand False would mean the check
     # proves nothing), and our generation settings refuse it.
     assert decisions and all(would for _, would in decisions), decisions
@@ -323,11 +319,11 @@ def test_concurrent_requests_share_one_generate_and_match_one_by_one_decoding(
 
     # Greedy decoding: the batch (prefix cache, padding between prefix and item, preallocated
     # cache) must give what each request gets alone without any of that.
-    client = HFChatCompletionClient(str(tiny_model), max_tokens=24, temperature=0)
+    client = HFClient(str(tiny_model), max_tokens=24, temperature=0)
 
     async def together() -> list[str]:
-        replies = await asyncio.gather(*(client.create(_conversation(n)) for n in range(3)))
-        return [r.content for r in replies]
+        replies = await asyncio.gather(*(_ask(client, n) for n in range(3)))
+        return [r.text for r in replies]
 
     batched = asyncio.run(together())
     engine = client.engine
@@ -340,10 +336,7 @@ def test_concurrent_requests_share_one_generate_and_match_one_by_one_decoding(
     try:
         for n, text in enumerate(batched):
             request = _hf_engine.GenerationRequest(
-                messages=[
-                    {"role": m.type == "SystemMessage" and "system" or "user", "content": m.content}
-                    for m in _conversation(n)
-                ],
+                messages=[{"role": m.role, "content": m.content} for m in _conversation(n)],
                 max_tokens=24,
             )
             (result,) = alone.run_batch([request])
@@ -438,7 +431,7 @@ def _check_smollm2_run(result: Any, db: Path, n_calls: int, rubric: Rubric) -> N
     calls = _calls(db, result.run_id)
     assert len(calls) == n_calls  # no repairs, no retries
     # The tokenizer the run loaded (the process shares one model per path): GGUF takes seconds.
-    engine = HFChatCompletionClient(str(smollm2_gguf())).engine
+    engine = HFClient(str(smollm2_gguf())).engine
     tokenizer = engine.tokenizer
     assert tokenizer is not None
     for call in calls:

@@ -16,6 +16,7 @@ from clinjudge.judges.workflows._single import judge_single_sample
 from clinjudge.rubrics import ChatTurn, Rubric, rubric_json_schema
 from tests.factories import make_items
 from tests.fake_openai import FakeOpenAIServer, Fault
+from tests.model_requests import ask
 
 
 def _settings(srv: FakeOpenAIServer, **kw: Any) -> ModelSettings:
@@ -66,10 +67,8 @@ def test_a_standalone_direct_client_still_times_out_by_itself(pdsqi9: Rubric) ->
         client = build_client(_settings(srv, timeout=0.3), pdsqi9)
 
         async def go() -> BaseException:
-            from autogen_core.models import UserMessage
-
             try:
-                await client.create([UserMessage(content="hi", source="user")])
+                await ask(client, "hi")
             except BaseException as exc:  # noqa: BLE001 - the fault is what we inspect
                 return exc
             finally:

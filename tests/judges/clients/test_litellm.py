@@ -6,13 +6,13 @@ import asyncio
 from typing import Any
 
 import pytest
-from autogen_core.models import CreateResult, SystemMessage, UserMessage
 
 from clinjudge.judges import CallOutcome, JudgeModel, ModelSettings, ProviderFault
-from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
+from clinjudge.judges.clients._litellm_client import LiteLLMClient
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
 from tests.factories import make_items
 from tests.fake_openai import PDSQI9_KEYS, FakeOpenAIServer, Fault
+from tests.model_requests import ask_now
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +36,7 @@ def judge(srv: FakeOpenAIServer, rubric: Rubric, turns: list[ChatTurn], **kw: An
 
     async def go() -> CallOutcome:
         model = JudgeModel(settings, rubric)
-        assert isinstance(model.client, LiteLLMChatCompletionClient)
+        assert isinstance(model.client, LiteLLMClient)
         try:
             return await model.generate(turns)
         finally:
@@ -46,17 +46,14 @@ def judge(srv: FakeOpenAIServer, rubric: Rubric, turns: list[ChatTurn], **kw: An
 
 
 def test_adapter_direct_use(fake_openai):
-    client = LiteLLMChatCompletionClient(
+    client = LiteLLMClient(
         "openai/local-judge", api_base=fake_openai.base_url, api_key="sk-local", timeout=10
     )
-    messages = [SystemMessage(content="You grade."), UserMessage(content="grade this", source="u")]
-    result = asyncio.run(client.create(messages))
-    assert isinstance(result, CreateResult)
-    assert isinstance(result.content, str)
+    result = ask_now(client, "You grade.", "grade this")
+    assert result.text and not result.tool_calls
     assert result.finish_reason == "stop"
-    assert result.usage.prompt_tokens == words("You grade.") + words("grade this")
-    assert result.usage.completion_tokens == words(result.content)
-    assert client.total_usage().prompt_tokens == result.usage.prompt_tokens
+    assert result.prompt_tokens == words("You grade.") + words("grade this")
+    assert result.completion_tokens == words(result.text)
     assert fake_openai.requests[0]["model"] == "local-judge"
 
 

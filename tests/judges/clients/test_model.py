@@ -9,27 +9,25 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from autogen_core.models import LLMMessage
 from pydantic import ValidationError
 
 from clinjudge.judges import (
     CallOutcome,
     JudgeModel,
+    ModelClient,
     ModelConfigError,
     ModelSettings,
     ProviderFault,
-    SimpleChatCompletionClient,
     count_message_tokens,
     count_tokens,
 )
-from clinjudge.judges.clients import Completion, provider_for
+from clinjudge.judges.clients import Completion, Generation, provider_for
 from clinjudge.judges.clients._faults import classify_fault
 from clinjudge.judges.clients._settings import Price
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages
@@ -367,14 +365,11 @@ class NoUsageServer(FakeOpenAIServer):
         return payload
 
 
-class NoUsageClient(SimpleChatCompletionClient):
+class NoUsageClient(ModelClient):
     def __init__(self, reply: str):
-        super().__init__()
         self.reply = reply
 
-    async def _complete(
-        self, messages: Sequence[LLMMessage], json_output: Any, extra: Any, tools: Any = ()
-    ) -> Completion:
+    async def generate(self, call: Generation) -> Completion:
         return Completion(self.reply)  # no usage: the call path estimates it
 
 
@@ -495,18 +490,21 @@ def test_other_config_errors(monkeypatch, pdsqi9):
 def test_client_selection(monkeypatch, pdsqi9):
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-    from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
-    from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
-    from clinjudge.judges.clients._mock_client import MockChatCompletionClient
+    from clinjudge.judges.clients._direct_client import DirectClient
+    from clinjudge.judges.clients._litellm_client import LiteLLMClient
+    from clinjudge.judges.clients._mock_client import MockClient
+    from clinjudge.judges.clients._sdk_client import SdkClient
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
     url = "http://127.0.0.1:9/v1"
 
     def kind(**kw: Any) -> type:
-        return type(JudgeModel(ModelSettings(**kw), pdsqi9).client)
+        client = JudgeModel(ModelSettings(**kw), pdsqi9).client
+        # autogen-ext's clients sit behind our edge of them.
+        return type(client.sdk_client) if isinstance(client, SdkClient) else type(client)
 
-    assert kind(model="openai/x", base_url=url) is DirectChatCompletionClient
+    assert kind(model="openai/x", base_url=url) is DirectClient
     assert kind(model="openai/x", base_url=url, client="autogen") is OpenAIChatCompletionClient
     assert kind(model="openai/gpt-4o-mini") is OpenAIChatCompletionClient
-    assert kind(model="mock/judge") is MockChatCompletionClient
-    assert kind(model="anthropic/claude-x") is LiteLLMChatCompletionClient
+    assert kind(model="mock/judge") is MockClient
+    assert kind(model="anthropic/claude-x") is LiteLLMClient

@@ -135,7 +135,7 @@ def test_cached_tokens_reported_by_the_server_are_recorded_and_priced(
 
 
 def test_counts_above_the_prompt_are_cut_to_it() -> None:
-    from clinjudge.judges.clients._base_client import reply_usage
+    from clinjudge.judges.clients._replies import reply_usage
 
     usage = reply_usage(
         {

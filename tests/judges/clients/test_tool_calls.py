@@ -1,8 +1,7 @@
-"""Tool calls through our own clients: schemas out, FunctionCall results back, history kept."""
+"""Tool calls through our own clients: schemas out, tool calls back, history kept."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -17,9 +16,12 @@ from autogen_core.models import (
 from autogen_core.tools import FunctionTool
 
 from clinjudge.judges import ProviderFault
-from clinjudge.judges.clients._base_client import autogen_result, openai_result, to_openai_messages
-from clinjudge.judges.clients._completion import ToolCall
-from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
+from clinjudge.judges.clients import CallConfig, ToolCall
+from clinjudge.judges.clients._litellm_client import LiteLLMClient
+from clinjudge.judges.clients._messages import wire_messages
+from clinjudge.judges.clients._replies import openai_result
+from clinjudge.judges.workflows._magentic_client import chat_message, create_result
+from tests.model_requests import ask_now
 
 
 async def prm_steps(item_id: str) -> str:
@@ -64,7 +66,7 @@ def test_openai_result_turns_tool_calls_into_our_tool_calls() -> None:
     assert result.thought == "Checking the PRM first."
     assert (result.prompt_tokens, result.completion_tokens) == (30, 9)
     # Agents get them back as AutoGen's function calls.
-    assert autogen_result(result).content == [
+    assert create_result(result).content == [
         FunctionCall(id="call_7", name="prm_steps", arguments='{"item_id": "n1"}')
     ]
     with pytest.raises(ProviderFault, match="no choices") as caught:
@@ -81,7 +83,7 @@ def test_tool_round_trip_history_is_valid_openai_chat() -> None:
             content=[FunctionExecutionResult(call_id="call_7", content="{}", name="prm_steps")]
         ),
     ]
-    converted = to_openai_messages(history)
+    converted = wire_messages([chat_message(m) for m in history])
     assert converted[1] == {
         "role": "assistant",
         "content": "Checking.",
@@ -106,9 +108,9 @@ def test_litellm_adapter_sends_tools_and_returns_calls(monkeypatch: pytest.Monke
         return litellm.ModelResponse(**TOOL_REPLY)
 
     monkeypatch.setattr(litellm, "acompletion", fake_acompletion)
-    client = LiteLLMChatCompletionClient("anthropic/some-judge", api_key="sk-test")
-    result = asyncio.run(client.create([UserMessage(content="grade", source="user")], tools=[TOOL]))
+    client = LiteLLMClient("anthropic/some-judge", api_key="sk-test")
+    result = ask_now(client, "grade", config=CallConfig(tools=(dict(TOOL.schema),)))
     assert seen["tools"][0]["function"]["name"] == "prm_steps"
     assert seen["tools"][0]["function"]["parameters"]["required"] == ["item_id"]
-    assert isinstance(result.content, list) and result.content[0].name == "prm_steps"
-    assert client.total_usage().prompt_tokens == 30
+    assert [call.name for call in result.tool_calls] == ["prm_steps"]
+    assert result.prompt_tokens == 30

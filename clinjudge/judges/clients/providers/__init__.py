@@ -5,11 +5,13 @@ the ``clinjudge.providers`` entry point group.
 Adding a provider: subclass :class:`Provider` (``names``, :meth:`Provider.generate` — one
 :class:`Generation` in, one :class:`Completion` out — and the hooks that differ), then call
 :func:`register_provider` at import, or name the class in a package's entry points
-(``[clinjudge.providers]`` ``myprefix = my_package.module:MyProvider``). A provider with an
-AutoGen client of its own defines :meth:`Provider.build_client` instead (and
-:meth:`Provider.send` where the client takes a reply schema in another form).
+(``[clinjudge.providers]`` ``myprefix = my_package.module:MyProvider``). A provider with a
+client of its own (a :class:`ModelClient`: one per model, holding its connections) defines
+:meth:`Provider.build_client` instead.
 """
 
+from clinjudge.judges.clients._client import Generation, ModelClient
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients.providers import (
     anthropic,
     azure,
@@ -20,7 +22,6 @@ from clinjudge.judges.clients.providers import (
     ollama,
     openai,
 )
-from clinjudge.judges.clients.providers._call import Completion, Generation
 from clinjudge.judges.clients.providers._contract import (
     PrefixCache,
     Provider,
@@ -47,6 +48,7 @@ __all__ = [
     "Completion",
     "Generation",
     "HF_PROVIDERS",
+    "ModelClient",
     "PrefixCache",
     "Provider",
     "check_stored_url",

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import Any, ClassVar, Literal, overload
 
 from clinjudge.judges.clients._accounting import (
     TokenPrices,
@@ -16,8 +15,8 @@ from clinjudge.judges.clients._accounting import (
     map_prices,
     tiktoken_counts_exactly,
 )
-from clinjudge.judges.clients._base_client import SimpleChatCompletionClient, completion_of
-from clinjudge.judges.clients._call_config import CallConfig
+from clinjudge.judges.clients._client import Generation, ModelClient, ProviderClient
+from clinjudge.judges.clients._completion import Completion
 from clinjudge.judges.clients._faults import (
     ProviderFault,
     classify_fault,
@@ -25,17 +24,7 @@ from clinjudge.judges.clients._faults import (
     remember_url_secrets,
 )
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
-from clinjudge.judges.clients._structured import OutputMode
-from clinjudge.judges.clients.providers._call import (
-    Completion,
-    GenerateClient,
-    Generation,
-    json_flag,
-)
-from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, Rubric
-
-if TYPE_CHECKING:
-    from autogen_core.models import ChatCompletionClient, LLMMessage
+from clinjudge.rubrics import Rubric
 
 PrefixCache = Literal["automatic", "marked"]
 """How a provider's prompt cache works: ``automatic`` caches every long prefix on its own
@@ -48,9 +37,9 @@ class Provider:
     ``clinjudge.providers`` entry point group).
 
     Only one hook must be written: :meth:`generate` (one request in, one reply out), or, for a
-    provider with its own AutoGen client, :meth:`build_client` (and :meth:`send` where the
-    client takes a reply schema in another form). Every other hook has the behaviour of a
-    hosted API reached over the network, priced from litellm's bundled map.
+    provider with a client of its own (one :class:`ModelClient` per model, holding its
+    connections), :meth:`build_client`. Every other hook has the behaviour of a hosted API
+    reached over the network, priced from litellm's bundled map.
     """
 
     names: ClassVar[tuple[str, ...]] = ()
@@ -79,8 +68,11 @@ class Provider:
 
     def build_client(
         self, settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
-    ) -> ChatCompletionClient:
-        """The AutoGen client that sends this model's calls.
+    ) -> ModelClient:
+        """The client that sends this model's calls.
+
+        The default serves a provider written in the plain form: each request goes to
+        :meth:`generate`.
 
         Args:
             settings: Model and sampling settings.
@@ -93,60 +85,18 @@ class Provider:
         """
         if type(self).generate is Provider.generate:
             raise NotImplementedError(f"{type(self).__name__} must define generate or build_client")
-        # The plain form: AutoGen's interface is an adapter around generate().
-        return GenerateClient(self.generate, settings, rubric)
+        return ProviderClient(self.generate)
 
     async def generate(self, call: Generation) -> Completion:
-        """Send one request and return its reply: the simplest way to write a provider (no
-        AutoGen client; :meth:`build_client` adapts it). Faults are exceptions, classified by
-        :meth:`classify_fault`; timeouts are the caller's (``settings.timeout``).
+        """Send one request and return its reply: the simplest way to write a provider.
+        Faults are exceptions, classified by :meth:`classify_fault`; timeouts are the
+        caller's (``settings.timeout``).
 
         Args:
-            call: The conversation, what the call asks for and the sampling arguments.
+            call: The conversation (``call.messages`` in chat format), what the call asks for
+                and the sampling arguments.
         """
         raise NotImplementedError(f"{type(self).__name__} must define generate or build_client")
-
-    async def send(
-        self,
-        client: ChatCompletionClient,
-        messages: Sequence[LLMMessage],
-        config: CallConfig,
-        extra: dict[str, Any],
-        mode: OutputMode,
-    ) -> Completion:
-        """Make one request through ``client`` (built by :meth:`build_client`, or injected) in
-        one output mode: how the reply schema and JSON mode are put into the request.
-
-        The default hands the request to :meth:`generate` as it stands where the provider
-        is written in that form, and serves clinjudge's own clients otherwise: the schema
-        goes under :data:`~clinjudge.rubrics.STRUCTURED_OUTPUT_KEY`.
-
-        Args:
-            client: The model's client.
-            messages: The conversation.
-            config: What the call asks for (schema, tools, JSON mode).
-            extra: The request arguments worked out for it (sampling, cap, variation).
-            mode: ``json_schema``, ``json_object`` or ``off``.
-        """
-        if type(client) is GenerateClient:
-            # No AutoGen round trip: the call's own config and mode reach generate().
-            return await client.generate(messages, config, extra, mode)
-        schema = config.schema
-        if mode == "json_schema" and schema is not None:
-            # Our clients take the validated schema as it is (a mapping would be validated
-            # again on every call); any other client gets its plain form.
-            arg = schema if isinstance(client, SimpleChatCompletionClient) else schema.as_arg()
-            extra = {**extra, STRUCTURED_OUTPUT_KEY: arg}
-        if isinstance(client, SimpleChatCompletionClient):
-            # Ours answer in our own terms: no AutoGen result made and read back.
-            return await client.complete(messages, json_flag(config, mode), extra, config.tools)
-        result = await client.create(
-            messages,
-            tools=config.tools,
-            json_output=json_flag(config, mode),
-            extra_create_args=extra,
-        )
-        return completion_of(result)
 
     def check_credentials(self, settings: ModelSettings) -> None:
         """Raise what :meth:`build_client` would raise for missing credentials or endpoint,

@@ -4,23 +4,19 @@ Azure client; its batch API through the SDK."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from clinjudge.judges.clients._base_client import GENERIC_MODEL_INFO
-from clinjudge.judges.clients._sdk_usage import reporting_usage
+from clinjudge.judges.clients._client import ModelClient
+from clinjudge.judges.clients._sdk_client import azure_sdk_client
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
-from clinjudge.judges.clients.providers._contract import prepare_endpoint
+from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.judges.clients.providers.openai import (
     BATCH_TIMEOUT_S,
-    SdkClientProvider,
     autogen_client_args,
     split_query,
 )
 from clinjudge.rubrics import Rubric
-
-if TYPE_CHECKING:
-    from autogen_core.models import ChatCompletionClient
 
 DEFAULT_API_VERSION = "2024-10-21"
 """The API version asked for where neither ``api_version`` nor OPENAI_API_VERSION is set."""
@@ -47,7 +43,7 @@ def _api_version(settings: ModelSettings) -> str:
     return settings.api_version or os.environ.get("OPENAI_API_VERSION") or DEFAULT_API_VERSION
 
 
-class AzureProvider(SdkClientProvider):
+class AzureProvider(Provider):
     """A deployment on Azure OpenAI: endpoint and key required."""
 
     names = ("azure", "azure_openai")
@@ -69,21 +65,16 @@ class AzureProvider(SdkClientProvider):
 
     def build_client(
         self, settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
-    ) -> ChatCompletionClient:
+    ) -> ModelClient:
         """autogen-ext's Azure client for the deployment."""
-        from autogen_ext.models.openai import AzureOpenAIChatCompletionClient
-
         prepare_endpoint(settings)
-        return reporting_usage(
-            AzureOpenAIChatCompletionClient(
-                azure_deployment=settings.name,
-                model=settings.price_as or settings.name,
-                azure_endpoint=azure_endpoint(settings),
-                api_version=_api_version(settings),
-                api_key=self.api_key(settings, required=True),
-                model_info=GENERIC_MODEL_INFO,
-                **autogen_client_args(settings),
-            )
+        return azure_sdk_client(
+            azure_deployment=settings.name,
+            model=settings.price_as or settings.name,
+            azure_endpoint=azure_endpoint(settings),
+            api_version=_api_version(settings),
+            api_key=self.api_key(settings, required=True),
+            **autogen_client_args(settings),
         )
 
     def check_batch(self, settings: ModelSettings) -> None:

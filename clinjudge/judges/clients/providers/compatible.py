@@ -4,21 +4,17 @@ with a ``base_url``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from clinjudge.judges.clients._direct_client import DirectChatCompletionClient
-from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings, sampling_args
+from clinjudge.judges.clients._client import ModelClient
+from clinjudge.judges.clients._direct_client import DirectClient
+from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
 from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
 
-if TYPE_CHECKING:
-    from autogen_core.models import ChatCompletionClient
-
 
 def direct_client(
     provider: Provider, settings: ModelSettings, *, bounded: bool = False
-) -> ChatCompletionClient:
+) -> ModelClient:
     """Our direct client for a server at ``settings.base_url``.
 
     Args:
@@ -31,13 +27,12 @@ def direct_client(
     """
     if settings.base_url is None:
         raise ModelConfigError(f"model {settings.model}: client 'direct' needs a base_url")
-    return DirectChatCompletionClient(
+    return DirectClient(
         settings.name,
         settings.base_url,
         api_key=provider.api_key(settings, required=False),
         timeout=None if bounded else settings.timeout,
         max_reply_bytes=settings.max_reply_bytes,
-        **sampling_args(settings),
     )
 
 
@@ -58,7 +53,7 @@ class CompatibleProvider(Provider):
 
     def build_client(
         self, settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
-    ) -> ChatCompletionClient:
+    ) -> ModelClient:
         """Our direct client (see :func:`direct_client`)."""
         prepare_endpoint(settings)
         return direct_client(self, settings, bounded=bounded)

@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from clinjudge.judges.clients._accounting import FREE, TokenPrices
-from clinjudge.judges.clients._hf_client import HFChatCompletionClient, client_options
-from clinjudge.judges.clients._hf_ray import HFRayChatCompletionClient
+from clinjudge.judges.clients._client import ModelClient
+from clinjudge.judges.clients._hf_client import HFClient, client_options
+from clinjudge.judges.clients._hf_ray import HFRayClient
 from clinjudge.judges.clients._hf_source import source_of
 from clinjudge.judges.clients._settings import ModelSettings
 from clinjudge.judges.clients.providers._contract import Provider
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
 
-if TYPE_CHECKING:
-    from autogen_core.models import ChatCompletionClient
 
-
-def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCompletionClient:
+def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFClient:
     """The client for an ``hf/`` or ``hf-hub/`` model's settings (see
     :func:`~clinjudge.judges.clients._hf_client.client_options`); with ``ray`` set, one whose
     batches run on Ray replicas (the driver only batches).
@@ -29,10 +25,10 @@ def hf_client(settings: ModelSettings, rubric: Rubric | None = None) -> HFChatCo
     """
     options = client_options(settings, rubric)
     if settings.ray is not None:
-        return HFRayChatCompletionClient(
+        return HFRayClient(
             settings.name, ray=settings.ray, replicas=settings.ray_replicas, **options
         )
-    return HFChatCompletionClient(settings.name, **options)
+    return HFClient(settings.name, **options)
 
 
 class HFProvider(Provider):
@@ -54,7 +50,7 @@ class HFProvider(Provider):
 
     def build_client(
         self, settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
-    ) -> ChatCompletionClient:
+    ) -> ModelClient:
         """The in-process client (on Ray replicas where ``ray`` is set)."""
         return hf_client(settings, rubric)
 

@@ -4,16 +4,14 @@ e.g. ``gemini/...``, ``mistral/...``); litellm finds each provider's key itself.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from clinjudge.judges.clients._litellm_client import LiteLLMChatCompletionClient
-from clinjudge.judges.clients._settings import ModelSettings, sampling_args
+from clinjudge.judges.clients._client import ModelClient
+from clinjudge.judges.clients._litellm_client import LiteLLMClient
+from clinjudge.judges.clients._settings import ModelSettings
 from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
-
-if TYPE_CHECKING:
-    from autogen_core.models import ChatCompletionClient
 
 PREFIX = "litellm/"
 """Written before a litellm route to say so explicitly (``litellm/openai/my-model``)."""
@@ -26,7 +24,7 @@ class LiteLLMProvider(Provider):
 
     def build_client(
         self, settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
-    ) -> ChatCompletionClient:
+    ) -> ModelClient:
         """litellm's client for the model's route."""
         prepare_endpoint(settings)
         model = settings.model.removeprefix(PREFIX)
@@ -35,14 +33,13 @@ class LiteLLMProvider(Provider):
             # litellm's OpenAI route refuses to send without a key (or OPENAI_API_KEY), even to
             # a local OpenAI-compatible server that needs none.
             key = os.environ.get("OPENAI_API_KEY") or "not-needed"
-        return LiteLLMChatCompletionClient(
+        return LiteLLMClient(
             model,
             api_base=settings.base_url,
             api_key=key,
             api_version=settings.api_version,
             timeout=settings.timeout,
             max_reply_bytes=settings.max_reply_bytes,
-            **sampling_args(settings),
         )
 
 

@@ -3,17 +3,15 @@ from the request, free and offline; a run that uses it is marked simulated."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clinjudge.judges.clients._accounting import FREE, TokenPrices
-from clinjudge.judges.clients._mock_client import MockChatCompletionClient
+from clinjudge.judges.clients._client import ModelClient
+from clinjudge.judges.clients._mock_client import MockClient
 from clinjudge.judges.clients._settings import ModelSettings
 from clinjudge.judges.clients.providers._contract import Provider
 from clinjudge.judges.clients.providers._registry import register_provider
 from clinjudge.rubrics import Rubric
-
-if TYPE_CHECKING:
-    from autogen_core.models import ChatCompletionClient
 
 
 class MockProvider(Provider):
@@ -30,9 +28,9 @@ class MockProvider(Provider):
 
     def build_client(
         self, settings: ModelSettings, rubric: Rubric, *, bounded: bool = False
-    ) -> ChatCompletionClient:
+    ) -> ModelClient:
         """The simulated client, following ``rubric``."""
-        return MockChatCompletionClient(rubric, settings.name)
+        return MockClient(rubric, settings.name)
 
     def token_prices(self, settings: ModelSettings) -> TokenPrices | None:
         """Free."""
