@@ -100,6 +100,24 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def bare_endpoint(url: str) -> str:
+    """One server's address however it is spelt: no userinfo, secret query values redacted,
+    the scheme and host in lower case and no trailing slash (the response-cache key and the
+    connection key of a provider compare endpoints in this form).
+
+    Args:
+        url: An endpoint address as given.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return redact_url(url)
+    host = parts.netloc.rsplit("@", 1)[-1].lower()
+    path = parts.path.rstrip("/")
+    bare = urllib.parse.urlunsplit((parts.scheme.lower(), host, path, parts.query, parts.fragment))
+    return redact_url(bare)
+
+
 def url_secrets(url: str) -> list[str]:
     """Credentials carried in a URL: the userinfo password and user, and the values of query
     parameters named like secrets.

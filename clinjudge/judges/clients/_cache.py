@@ -25,7 +25,6 @@ import hashlib
 import json
 import logging
 import os
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -33,8 +32,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError, field_validator
 
+from clinjudge._util.secrets import bare_endpoint
 from clinjudge.judges.clients._completion import FinishReason
-from clinjudge.judges.clients._faults import ProviderFault, redact_url
+from clinjudge.judges.clients._faults import ProviderFault
 from clinjudge.judges.clients._messages import ChatMessage
 from clinjudge.judges.clients._replies import check_token_count
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
@@ -81,16 +81,7 @@ _SCOPE: contextvars.ContextVar[object | None] = contextvars.ContextVar(
 def _endpoint(url: str | None) -> str | None:
     """An endpoint as it enters the key: no userinfo, secret query values redacted, the host and
     scheme in lower case and no trailing slash (the same server however it is spelt)."""
-    if not url:
-        return url
-    try:
-        parts = urllib.parse.urlsplit(url.strip())
-    except ValueError:
-        return redact_url(url)
-    host = parts.netloc.rsplit("@", 1)[-1].lower()
-    path = parts.path.rstrip("/")
-    bare = urllib.parse.urlunsplit((parts.scheme.lower(), host, path, parts.query, parts.fragment))
-    return redact_url(bare)
+    return bare_endpoint(url) if url else url
 
 
 def _from_environment(settings: ModelSettings) -> dict[str, str | None]:
