@@ -37,6 +37,8 @@ class RunOptions(TypedDict, total=False):
         retry: Retry settings nested (``{"timeout_retries": 2}``); flat: ``timeout_retries``.
         price: Dollars per token of the judge model, when its provider's are unknown.
         engine: ``hf/`` models: how batches are decoded (``padded`` or ``paged``).
+        max_connections: The judge model's calls in flight at once to its endpoint (with
+            ``concurrency`` the lower bound holds).
         db: The run store (default ``$CLINJUDGE_DB``, else runs/clinjudge.duckdb).
     """
 
@@ -88,6 +90,7 @@ class RunOptions(TypedDict, total=False):
     client: Literal["auto", "autogen", "direct"] | None
     rpm: int | None
     tpm: int | None
+    max_connections: int | None
     price: Mapping[str, Any] | None
     price_as: str | None
     ray: str | None

@@ -186,9 +186,10 @@ def sharded_run_id(
     """The run id every shard of one sharded run shares.
 
     Derived from the name, the config without its per-machine settings (shard, db, data path,
-    concurrency, rate limits), the personas' wording and the content of the whole dataset, so
-    ``judge run --shard i/n`` with the same settings and data yields the same id on every
-    machine (and a machine whose persona file reads differently does not join the run).
+    concurrency, rate and connection limits), the personas' wording and the content of the
+    whole dataset, so ``judge run --shard i/n`` with the same settings and data yields the same
+    id on every machine (and a machine whose persona file reads differently does not join the
+    run).
 
     Args:
         config: The run's settings.
@@ -207,7 +208,7 @@ class _ShardDigest:
     def __init__(self, config: RunConfig, personas: PersonaSet | None):
         payload = config.model_dump(mode="json", exclude_none=True, exclude=set(_PER_MACHINE))
         for settings in [payload.get("judge") or {}, *(payload.get("roles") or {}).values()]:
-            for key in ("rpm", "tpm"):
+            for key in ("rpm", "tpm", "max_connections"):
                 settings.pop(key, None)
         self._digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8"))
         if personas is not None:

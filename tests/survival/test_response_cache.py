@@ -105,6 +105,7 @@ _IGNORED_VALUES: dict[str, Any] = {
     "max_reply_bytes": 1024,
     "rpm": 10,
     "tpm": 1000,
+    "max_connections": 2,
     "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
     "ray": "local",
     "ray_replicas": 2,

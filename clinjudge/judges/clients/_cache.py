@@ -56,6 +56,7 @@ NOT_IN_KEY = frozenset(
         "max_reply_bytes",
         "rpm",
         "tpm",
+        "max_connections",
         "price",
         "ray",
         "ray_replicas",
@@ -64,9 +65,9 @@ NOT_IN_KEY = frozenset(
 )
 """ModelSettings fields left out of the key because they cannot change what a model answers:
 which variable holds the key, how long to wait and how much to read (they decide whether a reply
-arrives, not what it says), pacing, the price, and where and how an ``hf/`` model runs (Ray, its
-decoding engine: both engines give the same greedy replies, tested). Every other field,
-including any added later, is part of the key."""
+arrives, not what it says), pacing, calls in flight at once, the price, and where and how an
+``hf/`` model runs (Ray, its decoding engine: both engines give the same greedy replies,
+tested). Every other field, including any added later, is part of the key."""
 
 # Where a client looks for an API version the settings do not give (the OpenAI SDK, autogen's
 # Azure client, litellm); each provider names its endpoint variables: two runs with different

@@ -81,6 +81,10 @@ class ModelSettings(BaseModel):
             (self-hosted servers, where throughput matters) and ``autogen`` otherwise.
         rpm: Requests per minute allowed for this model (shared by every agent using it).
         tpm: Tokens per minute allowed for this model (prompt plus completion).
+        max_connections: Most calls in flight at once to this model's endpoint, shared by
+            every model and agent of the run whose calls reach the same server (the
+            provider's ``connection_key``); wins over the provider's own limit
+            (``Provider.max_connections``). Unset: the provider's, else only ``concurrency``.
         price: Price override; otherwise litellm's bundled price map is used.
         price_as: Model name to look up in the price map (e.g. the model behind a deployment).
         ray: ``hf/`` models only: run the model's replicas as Ray actors (``--ray``): ``local``
@@ -109,6 +113,7 @@ class ModelSettings(BaseModel):
     client: Literal["auto", "autogen", "direct"] = "auto"
     rpm: int | None = Field(default=None, gt=0)
     tpm: int | None = Field(default=None, gt=0)
+    max_connections: int | None = Field(default=None, gt=0)
     price: Price | None = None
     price_as: str | None = None
     ray: str | None = Field(default=None, min_length=1)

@@ -7,6 +7,7 @@ import os
 import urllib.parse
 from typing import Any, ClassVar, Literal, overload
 
+from clinjudge._util.secrets import bare_endpoint
 from clinjudge.judges.clients._accounting import (
     TokenPrices,
     listed_cache_prices,
@@ -40,6 +41,10 @@ class Provider:
     provider with a client of its own (one :class:`ModelClient` per model, holding its
     connections), :meth:`build_client`. Every other hook has the behaviour of a hosted API
     reached over the network, priced from litellm's bundled map.
+
+    Connection limits: :meth:`max_connections` (calls in flight at once, None by default: only
+    the run's ``concurrency``) and :meth:`connection_key` (which calls share that limit: by
+    default every call to the same provider and endpoint).
     """
 
     names: ClassVar[tuple[str, ...]] = ()
@@ -243,6 +248,37 @@ class Provider:
             concurrency: The run's calls in flight at once.
         """
         return None
+
+    # Connection limits: how many calls may be in flight at once to one server. The run
+    # holds every call within the smallest limit among the models sharing a connection key.
+
+    def max_connections(self, settings: ModelSettings) -> int | None:
+        """Most calls in flight at once to this model's server, shared by every model and
+        agent of a run with the same :meth:`connection_key` (the smallest limit among them
+        holds); the ``max_connections`` model setting wins over it.
+
+        Args:
+            settings: Model settings.
+
+        Returns:
+            A positive number, or None: no limit beyond the run's ``concurrency``.
+        """
+        return None
+
+    def connection_key(self, settings: ModelSettings) -> str:
+        """What the calls sharing one connection limit have in common: the provider's name
+        and its endpoint (``base_url``, else the one the client reads from the environment,
+        else the provider's own), so calls to one server share the limit whichever model,
+        agent or role makes them. It never holds a secret (credentials are removed).
+
+        Args:
+            settings: Model settings.
+        """
+        endpoint = settings.base_url
+        if not endpoint:
+            found = (os.environ.get(name) for name in self.endpoint_variables(settings))
+            endpoint = next((value for value in found if value), "")
+        return f"{settings.provider}|{bare_endpoint(endpoint) if endpoint else ''}"
 
     def check_batch(self, settings: ModelSettings) -> None:
         """Raise when a batch run cannot use this provider's batch API.
