@@ -27,7 +27,14 @@ from clinjudge.judges import (
     ResponseCache,
     count_message_tokens,
 )
-from clinjudge.judges.clients import PLAIN_CALL, CallConfig, ChatMessage, Completion
+from clinjudge.judges.clients import (
+    PLAIN_CALL,
+    CallConfig,
+    ChatMessage,
+    Completion,
+    ModelConfigError,
+    provider_for,
+)
 from clinjudge.orchestration._config import EXPECTED_REPLY_TOKENS, RunConfig
 from clinjudge.orchestration._limits import Clock, RateLimiter
 from clinjudge.orchestration._retry import AttemptRecorder, retry_after, retry_send
@@ -61,12 +68,15 @@ class _AgentCalls:
         limiter: The model's rate limiter, None when it has no rpm or tpm limit.
         stance: Appended to each sample's variation (``|stance=...`` for a simulated
             persona with a stance, else empty).
+        connection_limited: The model's server has a connection limit
+            (``ModelPool.connection_slots``).
     """
 
     settings: ModelSettings
     model: JudgeModel
     limiter: RateLimiter | None
     stance: str
+    connection_limited: bool
 
 
 class ModelPool:
@@ -97,6 +107,11 @@ class ModelPool:
         self._clock = clock
         self._limiters: dict[tuple[str, str | None], RateLimiter] = {}
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._connections: dict[int, tuple[ModelSettings, str, int | None]] = {}
+        self._connection_limits: dict[str, int | None] = {}
+        self._connection_slots: (
+            tuple[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] | None
+        ) = None
         self._persona_set = personas
         # The simulated provider scores by stance: read once from the resolved personas.
         self._stances = {
@@ -182,6 +197,73 @@ class ModelPool:
             self._slots = (loop, asyncio.Semaphore(self._config.concurrency))
         return self._slots[1]
 
+    def _connection(self, settings: ModelSettings) -> tuple[str, int | None]:
+        """A model's connection key and its own limit (its setting, else its provider's),
+        worked out once per settings object (held, so its id is not reused).
+
+        Raises:
+            ModelConfigError: The provider's ``max_connections`` is no positive number.
+        """
+        known = self._connections.get(id(settings))
+        if known is None or known[0] is not settings:
+            provider = provider_for(settings)
+            limit = settings.max_connections
+            if limit is None:
+                limit = provider.max_connections(settings)
+                # A plugin's answer: 0 would stop every call of the run for good.
+                if limit is not None and (type(limit) is not int or limit < 1):
+                    raise ModelConfigError(
+                        f"model {settings.model}: provider {type(provider).__name__} gave "
+                        f"max_connections={limit!r}; it must be a positive whole number or None"
+                    )
+            known = self._connections[id(settings)] = (
+                settings,
+                provider.connection_key(settings),
+                limit,
+            )
+        return known[1], known[2]
+
+    def connection_limit(self, settings: ModelSettings) -> tuple[str, int] | None:
+        """The connection key and limit shared by every model of the run that reaches the same
+        server as this one (the smallest limit among them); None when none has one.
+
+        Args:
+            settings: The model's settings.
+        """
+        key, _ = self._connection(settings)
+        if key not in self._connection_limits:
+            configured = (self._config.judge, *self._config.roles.values(), settings)
+            limits = [
+                limit
+                for other_key, limit in (self._connection(s) for s in configured if s is not None)
+                if other_key == key and limit is not None
+            ]
+            self._connection_limits[key] = min(limits) if limits else None
+        limit = self._connection_limits[key]
+        return None if limit is None else (key, limit)
+
+    def connection_slots(self, settings: ModelSettings) -> asyncio.Semaphore | None:
+        """The bound on calls in flight to this model's server, taken by every call in
+        addition to the run-wide :meth:`call_slots`; None when no model there has a limit.
+
+        Args:
+            settings: The model's settings.
+        """
+        shared = self.connection_limit(settings)
+        if shared is None:
+            return None
+        key, limit = shared
+        # Per event loop, like the run-wide slots: a semaphore belongs to the loop it was
+        # first awaited in.
+        loop = asyncio.get_running_loop()
+        if self._connection_slots is None or self._connection_slots[0] is not loop:
+            self._connection_slots = (loop, {})
+        slots = self._connection_slots[1]
+        found = slots.get(key)
+        if found is None:
+            found = slots[key] = asyncio.Semaphore(limit)
+        return found
+
     @property
     def limiters(self) -> list[RateLimiter]:
         """The limiters in use (models with an rpm or tpm limit)."""
@@ -234,6 +316,7 @@ class ModelPool:
                 model,
                 self.limiter_for(model.settings),
                 "" if stance in (None, "neutral") else f"|stance={stance}",
+                self.connection_limit(model.settings) is not None,
             )
         else:
             known.model.cache = self.response_cache
@@ -255,6 +338,23 @@ class ModelPool:
         """Close every model's connections."""
         for model in self._models.values():
             await model.close()
+
+
+async def _connected(
+    connection: asyncio.Semaphore, attempt: Callable[[], Awaitable[CallOutcome]]
+) -> CallOutcome:
+    """One attempt holding a slot of its server's connection limit.
+
+    Taken before the run-wide slot (inside ``attempt``), so calls waiting for a busy server
+    hold none of the run's slots that calls to other servers could use; and per attempt, so a
+    retry's back-off sleeps without one.
+
+    Args:
+        connection: The server's slots (:meth:`ModelPool.connection_slots`).
+        attempt: Makes one attempt within the run-wide slots.
+    """
+    async with connection:
+        return await attempt()
 
 
 class AgentChat:
@@ -311,7 +411,8 @@ class SampleContext:
         shots: Few-shot examples drawn for this sample.
         calls_bounded: The caller already keeps this run's calls in flight within
             ``concurrency`` (the runner's single judge: one call at a time per worker, no more
-            workers than ``concurrency``), so calls take no run-wide slot.
+            workers than ``concurrency``), so calls take no run-wide slot (a server's
+            connection limit still holds).
     """
 
     def __init__(
@@ -448,6 +549,9 @@ class SampleContext:
         Every attempt first waits for the model's rate limiter (when it has an rpm or tpm
         limit), charging the prompt's tokens plus the expected completion, and corrects the
         charge with the actual usage afterwards. A Retry-After holds the limiter for all agents.
+        Then it takes a slot of its server's connection limit (when a model there has one) and
+        a run-wide slot (unless the caller bounds calls itself), both given back before any
+        retry waits.
 
         Args:
             agent: Agent name the calls are recorded under.
@@ -458,11 +562,13 @@ class SampleContext:
         """
         record = self._record(agent, role, model)
         slots = None if self._calls_bounded else self.models.call_slots()
+        bounded = functools.partial(self._bounded, attempt, slots)
+        connection = self.models.connection_slots(model.settings)
+        if connection is not None:
+            bounded = functools.partial(_connected, connection, bounded)
         limiter = self.models.limiter_for(model.settings)
         if limiter is None:
-            return await retry_send(
-                functools.partial(self._bounded, attempt, slots), self.config.retry, record
-            )
+            return await retry_send(bounded, self.config.retry, record)
         prompt_tokens = 0
         if limiter.counts_tokens and prompt is not None:
             prompt_tokens = count_message_tokens(prompt())
@@ -470,7 +576,7 @@ class SampleContext:
         async def limited() -> CallOutcome:
             ticket = await limiter.acquire(limiter.estimate(prompt_tokens))
             try:
-                outcome = await self._bounded(attempt, slots)
+                outcome = await bounded()
             except ProviderFault as fault:
                 if fault.retry_after is not None:
                     limiter.hold(min(fault.retry_after, self.config.retry.max_wait))
@@ -541,7 +647,7 @@ class SampleContext:
     def call_fn(self, agent: str, role: str) -> CallFn:
         """A call function over rendered turns for one agent (single judges, panel members)."""
         calls = self.models._agent_calls(agent, role)
-        if calls.limiter is None:
+        if calls.limiter is None and not calls.connection_limited:
             return functools.partial(self._call, agent, role, calls)
         model = calls.model
 
