@@ -232,25 +232,28 @@ def _outcome() -> CallOutcome:
 
 
 def test_agent_clients_take_the_connection_slots(pdsqi9: Rubric) -> None:
-    # The magentic workflow's agents call through SampleContext.client (AutoGen's create()).
+    # The magentic workflow's agents call through SampleContext.chat (their AutoGen client's
+    # create() in AgentClient).
     from autogen_core.models import UserMessage
+
+    from clinjudge.judges.workflows._magentic_client import AgentClient
 
     settings = ModelSettings(model="openai/x", base_url="http://127.0.0.1:9/v1", max_connections=3)
     ctx = _context(pdsqi9, settings, FAST)
     model = ctx.models.model_for("judge", "judge")
     seen = [0, 0]  # now, most
 
-    async def generate_messages(messages: Any, config: Any) -> CallOutcome:
+    async def generate_chat(messages: Any, config: Any) -> CallOutcome:
         seen[0] += 1
         seen[1] = max(seen)
         await asyncio.sleep(0.005)
         seen[0] -= 1
         return _outcome()
 
-    model.generate_messages = generate_messages  # type: ignore[method-assign]
+    model.generate_chat = generate_chat  # type: ignore[method-assign]
 
     async def go() -> None:
-        clients = [ctx.client(f"agent{i}", "judge") for i in range(8)]
+        clients = [AgentClient(ctx.chat(f"agent{i}", "judge")) for i in range(8)]
         message = UserMessage(content="score it", source="user")
         await asyncio.gather(*(c.create([message]) for c in clients for _ in range(3)))
 
