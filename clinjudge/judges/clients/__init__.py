@@ -31,7 +31,7 @@ from clinjudge.judges.clients._call_config import PLAIN_CALL, CallConfig
 from clinjudge.judges.clients._completion import ToolCall
 from clinjudge.judges.clients._faults import TIMED_OUT, ProviderFault
 from clinjudge.judges.clients._hf_warmup import DecodeTiming, measure_decoding
-from clinjudge.judges.clients._messages import ChatMessage, ToolResult, message_text
+from clinjudge.judges.clients._messages import ChatMessage, ToolResult
 from clinjudge.judges.clients._mock_client import register_simulated_replies
 from clinjudge.judges.clients._model import (
     CallOutcome,
@@ -109,7 +109,6 @@ __all__ = [
     "pack_batch_file",
     "count_message_tokens",
     "count_tokens",
-    "message_text",
     "counts_exactly",
     "model_map_names",
     "price_per_token",

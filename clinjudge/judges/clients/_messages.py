@@ -69,15 +69,6 @@ class ChatMessage:
         return self.content
 
 
-def message_text(message: ChatMessage) -> str:
-    """Plain text of a message (see :attr:`ChatMessage.text`).
-
-    Args:
-        message: The message.
-    """
-    return message.text
-
-
 def chat_messages(turns: Sequence[ChatTurn], agent: str = "judge") -> list[ChatMessage]:
     """Rendered turns as messages (a role other than system or assistant is the user's).
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.judges.clients._settings import StructuredOutput  # noqa: F401 - re-exported
-from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY, schema_name
+from clinjudge.rubrics import schema_name
 
 OutputMode = Literal["json_schema", "json_object", "off"]
 """What one call actually sent (the ``calls.output_mode`` column)."""
@@ -77,16 +77,6 @@ def reply_schema_for(name: str, schema: Mapping[str, Any], *, shared: bool = Fal
     if not shared:
         return ReplySchema.model_validate({"name": schema_name(name), "schema": dict(schema)})
     return _SHARED.get(schema, name, lambda: reply_schema_for(name, schema))
-
-
-def split_schema(extra: Mapping[str, Any]) -> tuple[ReplySchema | None, dict[str, Any]]:
-    """Take our key out of ``extra_create_args``: (schema asked for, the rest to send).
-
-    Args:
-        extra: The call's ``extra_create_args``.
-    """
-    rest = {k: v for k, v in extra.items() if k != STRUCTURED_OUTPUT_KEY}
-    return reply_schema(extra.get(STRUCTURED_OUTPUT_KEY)), rest
 
 
 def openai_response_format(schema: ReplySchema) -> dict[str, Any]:

@@ -20,14 +20,13 @@ from pydantic import ValidationError
 from clinjudge.judges import (
     CallOutcome,
     JudgeModel,
-    ModelClient,
     ModelConfigError,
     ModelSettings,
     ProviderFault,
     count_message_tokens,
     count_tokens,
 )
-from clinjudge.judges.clients import Completion, Generation, provider_for
+from clinjudge.judges.clients import Completion, Generation, ModelClient, provider_for
 from clinjudge.judges.clients._faults import classify_fault
 from clinjudge.judges.clients._settings import Price
 from clinjudge.rubrics import ChatTurn, Rubric, parse_judgment, render_messages

@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 from clinjudge.judges.clients._client import ModelClient
-from clinjudge.judges.clients._sdk_client import azure_sdk_client
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
 from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
@@ -68,6 +67,9 @@ class AzureProvider(Provider):
     ) -> ModelClient:
         """autogen-ext's Azure client for the deployment."""
         prepare_endpoint(settings)
+        # AutoGen is imported only by a run that uses autogen-ext's client.
+        from clinjudge.judges.clients._sdk_client import azure_sdk_client
+
         return azure_sdk_client(
             azure_deployment=settings.name,
             model=settings.price_as or settings.name,

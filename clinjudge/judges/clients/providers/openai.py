@@ -8,7 +8,6 @@ from typing import Any
 
 from clinjudge.judges.clients._client import ModelClient
 from clinjudge.judges.clients._http_guard import guarded_httpx_args
-from clinjudge.judges.clients._sdk_client import openai_sdk_client
 from clinjudge.judges.clients._settings import ModelSettings, sampling_args
 from clinjudge.judges.clients.providers._contract import Provider, prepare_endpoint
 from clinjudge.judges.clients.providers._registry import register_provider
@@ -102,6 +101,9 @@ class OpenAIProvider(Provider):
         optional: dict[str, Any] = {}
         if settings.base_url is not None:
             optional["base_url"] = settings.base_url
+        # AutoGen is imported only by a run that uses autogen-ext's client.
+        from clinjudge.judges.clients._sdk_client import openai_sdk_client
+
         return openai_sdk_client(
             settings.name, api_key=key, **optional, **autogen_client_args(settings)
         )
