@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,21 +26,17 @@ from autogen_agentchat.teams._group_chat._magentic_one._magentic_one_orchestrato
 from autogen_core import CancellationToken, DefaultTopicId, MessageContext, RoutedAgent, rpc
 from autogen_core.models import (
     AssistantMessage,
-    ChatCompletionClient,
-    CreateResult,
     LLMMessage,
     SystemMessage,
     UserMessage,
 )
-from autogen_core.tools import Tool, ToolSchema
 
 from clinjudge._util.identity_memo import IdentityMemo
 from clinjudge.errors import ClinJudgeError
-from clinjudge.judges.clients import ReplySchema, reply_schema_for
-from clinjudge.judges.workflows._magentic_client import AgentClientBase
+from clinjudge.judges.clients import reply_schema_for
+from clinjudge.judges.workflows._magentic_client import AgentClient
 from clinjudge.judges.workflows._magentic_runtime import DiscussionRuntime
 from clinjudge.rubrics import (
-    STRUCTURED_OUTPUT_KEY,
     Rubric,
     json_objects,
     rubric_json_schema,
@@ -367,41 +363,6 @@ def match_speaker(raw: str, names: Sequence[str], aliases: dict[str, str]) -> st
 # -- the orchestrator ---------------------------------------------------------------------------
 
 
-class _AskingSchema(AgentClientBase):
-    """The chair's client for one call, asking for replies that follow a schema: the schema
-    goes to the runner's AutoGen adapter under the ``json_schema`` key of the extra arguments.
-
-    Args:
-        client: The chair's client.
-        schema: The reply schema.
-    """
-
-    def __init__(self, client: ChatCompletionClient, schema: ReplySchema):
-        super().__init__(client.model_info)
-        self._client = client
-        self._schema = schema
-
-    async def create(
-        self,
-        messages: Sequence[LLMMessage],
-        *,
-        tools: Sequence[Tool | ToolSchema] = (),
-        tool_choice: Any = "auto",
-        json_output: Any = None,
-        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
-        cancellation_token: CancellationToken | None = None,
-    ) -> CreateResult:
-        # AutoGen to AutoGen: the result passes through as the chair's client made it.
-        result = await self._client.create(
-            messages,
-            tools=tools,
-            json_output=json_output,
-            extra_create_args={**extra_create_args, STRUCTURED_OUTPUT_KEY: self._schema},
-        )
-        self._count(result)
-        return result
-
-
 @dataclass
 class PanelProtocol:
     """What our orchestrator needs beyond AutoGen's constructor arguments."""
@@ -509,7 +470,9 @@ class _PanelOrchestrator(_FixedHandlers, MagenticOneOrchestrator):
             self.protocol.decision_name, schema, shared=self.protocol.decision_shared
         )
         client = self._model_client
-        self._model_client = _AskingSchema(client, reply)
+        if not isinstance(client, AgentClient):
+            raise TypeError("the chair's model client must be an AgentClient (it asks for schemas)")
+        self._model_client = client.asking(reply)
         try:
             await super()._prepare_final_answer(reason, cancellation_token)
         finally:

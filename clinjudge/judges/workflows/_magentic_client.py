@@ -29,6 +29,7 @@ from clinjudge.judges.clients import (
     CallConfig,
     ChatMessage,
     Completion,
+    ReplySchema,
     ToolCall,
     ToolResult,
     count_message_tokens,
@@ -120,18 +121,47 @@ def call_config(
     )
 
 
-class AgentClientBase(ChatCompletionClient):
-    """What every AutoGen client of ours shares: usage sums, streaming as one chunk, token
-    counts; a subclass writes ``create``.
+class AgentClient(ChatCompletionClient):
+    """An agent's AutoGen client: each ``create()`` is one recorded, retried conversation call.
 
     Args:
-        model_info: What the model can do, as AutoGen asks.
+        chat: The run's conversation call for the agent.
+        schema: A reply schema every call asks for (see :meth:`asking`).
     """
 
-    def __init__(self, model_info: Mapping[str, Any]) -> None:
-        self._model_info = cast(ModelInfo, dict(model_info))
+    def __init__(self, chat: AgentChatFn, schema: ReplySchema | None = None) -> None:
+        self._chat = chat
+        self._schema = schema
+        self._model_info = cast(ModelInfo, dict(chat.model_info))
         self._last = (0, 0)
         self._total = (0, 0)
+
+    def asking(self, schema: ReplySchema) -> AgentClient:
+        """This agent's client for calls whose replies must follow ``schema`` (AutoGen's
+        final-answer call passes no extra arguments: the chair's decision is asked for so).
+
+        Args:
+            schema: The reply schema.
+        """
+        return AgentClient(self._chat, schema)
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = (),
+        tool_choice: Any = "auto",
+        json_output: Any = None,
+        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
+        cancellation_token: CancellationToken | None = None,
+    ) -> CreateResult:
+        if self._schema is not None:
+            extra_create_args = {**extra_create_args, STRUCTURED_OUTPUT_KEY: self._schema}
+        config = call_config(tools, json_output, extra_create_args)
+        completion = await self._chat([chat_message(m) for m in messages], config)
+        result = create_result(completion)
+        self._count(result)
+        return result
 
     def _count(self, result: CreateResult) -> None:
         usage = result.usage
@@ -178,31 +208,3 @@ class AgentClientBase(ChatCompletionClient):
     @property
     def model_info(self) -> ModelInfo:
         return self._model_info
-
-
-class AgentClient(AgentClientBase):
-    """An agent's AutoGen client: each ``create()`` is one recorded, retried conversation call.
-
-    Args:
-        chat: The run's conversation call for the agent.
-    """
-
-    def __init__(self, chat: AgentChatFn) -> None:
-        super().__init__(chat.model_info)
-        self._chat = chat
-
-    async def create(
-        self,
-        messages: Sequence[LLMMessage],
-        *,
-        tools: Sequence[Tool | ToolSchema] = (),
-        tool_choice: Any = "auto",
-        json_output: Any = None,
-        extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
-        cancellation_token: CancellationToken | None = None,
-    ) -> CreateResult:
-        config = call_config(tools, json_output, extra_create_args)
-        completion = await self._chat([chat_message(m) for m in messages], config)
-        result = create_result(completion)
-        self._count(result)
-        return result
