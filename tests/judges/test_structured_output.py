@@ -36,6 +36,7 @@ from clinjudge.judges.doclens._prompts import (
 )
 from clinjudge.judges.workflows._magentic_chair import FINAL_MARKER
 from clinjudge.judges.workflows._magentic_chair import decision_schema as chair_schema
+from clinjudge.judges.workflows._magentic_client import call_config
 from clinjudge.orchestration import RetryPolicy, RunConfig, create_run, execute_run, prepare_run
 from clinjudge.rubrics import (
     ChatTurn,
@@ -309,7 +310,7 @@ def test_openai_clients_send_the_schema_strict(pdsqi9, turns, client):
         )
         # The AutoGen adapter's form (our key in the extra arguments), then a CallConfig.
         arg = {"json_schema": {"name": "pdsqi9", "schema": rubric_json_schema(pdsqi9)}}
-        adapted = CallConfig.from_create_args(extra_create_args=arg)
+        adapted = call_config((), None, arg)
         outcome = _complete(settings, pdsqi9, turns, adapted)
         assert outcome.output_mode == "json_schema"
         _complete(settings, pdsqi9, turns, _asking(pdsqi9))

@@ -45,7 +45,7 @@ from clinjudge.judges.clients._pricing import (
     token_prices,
 )
 from clinjudge.judges.clients._settings import ModelConfigError, ModelSettings
-from clinjudge.judges.clients._structured import ReplySchema, reply_schema_for
+from clinjudge.judges.clients._structured import ReplySchema, reply_schema, reply_schema_for
 from clinjudge.judges.clients.providers import (
     ENTRY_POINT_GROUP,
     HF_PROVIDERS,
@@ -115,5 +115,6 @@ __all__ = [
     "token_prices",
     "register_simulated_replies",
     "request_line",
+    "reply_schema",
     "reply_schema_for",
 ]

@@ -1,7 +1,7 @@
 """What one model call asks for, passed explicitly from a workflow to the model.
 
-A workflow (or the runner's call function, or the AutoGen adapter of the magentic workflow)
-builds a :class:`CallConfig` and hands it to :meth:`JudgeModel.generate`; batch request lines
+A workflow (or the runner's call function, or the magentic workflow's agents' client) builds a
+:class:`CallConfig` and hands it to :meth:`JudgeModel.generate`; batch request lines
 are built from the same object (``request_line``), so a reply schema or a token cap reaches
 every request the same way. Nothing rides on the context.
 """
@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clinjudge.judges.clients._structured import ReplySchema, reply_schema
-from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY
+from clinjudge.judges.clients._structured import ReplySchema
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +29,10 @@ class CallConfig:
         temperature: Sampling temperature instead of the model's; None keeps the model's.
         seed: Sampling seed instead of the model's; None keeps the model's.
         stop: Stop sequences; None sends none.
-        json_output: AutoGen's JSON-mode flag (True asks for a JSON object); the settings'
-            ``json_mode`` applies otherwise.
-        tools: Tools offered to the model (agents in group chats).
+        json_output: True asks for a JSON object (JSON mode); the settings' ``json_mode``
+            applies otherwise.
+        tools: Tools offered to the model (agents in group chats), each
+            ``{"name", "description", "parameters"}``.
         extra: Further request arguments, sent as they are; with ``temperature``, ``seed``
             and ``stop`` they are the parts of the response-cache key beyond the model's
             settings, the messages, the tools, the JSON mode and the variation.
@@ -98,39 +98,6 @@ class CallConfig:
             self.json_output,
             self.tools,
             self.extra,
-        )
-
-    @classmethod
-    def from_create_args(
-        cls,
-        *,
-        tools: Sequence[Any] = (),
-        json_output: Any = None,
-        extra_create_args: Mapping[str, Any] | None = None,
-        variation: str = "",
-    ) -> CallConfig:
-        """The call an AutoGen ``ChatCompletionClient.create`` asks for (the adapter's side).
-
-        A schema under :data:`STRUCTURED_OUTPUT_KEY` (``{"name", "schema"}`` or a
-        :class:`ReplySchema`) becomes ``schema``; the other extra arguments stay extra.
-
-        Args:
-            tools: Tools offered to the model.
-            json_output: AutoGen's JSON-mode flag.
-            extra_create_args: AutoGen's extra arguments.
-            variation: The sample's variation.
-        """
-        schema = None
-        extra: dict[str, Any] | None = None
-        if extra_create_args:
-            schema = reply_schema(extra_create_args.get(STRUCTURED_OUTPUT_KEY))
-            extra = {k: v for k, v in extra_create_args.items() if k != STRUCTURED_OUTPUT_KEY}
-        return cls(
-            schema=schema,
-            variation=variation,
-            json_output=json_output,
-            tools=tools,
-            extra=extra or None,
         )
 
 

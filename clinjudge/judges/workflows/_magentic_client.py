@@ -33,6 +33,7 @@ from clinjudge.judges.clients import (
     ToolCall,
     ToolResult,
     count_message_tokens,
+    reply_schema,
 )
 from clinjudge.judges.workflows._contract import AgentChatFn
 from clinjudge.rubrics import STRUCTURED_OUTPUT_KEY
@@ -103,8 +104,9 @@ def call_config(
     tools: Sequence[Tool | ToolSchema], json_output: Any, extra: Mapping[str, Any]
 ) -> CallConfig:
     """The call an agent's ``create()`` arguments ask for: tools as their schemas, a reply
-    schema under :data:`STRUCTURED_OUTPUT_KEY` as the call's schema, and AutoGen's structured
-    output (a pydantic class for ``json_output``) as a schema too.
+    schema under :data:`STRUCTURED_OUTPUT_KEY` (``{"name", "schema"}`` or a
+    :class:`ReplySchema`) as the call's schema, AutoGen's structured output (a pydantic class
+    for ``json_output``) as a schema too, and the other extra arguments sent as they are.
 
     Args:
         tools: The tools offered.
@@ -112,12 +114,16 @@ def call_config(
         extra: AutoGen's extra request arguments.
     """
     schemas = tuple(dict(t.schema if isinstance(t, Tool) else t) for t in tools)
+    asked = extra.get(STRUCTURED_OUTPUT_KEY)
     if isinstance(json_output, type) and hasattr(json_output, "model_json_schema"):
-        schema = {"name": json_output.__name__, "schema": json_output.model_json_schema()}
-        extra = {**extra, STRUCTURED_OUTPUT_KEY: schema}
+        asked = {"name": json_output.__name__, "schema": json_output.model_json_schema()}
         json_output = None
-    return CallConfig.from_create_args(
-        tools=schemas, json_output=json_output, extra_create_args=extra
+    rest = {k: v for k, v in extra.items() if k != STRUCTURED_OUTPUT_KEY}
+    return CallConfig(
+        schema=reply_schema(asked),
+        json_output=json_output,
+        tools=schemas,
+        extra=rest or None,
     )
 
 

@@ -24,6 +24,7 @@ from clinjudge.judges.clients import (
 from clinjudge.judges.clients._cache import cache_key
 from clinjudge.judges.clients._messages import chat_messages
 from clinjudge.judges.workflows import judge_call_config
+from clinjudge.judges.workflows._magentic_client import call_config
 from clinjudge.judges.workflows._single import judge_single_sample
 from clinjudge.rubrics import ChatTurn, Rubric, render_messages, rubric_json_schema
 from tests.factories import make_items
@@ -147,13 +148,12 @@ def test_the_cache_key_is_the_one_existing_caches_hold(pdsqi9: Rubric) -> None:
 
 def test_the_autogen_adapter_reads_its_arguments_into_a_call_config() -> None:
     arg = {"json_schema": {"name": "my grades!", "schema": {"type": "object"}}, "top_k": 3}
-    config = CallConfig.from_create_args(
-        tools=["a tool"], json_output=True, extra_create_args=arg, variation="2|1"
-    )
+    tool = {"name": "look_up", "description": "", "parameters": {"type": "object"}}
+    config = call_config([tool], True, arg)
     assert config.schema == ReplySchema(name="my_grades", schema={"type": "object"})
-    assert (config.extra, config.tools, config.json_output) == ({"top_k": 3}, ["a tool"], True)
-    assert config.variation == "2|1"
-    bare = CallConfig.from_create_args(extra_create_args={})
+    assert (config.extra, config.tools, config.json_output) == ({"top_k": 3}, (tool,), True)
+    assert config.variation == ""  # the runner's conversation call adds the sample's
+    bare = call_config((), None, {})
     assert bare == CallConfig()
     assert bare.request_args() == {}
 
