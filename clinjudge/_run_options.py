@@ -16,7 +16,7 @@ __all__ = ["ProbeOptions", "RunOptions", "without_perturber"]
 
 
 class RunOptions(TypedDict, total=False):
-    """`judge run`'s settings by name (docs/configuration.md lists every one).
+    """`judge run`'s settings by name (`judge run --help` and docs/api.md describe them).
 
     Args:
         config: A YAML file of settings, read first; the other options override it.
