@@ -127,10 +127,8 @@ def _message(message: ChatMessage) -> dict[str, Any]:
 
 
 def _tool(tool: Any) -> Any:
-    schema = getattr(tool, "schema", tool)
-    if isinstance(schema, Mapping):
-        return dict(schema)
-    return str(getattr(tool, "name", tool))
+    # A tool offered is its {"name", "description", "parameters"}, as AutoGen's schema was.
+    return dict(tool) if isinstance(tool, Mapping) else str(tool)
 
 
 def _output_mode(json_output: Any) -> Any:

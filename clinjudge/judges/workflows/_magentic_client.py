@@ -9,6 +9,7 @@ retried conversation call for that agent.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, TypeGuard, cast
 
@@ -161,9 +162,9 @@ class AgentClient(ChatCompletionClient):
         extra_create_args: Mapping[str, Any] = {},  # noqa: B006 - signature fixed by AutoGen
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        if self._schema is not None:
-            extra_create_args = {**extra_create_args, STRUCTURED_OUTPUT_KEY: self._schema}
         config = call_config(tools, json_output, extra_create_args)
+        if self._schema is not None:
+            config = dataclasses.replace(config, schema=self._schema)
         completion = await self._chat([chat_message(m) for m in messages], config)
         result = create_result(completion)
         self._count(result)
